@@ -1,0 +1,64 @@
+//! The limits that retire pooled connections, with their defaults.
+
+use std::time::Duration;
+
+/// Limits for one backend's pool.
+///
+/// The defaults aim at "correct with no tuning" for common application servers:
+/// see each field for where its number comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// How long a connection may sit idle before it is closed.
+    ///
+    /// Default 4 s: below the 5 s idle timeout of Node.js (`keepAliveTimeout`) and
+    /// Apache httpd (`KeepAliveTimeout`), so holdfast closes first and never sends a
+    /// request on a connection the origin is closing. Reconnecting after a 4 s gap
+    /// costs one handshake, which is cheap next to a 502.
+    pub idle_timeout: Duration,
+    /// How many requests one connection carries before it is retired (0: no limit).
+    ///
+    /// Default 100,000: high enough that reuse is near perfect, low enough that
+    /// long-lived connections are recycled now and then, which spreads load again
+    /// after an origin scales out.
+    pub max_requests: u64,
+    /// How long a connection may live, counted from connect (zero: no limit).
+    ///
+    /// Default 10 min, for the same reason as `max_requests`, bounded in time so that
+    /// a quiet but steady client cannot pin a connection forever.
+    pub max_lifetime: Duration,
+    /// How many idle connections to keep for this backend.
+    ///
+    /// Default 256: far above the concurrency one origin process usually serves and far
+    /// below the ~28,000 local ports a default `ip_local_port_range` gives to one
+    /// destination. Idle connections never outnumber the requests that were in flight
+    /// at once, because each idle connection was returned by a finished request.
+    pub max_idle: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            idle_timeout: Duration::from_secs(4),
+            max_requests: 100_000,
+            max_lifetime: Duration::from_secs(600),
+            max_idle: 256,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// Whether a connection that has served `requests` requests is worn out.
+    pub(crate) fn is_spent(&self, requests: u64) -> bool {
+        self.max_requests != 0 && requests >= self.max_requests
+    }
+
+    /// Whether a connection of age `age` has outlived `max_lifetime`.
+    pub(crate) fn is_too_old(&self, age: Duration) -> bool {
+        !self.max_lifetime.is_zero() && age >= self.max_lifetime
+    }
+
+    /// Whether a connection idle for `idle_for` has passed the idle timeout.
+    pub(crate) fn is_idle_expired(&self, idle_for: Duration) -> bool {
+        idle_for >= self.idle_timeout
+    }
+}

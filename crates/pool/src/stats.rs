@@ -1,0 +1,132 @@
+//! Counters a pool keeps about itself, in plain atomics, read at scrape time.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a connection left the pool for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// It sat idle for longer than the idle timeout.
+    IdleTimeout,
+    /// It carried `max_requests` requests.
+    MaxRequests,
+    /// It lived longer than `max_lifetime`.
+    MaxLifetime,
+    /// The origin closed it, or said it would (`Connection: close`, HTTP/1.0).
+    UpstreamClosed,
+    /// The exchange on it did not end cleanly (body not fully read or sent, I/O error).
+    Error,
+    /// The pool already held `max_idle` connections.
+    PoolFull,
+    /// It was upgraded (for example to a WebSocket) and left HTTP.
+    Upgraded,
+    /// The proxy is shutting down.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Every reason, in a fixed order (for exporting counters).
+    pub const ALL: [CloseReason; 8] = [
+        CloseReason::IdleTimeout,
+        CloseReason::MaxRequests,
+        CloseReason::MaxLifetime,
+        CloseReason::UpstreamClosed,
+        CloseReason::Error,
+        CloseReason::PoolFull,
+        CloseReason::Upgraded,
+        CloseReason::Shutdown,
+    ];
+
+    /// A stable snake_case name for logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::MaxRequests => "max_requests",
+            CloseReason::MaxLifetime => "max_lifetime",
+            CloseReason::UpstreamClosed => "upstream_closed",
+            CloseReason::Error => "error",
+            CloseReason::PoolFull => "pool_full",
+            CloseReason::Upgraded => "upgraded",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Live counters for one pool.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    opened: AtomicU64,
+    reused: AtomicU64,
+    checked_out: AtomicU64,
+    idle: AtomicU64,
+    closed: [AtomicU64; 8],
+}
+
+/// A copy of [`PoolStats`] at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolStatsSnapshot {
+    /// Connections opened to the backend.
+    pub opened: u64,
+    /// Requests that went out on a connection taken from the idle pool.
+    pub reused: u64,
+    /// Connections handed out and not yet returned or closed.
+    pub active: u64,
+    /// Connections idle in the pool now.
+    pub idle: u64,
+    /// Connections closed, per reason, in the order of [`CloseReason::ALL`].
+    pub closed: [u64; 8],
+}
+
+impl PoolStatsSnapshot {
+    /// Connections closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) -> u64 {
+        self.closed[reason.index()]
+    }
+
+    /// Connections closed for any reason.
+    pub fn closed_total(&self) -> u64 {
+        self.closed.iter().sum()
+    }
+}
+
+impl PoolStats {
+    pub(crate) fn on_open(&self) {
+        self.opened.fetch_add(1, Relaxed);
+        self.checked_out.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn on_reuse(&self) {
+        self.reused.fetch_add(1, Relaxed);
+        self.checked_out.fetch_add(1, Relaxed);
+        self.idle.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn on_release(&self) {
+        self.checked_out.fetch_sub(1, Relaxed);
+        self.idle.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn on_close_idle(&self, reason: CloseReason) {
+        self.idle.fetch_sub(1, Relaxed);
+        self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn on_close_active(&self, reason: CloseReason) {
+        self.checked_out.fetch_sub(1, Relaxed);
+        self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> PoolStatsSnapshot {
+        PoolStatsSnapshot {
+            opened: self.opened.load(Relaxed),
+            reused: self.reused.load(Relaxed),
+            active: self.checked_out.load(Relaxed),
+            idle: self.idle.load(Relaxed),
+            closed: std::array::from_fn(|i| self.closed[i].load(Relaxed)),
+        }
+    }
+}
