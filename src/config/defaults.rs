@@ -1,0 +1,27 @@
+//! Every default in one place, each with the reason for its value.
+//!
+//! Pool defaults live with the pool (`holdfast_pool::PoolConfig::default`).
+
+use std::time::Duration;
+
+/// Upstream TCP connect. A backend on the same host or network answers a SYN in
+/// milliseconds; 5 s covers a loaded kernel and a retransmitted SYN (1 s, then 3 s).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// From the end of sending the request head to the response head. 60 s matches
+/// nginx's `proxy_read_timeout`, so slow endpoints that work behind nginx work here.
+pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest pause between two reads of an upstream response body (nginx: 60 s).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A client must send a complete request head within this time, which bounds what
+/// slow-header clients (slowloris) can hold. nginx's `client_header_timeout` is 60 s;
+/// 10 s is generous for any real client.
+pub const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Request header lines. Browsers send about 20; 100 is hyper's and many servers' limit.
+pub const MAX_REQUEST_HEADERS: usize = 100;
+
+/// Bytes of request head (request line and headers). nginx allows 4 x 8 kB buffers.
+pub const MAX_REQUEST_HEADER_BYTES: usize = 32 * 1024;

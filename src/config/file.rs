@@ -1,0 +1,59 @@
+//! The TOML file exactly as written: serde structs, nothing else reads them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A `holdfast.toml` before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub threads: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub listener: Vec<FileListener>,
+    #[serde(default)]
+    pub upstream: BTreeMap<Spanned<String>, FileUpstream>,
+    pub pool: Option<FilePool>,
+    pub timeouts: Option<FileTimeouts>,
+    pub limits: Option<FileLimits>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileListener {
+    pub address: Spanned<String>,
+    pub upstream: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUpstream {
+    pub servers: Spanned<Vec<Spanned<String>>>,
+    pub pool: Option<FilePool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePool {
+    pub idle_timeout: Option<Spanned<String>>,
+    pub max_requests: Option<Spanned<i64>>,
+    pub max_lifetime: Option<Spanned<String>>,
+    pub max_idle_per_server: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTimeouts {
+    pub connect: Option<Spanned<String>>,
+    pub response_header: Option<Spanned<String>>,
+    pub read: Option<Spanned<String>>,
+    pub client_header: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLimits {
+    pub max_request_headers: Option<Spanned<i64>>,
+    pub max_request_header_bytes: Option<Spanned<i64>>,
+}

@@ -1,0 +1,392 @@
+//! Turns `holdfast.toml` (or the quick-mode flags) into a validated [`Config`]:
+//! `file::FileConfig` (as written) -> `Config` (typed, defaults applied).
+//!
+//! Precedence for pool settings: `[upstream.NAME.pool]`, then `[pool]`, then the
+//! pool's own defaults. Every problem in a file is reported at once, each with its
+//! file, line and key. `holdfast check` and start-up run the same [`Config::load`].
+
+mod defaults;
+mod error;
+mod file;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use holdfast_pool::PoolConfig;
+use toml::Spanned;
+
+pub use error::{ConfigError, ConfigProblem};
+use file::{FileConfig, FilePool};
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listeners: Vec<ListenerConfig>,
+    pub upstreams: Vec<UpstreamConfig>,
+    pub timeouts: Timeouts,
+    pub client_limits: ClientLimits,
+    /// Worker threads; `None` means one per CPU the process may run on.
+    pub threads: Option<usize>,
+}
+
+/// One address to accept clients on, and the upstream group it sends them to.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    pub addr: SocketAddr,
+    pub upstream: String,
+}
+
+/// A named group of backends with one pool configuration.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub servers: Vec<SocketAddr>,
+    pub pool: PoolConfig,
+}
+
+/// Time limits on both sides of the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response_header: Duration,
+    pub read: Duration,
+    pub client_header: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: defaults::CONNECT_TIMEOUT,
+            response_header: defaults::RESPONSE_HEADER_TIMEOUT,
+            read: defaults::READ_TIMEOUT,
+            client_header: defaults::CLIENT_HEADER_TIMEOUT,
+        }
+    }
+}
+
+/// Limits on what a client may send in a request head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    pub max_headers: usize,
+    pub max_header_bytes: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            max_headers: defaults::MAX_REQUEST_HEADERS,
+            max_header_bytes: defaults::MAX_REQUEST_HEADER_BYTES,
+        }
+    }
+}
+
+/// The name quick mode gives its one upstream group.
+pub const QUICK_UPSTREAM: &str = "default";
+
+impl Config {
+    /// Quick mode: one listener proxying to `servers`, everything else default.
+    pub fn quick(listen: SocketAddr, servers: Vec<SocketAddr>) -> Config {
+        Config {
+            listeners: vec![ListenerConfig {
+                addr: listen,
+                upstream: QUICK_UPSTREAM.into(),
+            }],
+            upstreams: vec![UpstreamConfig {
+                name: QUICK_UPSTREAM.into(),
+                servers,
+                pool: PoolConfig::default(),
+            }],
+            timeouts: Timeouts::default(),
+            client_limits: ClientLimits::default(),
+            threads: None,
+        }
+    }
+
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let problem = ConfigProblem {
+                line: None,
+                key: String::new(),
+                message: e.to_string(),
+            };
+            ConfigError::single(path.to_path_buf(), problem)
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates config text; `path` is only used to name the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: FileConfig = toml::from_str(text)
+            .map_err(|e| ConfigError::single(path.to_path_buf(), problem_from_toml(text, &e)))?;
+        let mut v = Validator {
+            text,
+            problems: Vec::new(),
+        };
+        let config = v.config(raw);
+        if v.problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError {
+                file: PathBuf::from(path),
+                problems: v.problems,
+            })
+        }
+    }
+}
+
+fn problem_from_toml(text: &str, e: &toml::de::Error) -> ConfigProblem {
+    let line = e.span().map(|span| line_of(text, span.start));
+    // toml's message repeats the position and a source excerpt; keep its first
+    // meaningful line, since we print the position ourselves.
+    let message = e
+        .message()
+        .lines()
+        .next()
+        .unwrap_or("invalid TOML")
+        .to_string();
+    let key = e
+        .span()
+        .map(|span| key_before(text, span.start))
+        .unwrap_or_default();
+    ConfigProblem { line, key, message }
+}
+
+/// The `key = ` at the start of the line holding `offset`, if any.
+fn key_before(text: &str, offset: usize) -> String {
+    let start = text[..offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    line.split_once('=')
+        .map(|(k, _)| k.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|b| *b == b'\n')
+        .count()
+        + 1
+}
+
+/// Walks a `FileConfig`, collecting every problem rather than stopping at the first.
+struct Validator<'a> {
+    text: &'a str,
+    problems: Vec<ConfigProblem>,
+}
+
+impl Validator<'_> {
+    fn problem(&mut self, span: Range<usize>, key: impl Into<String>, message: impl Into<String>) {
+        let line = Some(line_of(self.text, span.start));
+        self.problems.push(ConfigProblem {
+            line,
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn config(&mut self, raw: FileConfig) -> Config {
+        let base_pool = self.pool("pool", raw.pool.as_ref(), PoolConfig::default());
+        let mut upstreams = Vec::new();
+        for (name, up) in &raw.upstream {
+            let key = format!("upstream.{}", name.get_ref());
+            let servers = self.servers(&format!("{key}.servers"), &up.servers);
+            let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
+            upstreams.push(UpstreamConfig {
+                name: name.get_ref().clone(),
+                servers,
+                pool,
+            });
+        }
+        let listeners = self.listeners(&raw, &upstreams);
+        let threads = raw
+            .threads
+            .as_ref()
+            .and_then(|t| self.positive(t, "threads"));
+        Config {
+            listeners,
+            upstreams,
+            timeouts: self.timeouts(raw.timeouts.unwrap_or_default()),
+            client_limits: self.limits(raw.limits.unwrap_or_default()),
+            threads,
+        }
+    }
+
+    fn listeners(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<ListenerConfig> {
+        if raw.listener.is_empty() {
+            self.problems.push(ConfigProblem {
+                line: None,
+                key: "listener".into(),
+                message: "no [[listener]]: add one with `address` and `upstream`".into(),
+            });
+        }
+        let mut out = Vec::new();
+        for (i, l) in raw.listener.iter().enumerate() {
+            let key = format!("listener[{i}]");
+            let addr = self.socket_addr(&l.address, &format!("{key}.address"));
+            let name = l.upstream.get_ref();
+            if !upstreams.iter().any(|u| &u.name == name) {
+                let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+                let message = format!("no upstream named {name:?} (defined: {known:?})");
+                self.problem(l.upstream.span(), format!("{key}.upstream"), message);
+            }
+            if let Some(addr) = addr {
+                out.push(ListenerConfig {
+                    addr,
+                    upstream: name.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<SocketAddr> {
+        if servers.get_ref().is_empty() {
+            self.problem(
+                servers.span(),
+                key,
+                "needs at least one server (\"host:port\")",
+            );
+        }
+        let mut out = Vec::new();
+        for s in servers.get_ref() {
+            match s.get_ref().to_socket_addrs() {
+                Ok(addrs) => out.extend(addrs),
+                Err(e) => {
+                    let message =
+                        format!("{:?} is not a host:port that resolves: {e}", s.get_ref());
+                    self.problem(s.span(), key, message);
+                }
+            }
+        }
+        out
+    }
+
+    fn socket_addr(&mut self, value: &Spanned<String>, key: &str) -> Option<SocketAddr> {
+        match value.get_ref().parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                let message = format!(
+                    "{:?} is not an ip:port like \"127.0.0.1:8080\"",
+                    value.get_ref()
+                );
+                self.problem(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn pool(&mut self, key: &str, raw: Option<&FilePool>, base: PoolConfig) -> PoolConfig {
+        let Some(raw) = raw else { return base };
+        let mut pool = base;
+        if let Some(v) = &raw.idle_timeout {
+            if let Some(d) = self.duration(v, &format!("{key}.idle_timeout")) {
+                pool.idle_timeout = d;
+            }
+        }
+        if let Some(v) = &raw.max_lifetime {
+            if let Some(d) = self.duration(v, &format!("{key}.max_lifetime")) {
+                pool.max_lifetime = d;
+            }
+        }
+        if let Some(v) = &raw.max_requests {
+            if let Some(n) = self.non_negative(v, &format!("{key}.max_requests")) {
+                pool.max_requests = n as u64;
+            }
+        }
+        if let Some(v) = &raw.max_idle_per_server {
+            if let Some(n) = self.non_negative(v, &format!("{key}.max_idle_per_server")) {
+                pool.max_idle = n;
+            }
+        }
+        pool
+    }
+
+    fn timeouts(&mut self, raw: file::FileTimeouts) -> Timeouts {
+        let mut t = Timeouts::default();
+        let fields = [
+            (&raw.connect, "connect", &mut t.connect),
+            (
+                &raw.response_header,
+                "response_header",
+                &mut t.response_header,
+            ),
+            (&raw.read, "read", &mut t.read),
+            (&raw.client_header, "client_header", &mut t.client_header),
+        ];
+        for (value, name, slot) in fields {
+            if let Some(v) = value {
+                match self.duration(v, &format!("timeouts.{name}")) {
+                    Some(d) if d.is_zero() => {
+                        self.problem(v.span(), format!("timeouts.{name}"), "must be more than 0")
+                    }
+                    Some(d) => *slot = d,
+                    None => {}
+                }
+            }
+        }
+        t
+    }
+
+    fn limits(&mut self, raw: file::FileLimits) -> ClientLimits {
+        let mut l = ClientLimits::default();
+        if let Some(v) = &raw.max_request_headers {
+            if let Some(n) = self.positive(v, "limits.max_request_headers") {
+                l.max_headers = n;
+            }
+        }
+        if let Some(v) = &raw.max_request_header_bytes {
+            match self.positive(v, "limits.max_request_header_bytes") {
+                Some(n) if n < 1024 => self.problem(
+                    v.span(),
+                    "limits.max_request_header_bytes",
+                    "must be at least 1024",
+                ),
+                Some(n) => l.max_header_bytes = n,
+                None => {}
+            }
+        }
+        l
+    }
+
+    fn duration(&mut self, value: &Spanned<String>, key: &str) -> Option<Duration> {
+        match humantime::parse_duration(value.get_ref()) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let message = format!(
+                    "{:?} is not a duration like \"4s\" or \"10m\": {e}",
+                    value.get_ref()
+                );
+                self.problem(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn non_negative(&mut self, value: &Spanned<i64>, key: &str) -> Option<usize> {
+        match usize::try_from(*value.get_ref()) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                self.problem(value.span(), key, "must be 0 or more");
+                None
+            }
+        }
+    }
+
+    fn positive(&mut self, value: &Spanned<i64>, key: &str) -> Option<usize> {
+        match usize::try_from(*value.get_ref()) {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                self.problem(value.span(), key, "must be 1 or more");
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,62 @@
+//! Why a request could not be proxied, and the status and body the client gets.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+
+use super::body::ClientBody;
+use crate::upstream::ConnectError;
+
+/// A failure on the way to or from one backend.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream {upstream} ({backend}): {kind}")]
+pub struct ProxyError {
+    pub upstream: Arc<str>,
+    pub backend: SocketAddr,
+    pub kind: ProxyErrorKind,
+    /// The request went out on a pooled connection (not a fresh one).
+    pub reused: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyErrorKind {
+    #[error("{0}")]
+    Connect(#[from] ConnectError),
+    #[error("no response header within {0:?}")]
+    HeaderTimeout(Duration),
+    #[error("connection closed before a response: {0}")]
+    Closed(hyper::Error),
+    #[error("reading the client's request body failed: {0}")]
+    ClientBody(hyper::Error),
+}
+
+impl ProxyError {
+    /// The status the client gets: 400, 502 or 504.
+    pub fn status(&self) -> StatusCode {
+        match &self.kind {
+            ProxyErrorKind::Connect(ConnectError::Timeout(_))
+            | ProxyErrorKind::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyErrorKind::Connect(_) | ProxyErrorKind::Closed(_) => StatusCode::BAD_GATEWAY,
+            ProxyErrorKind::ClientBody(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Short text naming the upstream, backend and reason.
+    pub fn to_response(&self) -> Response<ClientBody> {
+        local_response(self.status(), format!("holdfast: {self}\n"))
+    }
+}
+
+/// A response written by holdfast itself, with a plain-text body.
+pub fn local_response(status: StatusCode, text: String) -> Response<ClientBody> {
+    let mut resp = Response::new(ClientBody::text(Bytes::from(text)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}

@@ -1,0 +1,144 @@
+//! A running holdfast: listeners bound, pools created, background eviction started.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::listener::{self, Connections};
+use crate::proxy::Proxy;
+use crate::upstream::{BackendStats, Upstream};
+
+/// Why holdfast could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started proxy. Dropping it without [`Server::shutdown`] leaves it running until
+/// the runtime ends.
+pub struct Server {
+    addrs: Vec<SocketAddr>,
+    upstreams: Vec<Arc<Upstream>>,
+    connections: Connections,
+    stop: watch::Sender<bool>,
+}
+
+impl Server {
+    /// Binds every listener, then starts serving. Nothing is served unless every
+    /// listener could be bound.
+    pub async fn start(config: &Config) -> Result<Server, StartError> {
+        let mut bound = Vec::new();
+        for l in &config.listeners {
+            let listener = TcpListener::bind(l.addr)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: l.addr,
+                    source,
+                })?;
+            bound.push((listener, l.addr, l.upstream.clone()));
+        }
+        let upstreams: Vec<Arc<Upstream>> = config
+            .upstreams
+            .iter()
+            .map(|u| Arc::new(Upstream::new(u)))
+            .collect();
+        let (stop, stop_rx) = watch::channel(false);
+        let connections = Connections::default();
+        let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
+        let mut addrs = Vec::new();
+        for (tcp, configured, name) in bound {
+            let upstream = upstreams
+                .iter()
+                .find(|u| *u.name == *name)
+                .expect("config validation guarantees each listener's upstream exists");
+            let addr = tcp.local_addr().map_err(|source| StartError::Bind {
+                addr: configured,
+                source,
+            })?;
+            tracing::info!(listen = %addr, upstream = %name, "listening");
+            addrs.push(addr);
+            let proxy = Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts));
+            tokio::spawn(listener::accept_loop(
+                tcp,
+                proxy,
+                Arc::clone(&http),
+                config.client_limits,
+                connections.clone(),
+                stop_rx.clone(),
+            ));
+        }
+        tokio::spawn(evict_idle(upstreams.clone(), stop_rx));
+        Ok(Server {
+            addrs,
+            upstreams,
+            connections,
+            stop,
+        })
+    }
+
+    /// The bound listener addresses, in config order (useful with port 0).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Pool counters of every backend.
+    pub fn stats(&self) -> Vec<BackendStats> {
+        self.upstreams
+            .iter()
+            .flat_map(|u| {
+                u.backends.iter().map(|b| BackendStats {
+                    upstream: Arc::clone(&u.name),
+                    backend: b.addr,
+                    pool: b.pool.stats().snapshot(),
+                })
+            })
+            .collect()
+    }
+
+    /// Stops accepting, lets requests in flight finish for up to `drain`, then closes
+    /// every idle upstream connection.
+    pub async fn shutdown(self, drain: Duration) {
+        let _ = self.stop.send(true);
+        let deadline = Instant::now() + drain;
+        while self.connections.count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for u in &self.upstreams {
+            for b in &u.backends {
+                b.pool.clear();
+            }
+        }
+        tracing::info!(unfinished = self.connections.count(), "stopped");
+    }
+}
+
+/// Closes idle connections past their limits even when no request comes to notice.
+async fn evict_idle(upstreams: Vec<Arc<Upstream>>, mut stop: watch::Receiver<bool>) {
+    let period = upstreams
+        .iter()
+        .flat_map(|u| u.backends.iter().map(|b| b.pool.config().idle_timeout / 4))
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = listener::stopped(&mut stop) => return,
+        }
+        let now = Instant::now();
+        for u in &upstreams {
+            u.evict_expired(now);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Upstream groups and their backends: each backend owns the pool of connections to it.
+
+pub mod connect;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_pool::{Pool, PoolConfig, PoolStatsSnapshot, Pooled};
+use tokio::time::Instant;
+
+pub use connect::{ConnectError, UpstreamConn};
+
+use crate::config::UpstreamConfig;
+
+/// One address of an upstream group, with the pool of connections to it.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub pool: Pool<UpstreamConn>,
+}
+
+/// A connection ready to carry one request.
+pub type Lease = Pooled<UpstreamConn>;
+
+impl Backend {
+    fn new(addr: SocketAddr, config: PoolConfig) -> Self {
+        Backend {
+            addr,
+            pool: Pool::new(config),
+        }
+    }
+
+    /// The most recently used idle connection that is ready for a request, or a new one.
+    ///
+    /// An idle connection that fails its readiness check has been closed by the origin
+    /// while idle; it is dropped and the next one is tried. Nothing has been sent on it.
+    pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, ConnectError> {
+        while let Some(mut lease) = self.pool.checkout(Instant::now()) {
+            if lease.conn().sender.ready().await.is_ok() {
+                return Ok(lease);
+            }
+            lease.discard(holdfast_pool::CloseReason::UpstreamClosed);
+        }
+        let conn = connect::connect(self.addr, connect_timeout).await?;
+        Ok(self.pool.adopt(conn, Instant::now()))
+    }
+}
+
+/// A named group of backends (`[upstream.NAME]`), picked round robin.
+pub struct Upstream {
+    pub name: Arc<str>,
+    pub backends: Vec<Backend>,
+    next: AtomicUsize,
+}
+
+impl Upstream {
+    pub fn new(config: &UpstreamConfig) -> Self {
+        let backends = config
+            .servers
+            .iter()
+            .map(|addr| Backend::new(*addr, config.pool.clone()))
+            .collect();
+        Upstream {
+            name: config.name.as_str().into(),
+            backends,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next backend in round-robin order.
+    pub fn pick(&self) -> &Backend {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.backends[i % self.backends.len()]
+    }
+
+    /// Closes idle connections past their limits, on every backend.
+    pub fn evict_expired(&self, now: Instant) {
+        for b in &self.backends {
+            b.pool.evict_expired(now);
+        }
+    }
+}
+
+/// Pool counters of one backend, for status output and tests.
+#[derive(Debug, Clone)]
+pub struct BackendStats {
+    pub upstream: Arc<str>,
+    pub backend: SocketAddr,
+    pub pool: PoolStatsSnapshot,
+}
