@@ -116,9 +116,8 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// A multi-threaded runtime with `threads` workers (default: available parallelism).
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let threads = threads
-        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
-        .unwrap_or(1);
+    let threads =
+        threads.or_else(|| std::thread::available_parallelism().ok().map(usize::from)).unwrap_or(1);
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .enable_all()

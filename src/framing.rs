@@ -34,14 +34,10 @@ pub enum FramingViolation {
 impl FramingViolation {
     fn from_u8(v: u8) -> Option<Self> {
         use FramingViolation::*;
-        [
-            ContentLengthWithTransferEncoding,
-            ConflictingContentLength,
-            InvalidContentLength,
-        ]
-        .into_iter()
-        .chain([TransferEncodingNotChunked, InvalidChunk])
-        .find(|x| *x as u8 == v)
+        [ContentLengthWithTransferEncoding, ConflictingContentLength, InvalidContentLength]
+            .into_iter()
+            .chain([TransferEncodingNotChunked, InvalidChunk])
+            .find(|x| *x as u8 == v)
     }
 
     /// Text for the 400 body and the log.
@@ -195,13 +191,7 @@ const MAX_CHUNK_LINE: usize = 4096;
 
 impl Scanner {
     fn new(state: Arc<FramingState>, max_head_bytes: usize) -> Self {
-        Scanner {
-            state,
-            phase: Phase::Head,
-            pending: Vec::new(),
-            heads: 0,
-            max_head_bytes,
-        }
+        Scanner { state, phase: Phase::Head, pending: Vec::new(), heads: 0, max_head_bytes }
     }
 
     fn feed(&mut self, mut bytes: &[u8]) {
@@ -211,11 +201,8 @@ impl Scanner {
                 Phase::Head => self.feed_head(bytes),
                 Phase::Body(n) => {
                     let used = skip(n, bytes.len());
-                    self.phase = if used as u64 == n {
-                        Phase::Head
-                    } else {
-                        Phase::Body(n - used as u64)
-                    };
+                    self.phase =
+                        if used as u64 == n { Phase::Head } else { Phase::Body(n - used as u64) };
                     used
                 }
                 Phase::ChunkSize => self.feed_chunk_size(bytes),
@@ -354,11 +341,7 @@ fn judge_head(req: &httparse::Request<'_, '_>) -> Result<Phase, FramingViolation
             upgrade = true;
         }
     }
-    if req
-        .method
-        .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"))
-        || upgrade
-    {
+    if req.method.is_some_and(|m| m.eq_ignore_ascii_case("CONNECT")) || upgrade {
         // After a 101 the bytes are not HTTP; hyper checks the rest of such a request.
         return Ok(Phase::Off);
     }

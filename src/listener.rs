@@ -94,9 +94,7 @@ async fn serve_client(
         let context = Arc::clone(&context);
         async move { Ok::<_, Infallible>(proxy.handle(req, &context).await) }
     });
-    let conn = http
-        .serve_connection(TokioIo::new(guarded), service)
-        .with_upgrades();
+    let conn = http.serve_connection(TokioIo::new(guarded), service).with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
         result = conn.as_mut() => result,

@@ -17,10 +17,7 @@ use crate::upstream::{BackendStats, Upstream};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A started proxy. Dropping it without [`Server::shutdown`] leaves it running until
@@ -40,17 +37,11 @@ impl Server {
         for l in &config.listeners {
             let listener = TcpListener::bind(l.addr)
                 .await
-                .map_err(|source| StartError::Bind {
-                    addr: l.addr,
-                    source,
-                })?;
+                .map_err(|source| StartError::Bind { addr: l.addr, source })?;
             bound.push((listener, l.addr, l.upstream.clone()));
         }
-        let upstreams: Vec<Arc<Upstream>> = config
-            .upstreams
-            .iter()
-            .map(|u| Arc::new(Upstream::new(u)))
-            .collect();
+        let upstreams: Vec<Arc<Upstream>> =
+            config.upstreams.iter().map(|u| Arc::new(Upstream::new(u))).collect();
         let (stop, stop_rx) = watch::channel(false);
         let connections = Connections::default();
         let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
@@ -60,10 +51,8 @@ impl Server {
                 .iter()
                 .find(|u| *u.name == *name)
                 .expect("config validation guarantees each listener's upstream exists");
-            let addr = tcp.local_addr().map_err(|source| StartError::Bind {
-                addr: configured,
-                source,
-            })?;
+            let addr =
+                tcp.local_addr().map_err(|source| StartError::Bind { addr: configured, source })?;
             tracing::info!(listen = %addr, upstream = %name, "listening");
             addrs.push(addr);
             let proxy = Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts));
@@ -77,12 +66,7 @@ impl Server {
             ));
         }
         tokio::spawn(evict_idle(upstreams.clone(), stop_rx));
-        Ok(Server {
-            addrs,
-            upstreams,
-            connections,
-            stop,
-        })
+        Ok(Server { addrs, upstreams, connections, stop })
     }
 
     /// The bound listener addresses, in config order (useful with port 0).

@@ -22,10 +22,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub(crate) fn single(file: PathBuf, problem: ConfigProblem) -> Self {
-        ConfigError {
-            file,
-            problems: vec![problem],
-        }
+        ConfigError { file, problems: vec![problem] }
     }
 }
 

@@ -89,10 +89,7 @@ impl Config {
     /// Quick mode: one listener proxying to `servers`, everything else default.
     pub fn quick(listen: SocketAddr, servers: Vec<SocketAddr>) -> Config {
         Config {
-            listeners: vec![ListenerConfig {
-                addr: listen,
-                upstream: QUICK_UPSTREAM.into(),
-            }],
+            listeners: vec![ListenerConfig { addr: listen, upstream: QUICK_UPSTREAM.into() }],
             upstreams: vec![UpstreamConfig {
                 name: QUICK_UPSTREAM.into(),
                 servers,
@@ -107,11 +104,7 @@ impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {
-            let problem = ConfigProblem {
-                line: None,
-                key: String::new(),
-                message: e.to_string(),
-            };
+            let problem = ConfigProblem { line: None, key: String::new(), message: e.to_string() };
             ConfigError::single(path.to_path_buf(), problem)
         })?;
         Config::parse(&text, path)
@@ -121,18 +114,12 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let raw: FileConfig = toml::from_str(text)
             .map_err(|e| ConfigError::single(path.to_path_buf(), problem_from_toml(text, &e)))?;
-        let mut v = Validator {
-            text,
-            problems: Vec::new(),
-        };
+        let mut v = Validator { text, problems: Vec::new() };
         let config = v.config(raw);
         if v.problems.is_empty() {
             Ok(config)
         } else {
-            Err(ConfigError {
-                file: PathBuf::from(path),
-                problems: v.problems,
-            })
+            Err(ConfigError { file: PathBuf::from(path), problems: v.problems })
         }
     }
 }
@@ -141,36 +128,20 @@ fn problem_from_toml(text: &str, e: &toml::de::Error) -> ConfigProblem {
     let line = e.span().map(|span| line_of(text, span.start));
     // toml's message repeats the position and a source excerpt; keep its first
     // meaningful line, since we print the position ourselves.
-    let message = e
-        .message()
-        .lines()
-        .next()
-        .unwrap_or("invalid TOML")
-        .to_string();
-    let key = e
-        .span()
-        .map(|span| key_before(text, span.start))
-        .unwrap_or_default();
+    let message = e.message().lines().next().unwrap_or("invalid TOML").to_string();
+    let key = e.span().map(|span| key_before(text, span.start)).unwrap_or_default();
     ConfigProblem { line, key, message }
 }
 
 /// The `key = ` at the start of the line holding `offset`, if any.
 fn key_before(text: &str, offset: usize) -> String {
-    let start = text[..offset.min(text.len())]
-        .rfind('\n')
-        .map_or(0, |i| i + 1);
+    let start = text[..offset.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
     let line = text[start..].lines().next().unwrap_or("");
-    line.split_once('=')
-        .map(|(k, _)| k.trim().to_string())
-        .unwrap_or_default()
+    line.split_once('=').map(|(k, _)| k.trim().to_string()).unwrap_or_default()
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())]
-        .bytes()
-        .filter(|b| *b == b'\n')
-        .count()
-        + 1
+    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
 }
 
 /// Walks a `FileConfig`, collecting every problem rather than stopping at the first.
@@ -182,11 +153,7 @@ struct Validator<'a> {
 impl Validator<'_> {
     fn problem(&mut self, span: Range<usize>, key: impl Into<String>, message: impl Into<String>) {
         let line = Some(line_of(self.text, span.start));
-        self.problems.push(ConfigProblem {
-            line,
-            key: key.into(),
-            message: message.into(),
-        });
+        self.problems.push(ConfigProblem { line, key: key.into(), message: message.into() });
     }
 
     fn config(&mut self, raw: FileConfig) -> Config {
@@ -196,17 +163,10 @@ impl Validator<'_> {
             let key = format!("upstream.{}", name.get_ref());
             let servers = self.servers(&format!("{key}.servers"), &up.servers);
             let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
-            upstreams.push(UpstreamConfig {
-                name: name.get_ref().clone(),
-                servers,
-                pool,
-            });
+            upstreams.push(UpstreamConfig { name: name.get_ref().clone(), servers, pool });
         }
         let listeners = self.listeners(&raw, &upstreams);
-        let threads = raw
-            .threads
-            .as_ref()
-            .and_then(|t| self.positive(t, "threads"));
+        let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         Config {
             listeners,
             upstreams,
@@ -235,10 +195,7 @@ impl Validator<'_> {
                 self.problem(l.upstream.span(), format!("{key}.upstream"), message);
             }
             if let Some(addr) = addr {
-                out.push(ListenerConfig {
-                    addr,
-                    upstream: name.clone(),
-                });
+                out.push(ListenerConfig { addr, upstream: name.clone() });
             }
         }
         out
@@ -246,11 +203,7 @@ impl Validator<'_> {
 
     fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<SocketAddr> {
         if servers.get_ref().is_empty() {
-            self.problem(
-                servers.span(),
-                key,
-                "needs at least one server (\"host:port\")",
-            );
+            self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
         let mut out = Vec::new();
         for s in servers.get_ref() {
@@ -270,10 +223,8 @@ impl Validator<'_> {
         match value.get_ref().parse() {
             Ok(addr) => Some(addr),
             Err(_) => {
-                let message = format!(
-                    "{:?} is not an ip:port like \"127.0.0.1:8080\"",
-                    value.get_ref()
-                );
+                let message =
+                    format!("{:?} is not an ip:port like \"127.0.0.1:8080\"", value.get_ref());
                 self.problem(value.span(), key, message);
                 None
             }
@@ -310,11 +261,7 @@ impl Validator<'_> {
         let mut t = Timeouts::default();
         let fields = [
             (&raw.connect, "connect", &mut t.connect),
-            (
-                &raw.response_header,
-                "response_header",
-                &mut t.response_header,
-            ),
+            (&raw.response_header, "response_header", &mut t.response_header),
             (&raw.read, "read", &mut t.read),
             (&raw.client_header, "client_header", &mut t.client_header),
         ];
@@ -357,10 +304,8 @@ impl Validator<'_> {
         match humantime::parse_duration(value.get_ref()) {
             Ok(d) => Some(d),
             Err(e) => {
-                let message = format!(
-                    "{:?} is not a duration like \"4s\" or \"10m\": {e}",
-                    value.get_ref()
-                );
+                let message =
+                    format!("{:?} is not a duration like \"4s\" or \"10m\": {e}", value.get_ref());
                 self.problem(value.span(), key, message);
                 None
             }

@@ -41,21 +41,12 @@ impl RequestBody {
     /// Wraps `inner`; the flag turns true once its last byte has been handed to hyper.
     pub fn new(inner: Incoming) -> (Self, Arc<AtomicBool>) {
         let sent = Arc::new(AtomicBool::new(inner.is_end_stream()));
-        (
-            RequestBody {
-                inner: Some(inner),
-                sent: Arc::clone(&sent),
-            },
-            sent,
-        )
+        (RequestBody { inner: Some(inner), sent: Arc::clone(&sent) }, sent)
     }
 
     /// A body with nothing in it.
     pub fn empty() -> Self {
-        RequestBody {
-            inner: None,
-            sent: Arc::new(AtomicBool::new(true)),
-        }
+        RequestBody { inner: None, sent: Arc::new(AtomicBool::new(true)) }
     }
 }
 
@@ -87,9 +78,7 @@ impl Body for RequestBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
@@ -129,12 +118,8 @@ pub struct ReadTimeout(Duration);
 
 impl ResponseBody {
     pub fn new(inner: Incoming, reuse: Reuse, read_timeout: Duration) -> Self {
-        let mut body = ResponseBody {
-            inner: Some(inner),
-            reuse: Some(reuse),
-            read_timeout,
-            stall: None,
-        };
+        let mut body =
+            ResponseBody { inner: Some(inner), reuse: Some(reuse), read_timeout, stall: None };
         // An empty body (HEAD, 204, 304, Content-Length: 0) is complete already.
         if body.inner.as_ref().is_some_and(Body::is_end_stream) {
             body.finish();
@@ -157,9 +142,7 @@ impl ResponseBody {
     /// Arms or checks the stall timer while the upstream sends nothing.
     fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let timeout = self.read_timeout;
-        let sleep = self
-            .stall
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        let sleep = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
         sleep.as_mut().poll(cx)
     }
 }
@@ -210,9 +193,7 @@ impl Body for ResponseBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner
-            .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
     }
 }
 
@@ -222,10 +203,7 @@ impl Drop for ResponseBody {
         let (Some(reuse), Some(inner)) = (self.reuse.take(), self.inner.take()) else {
             return;
         };
-        let small = inner
-            .size_hint()
-            .upper()
-            .is_some_and(|n| n <= DRAIN_LIMIT_BYTES);
+        let small = inner.size_hint().upper().is_some_and(|n| n <= DRAIN_LIMIT_BYTES);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) if small && reuse.keep_alive => {
                 rt.spawn(drain(inner, reuse));

@@ -54,9 +54,7 @@ impl ProxyError {
 pub fn local_response(status: StatusCode, text: String) -> Response<ClientBody> {
     let mut resp = Response::new(ClientBody::text(Bytes::from(text)));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     resp
 }

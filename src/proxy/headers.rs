@@ -63,10 +63,7 @@ pub fn add_forwarded(headers: &mut HeaderMap, client: SocketAddr, host: Option<&
     if let Ok(value) = HeaderValue::try_from(value) {
         headers.insert(xff, value);
     }
-    headers.insert(
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderValue::from_static("http"),
-    );
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
     if let Some(host) = host {
         headers.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
     }
@@ -101,10 +98,7 @@ mod tests {
             ("accept", "*/*"),
         ]);
         strip_hop_by_hop(&mut h);
-        assert_eq!(
-            h.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
-            vec!["accept"]
-        );
+        assert_eq!(h.keys().map(|k| k.as_str()).collect::<Vec<_>>(), vec!["accept"]);
     }
 
     #[test]
@@ -120,10 +114,7 @@ mod tests {
     #[test]
     fn upgrade_needs_both_headers() {
         assert!(upgrade_request(&map(&[("upgrade", "websocket")])).is_none());
-        let h = map(&[
-            ("connection", "keep-alive, Upgrade"),
-            ("upgrade", "websocket"),
-        ]);
+        let h = map(&[("connection", "keep-alive, Upgrade"), ("upgrade", "websocket")]);
         assert_eq!(upgrade_request(&h).unwrap(), "websocket");
     }
 }

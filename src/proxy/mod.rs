@@ -52,8 +52,7 @@ impl Proxy {
                 StatusCode::BAD_REQUEST,
                 format!("holdfast: {}\n", violation.as_str()),
             );
-            resp.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             return resp;
         }
         let backend = self.upstream.pick();
@@ -109,10 +108,8 @@ impl Proxy {
             kind,
             reused,
         };
-        let mut lease = backend
-            .lease(self.timeouts.connect)
-            .await
-            .map_err(|e| fail(e.into(), false))?;
+        let mut lease =
+            backend.lease(self.timeouts.connect).await.map_err(|e| fail(e.into(), false))?;
         let mut req = req;
         loop {
             let reused = lease.is_reused();
@@ -157,11 +154,7 @@ impl Proxy {
         let keep_alive =
             parts.version == Version::HTTP_11 && !headers::connection_has(&parts.headers, "close");
         headers::strip_hop_by_hop(&mut parts.headers);
-        let reuse = Reuse {
-            lease,
-            keep_alive,
-            request_sent,
-        };
+        let reuse = Reuse { lease, keep_alive, request_sent };
         let body = ResponseBody::new(incoming, reuse, self.timeouts.read);
         Response::from_parts(parts, ClientBody::Upstream(body))
     }
@@ -175,10 +168,7 @@ fn rewrite_request_head(parts: &mut http::request::Parts, client: SocketAddr, ba
     // first read); the origin receives the body straight away.
     parts.headers.remove(header::EXPECT);
     if !parts.headers.contains_key(header::HOST) {
-        let host = parts
-            .uri
-            .authority()
-            .map_or_else(|| backend.to_string(), |a| a.to_string());
+        let host = parts.uri.authority().map_or_else(|| backend.to_string(), |a| a.to_string());
         if let Ok(value) = HeaderValue::try_from(host) {
             parts.headers.insert(header::HOST, value);
         }

@@ -25,10 +25,7 @@ pub type Lease = Pooled<UpstreamConn>;
 
 impl Backend {
     fn new(addr: SocketAddr, config: PoolConfig) -> Self {
-        Backend {
-            addr,
-            pool: Pool::new(config),
-        }
+        Backend { addr, pool: Pool::new(config) }
     }
 
     /// The most recently used idle connection that is ready for a request, or a new one.
@@ -56,16 +53,9 @@ pub struct Upstream {
 
 impl Upstream {
     pub fn new(config: &UpstreamConfig) -> Self {
-        let backends = config
-            .servers
-            .iter()
-            .map(|addr| Backend::new(*addr, config.pool.clone()))
-            .collect();
-        Upstream {
-            name: config.name.as_str().into(),
-            backends,
-            next: AtomicUsize::new(0),
-        }
+        let backends =
+            config.servers.iter().map(|addr| Backend::new(*addr, config.pool.clone())).collect();
+        Upstream { name: config.name.as_str().into(), backends, next: AtomicUsize::new(0) }
     }
 
     /// The next backend in round-robin order.

@@ -16,9 +16,7 @@ pub struct Pool<C: Poolable> {
 
 impl<C: Poolable> Clone for Pool<C> {
     fn clone(&self) -> Self {
-        Pool {
-            inner: Arc::clone(&self.inner),
-        }
+        Pool { inner: Arc::clone(&self.inner) }
     }
 }
 
@@ -56,9 +54,7 @@ pub struct Pooled<C: Poolable> {
 impl<C: Poolable> Pooled<C> {
     /// The connection.
     pub fn conn(&mut self) -> &mut C {
-        self.conn
-            .as_mut()
-            .expect("a Pooled holds its connection until consumed")
+        self.conn.as_mut().expect("a Pooled holds its connection until consumed")
     }
 
     /// Whether it came from the idle pool rather than a fresh connect.
@@ -75,23 +71,14 @@ impl<C: Poolable> Pooled<C> {
     /// The pool counts it as closed for `reason`.
     pub fn into_inner(mut self, reason: CloseReason) -> C {
         self.pool.inner.stats.on_close_active(reason);
-        self.conn
-            .take()
-            .expect("a Pooled holds its connection until consumed")
+        self.conn.take().expect("a Pooled holds its connection until consumed")
     }
 
     /// Gives the connection back after a clean exchange. It is closed instead if it
     /// has reached a limit, is no longer open, or the pool is full.
     pub fn release(mut self, now: Instant) {
-        let conn = self
-            .conn
-            .take()
-            .expect("a Pooled holds its connection until consumed");
-        self.pool.put_back(Idle {
-            conn,
-            life: self.life,
-            idle_since: now,
-        });
+        let conn = self.conn.take().expect("a Pooled holds its connection until consumed");
+        self.pool.put_back(Idle { conn, life: self.life, idle_since: now });
     }
 
     /// Closes a connection that must not be reused, counted under `reason`.
@@ -158,31 +145,15 @@ impl<C: Poolable> Pool<C> {
         self.close_idle(retired);
         let entry = found?;
         self.inner.stats.on_reuse();
-        let life = Life {
-            requests: entry.life.requests + 1,
-            ..entry.life
-        };
-        Some(Pooled {
-            conn: Some(entry.conn),
-            life,
-            reused: true,
-            pool: self.clone(),
-        })
+        let life = Life { requests: entry.life.requests + 1, ..entry.life };
+        Some(Pooled { conn: Some(entry.conn), life, reused: true, pool: self.clone() })
     }
 
     /// Wraps a freshly opened connection for its first request.
     pub fn adopt(&self, conn: C, opened_at: Instant) -> Pooled<C> {
         self.inner.stats.on_open();
-        let life = Life {
-            opened_at,
-            requests: 1,
-        };
-        Pooled {
-            conn: Some(conn),
-            life,
-            reused: false,
-            pool: self.clone(),
-        }
+        let life = Life { opened_at, requests: 1 };
+        Pooled { conn: Some(conn), life, reused: false, pool: self.clone() }
     }
 
     fn put_back(&self, entry: Idle<C>) {
@@ -234,11 +205,7 @@ impl<C: Poolable> Pool<C> {
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         let all: Vec<_> = std::mem::take(&mut *self.lock());
-        self.close_idle(
-            all.into_iter()
-                .map(|e| (e, CloseReason::Shutdown))
-                .collect(),
-        );
+        self.close_idle(all.into_iter().map(|e| (e, CloseReason::Shutdown)).collect());
     }
 
     /// How long until the oldest idle connection expires, if any is idle.
@@ -272,10 +239,7 @@ impl<C: Poolable> Pool<C> {
     fn lock(&self) -> MutexGuard<'_, Vec<Idle<C>>> {
         // A panic while holding this lock leaves the Vec consistent (every operation
         // is a single push, pop or remove), so a poisoned lock is still usable.
-        self.inner
-            .idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -14,10 +14,7 @@ struct FakeConn {
 
 impl FakeConn {
     fn open(id: u32) -> Self {
-        FakeConn {
-            id,
-            open: Arc::new(AtomicBool::new(true)),
-        }
+        FakeConn { id, open: Arc::new(AtomicBool::new(true)) }
     }
 }
 
@@ -32,8 +29,7 @@ fn secs(n: u64) -> Duration {
 }
 
 fn release_new(pool: &Pool<FakeConn>, id: u32) {
-    pool.adopt(FakeConn::open(id), Instant::now())
-        .release(Instant::now());
+    pool.adopt(FakeConn::open(id), Instant::now()).release(Instant::now());
 }
 
 #[tokio::test(start_paused = true)]
@@ -49,10 +45,7 @@ async fn checkout_returns_most_recently_used_first() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_connection_expires_after_idle_timeout() {
-    let pool = Pool::new(PoolConfig {
-        idle_timeout: secs(30),
-        ..PoolConfig::default()
-    });
+    let pool = Pool::new(PoolConfig { idle_timeout: secs(30), ..PoolConfig::default() });
     release_new(&pool, 1);
     tokio::time::advance(secs(31)).await;
     assert!(pool.checkout(Instant::now()).is_none());
@@ -62,10 +55,7 @@ async fn idle_connection_expires_after_idle_timeout() {
 
 #[tokio::test(start_paused = true)]
 async fn evict_expired_closes_without_a_checkout() {
-    let pool = Pool::new(PoolConfig {
-        idle_timeout: secs(5),
-        ..PoolConfig::default()
-    });
+    let pool = Pool::new(PoolConfig { idle_timeout: secs(5), ..PoolConfig::default() });
     release_new(&pool, 1);
     tokio::time::advance(secs(2)).await;
     release_new(&pool, 2);
@@ -86,43 +76,25 @@ async fn closed_idle_connection_is_skipped() {
     flag.store(false, Ordering::SeqCst);
     let mut got = pool.checkout(Instant::now()).expect("conn 1 is still open");
     assert_eq!(got.conn().id, 1);
-    assert_eq!(
-        pool.stats().snapshot().closed(CloseReason::UpstreamClosed),
-        1
-    );
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::UpstreamClosed), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn connection_retires_after_max_requests() {
-    let pool = Pool::new(PoolConfig {
-        max_requests: 3,
-        ..PoolConfig::default()
-    });
+    let pool = Pool::new(PoolConfig { max_requests: 3, ..PoolConfig::default() });
     release_new(&pool, 1);
     for _ in 0..2 {
-        pool.checkout(Instant::now())
-            .expect("reusable")
-            .release(Instant::now());
+        pool.checkout(Instant::now()).expect("reusable").release(Instant::now());
     }
     assert!(pool.checkout(Instant::now()).is_none());
     let snap = pool.stats().snapshot();
-    assert_eq!(
-        (
-            snap.opened,
-            snap.reused,
-            snap.closed(CloseReason::MaxRequests)
-        ),
-        (1, 2, 1)
-    );
+    assert_eq!((snap.opened, snap.reused, snap.closed(CloseReason::MaxRequests)), (1, 2, 1));
 }
 
 #[tokio::test(start_paused = true)]
 async fn connection_retires_after_max_lifetime() {
-    let config = PoolConfig {
-        max_lifetime: secs(10),
-        idle_timeout: secs(60),
-        ..PoolConfig::default()
-    };
+    let config =
+        PoolConfig { max_lifetime: secs(10), idle_timeout: secs(60), ..PoolConfig::default() };
     let pool = Pool::new(config);
     release_new(&pool, 1);
     tokio::time::advance(secs(11)).await;
@@ -132,10 +104,7 @@ async fn connection_retires_after_max_lifetime() {
 
 #[tokio::test(start_paused = true)]
 async fn full_pool_evicts_least_recently_used() {
-    let pool = Pool::new(PoolConfig {
-        max_idle: 2,
-        ..PoolConfig::default()
-    });
+    let pool = Pool::new(PoolConfig { max_idle: 2, ..PoolConfig::default() });
     for id in 1..=3 {
         release_new(&pool, id);
     }
@@ -148,10 +117,7 @@ async fn full_pool_evicts_least_recently_used() {
 
 #[tokio::test(start_paused = true)]
 async fn zero_max_idle_keeps_nothing() {
-    let pool = Pool::new(PoolConfig {
-        max_idle: 0,
-        ..PoolConfig::default()
-    });
+    let pool = Pool::new(PoolConfig { max_idle: 0, ..PoolConfig::default() });
     release_new(&pool, 1);
     assert!(pool.checkout(Instant::now()).is_none());
     assert_eq!(pool.stats().snapshot().closed(CloseReason::PoolFull), 1);
@@ -165,10 +131,7 @@ async fn dropped_checkout_counts_as_error_and_keeps_gauges_right() {
     assert_eq!(pool.stats().snapshot().active, 1);
     drop(got);
     let snap = pool.stats().snapshot();
-    assert_eq!(
-        (snap.active, snap.idle, snap.closed(CloseReason::Error)),
-        (0, 0, 1)
-    );
+    assert_eq!((snap.active, snap.idle, snap.closed(CloseReason::Error)), (0, 0, 1));
 }
 
 #[tokio::test(start_paused = true)]

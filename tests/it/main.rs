@@ -1,0 +1,1 @@
+//! Integration tests: real holdfast, real origins, real sockets.
