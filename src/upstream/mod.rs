@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_pool::{Pool, PoolConfig, PoolStatsSnapshot, Pooled};
+use holdfast_pool::{CloseReason, Pool, PoolConfig, PoolStatsSnapshot, Pooled};
 use tokio::time::Instant;
 
 pub use connect::{ConnectError, UpstreamConn};
@@ -34,10 +34,13 @@ impl Backend {
     /// while idle; it is dropped and the next one is tried. Nothing has been sent on it.
     pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, ConnectError> {
         while let Some(mut lease) = self.pool.checkout(Instant::now()) {
-            if lease.conn().sender.ready().await.is_ok() {
-                return Ok(lease);
+            // A released connection is idle, so this resolves at once; the bound only
+            // guards against a connection task that stopped making progress.
+            match tokio::time::timeout(connect_timeout, lease.conn().sender.ready()).await {
+                Ok(Ok(())) => return Ok(lease),
+                Ok(Err(_)) => lease.discard(CloseReason::UpstreamClosed),
+                Err(_) => lease.discard(CloseReason::Error),
             }
-            lease.discard(holdfast_pool::CloseReason::UpstreamClosed);
         }
         let conn = connect::connect(self.addr, connect_timeout).await?;
         Ok(self.pool.adopt(conn, Instant::now()))
