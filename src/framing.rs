@@ -96,7 +96,7 @@ impl FramingState {
     }
 }
 
-/// A client socket whose incoming bytes are checked by a [`Scanner`].
+/// A client socket whose incoming bytes are checked on their way to hyper.
 pub struct FramingGuard<IO> {
     io: IO,
     scanner: Scanner,

@@ -22,9 +22,9 @@ pub fn client_http(limits: ClientLimits, timeouts: Timeouts) -> http1::Builder {
         .keep_alive(true)
         .header_read_timeout(timeouts.client_header)
         .max_headers(limits.max_headers)
-        .max_header_size(limits.max_header_bytes)
-        // Pipelined requests get their responses in one write where possible.
-        .pipeline_flush(true);
+        .max_header_size(limits.max_header_bytes);
+    // Not `pipeline_flush`: with it, hyper holds back a write while unread bytes are
+    // buffered, which swallows the 400/431 for a refused head (its bytes stay unread).
     b
 }
 

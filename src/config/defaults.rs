@@ -8,7 +8,8 @@ use std::time::Duration;
 /// milliseconds; 5 s covers a loaded kernel and a retransmitted SYN (1 s, then 3 s).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// From the end of sending the request head to the response head. 60 s matches
+/// From the end of the request to the response head (an upload that is still moving
+/// restarts the clock). 60 s matches
 /// nginx's `proxy_read_timeout`, so slow endpoints that work behind nginx work here.
 pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -31,22 +31,43 @@ const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
 /// How long a background drain may take before the connection is closed instead.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A client's request body on its way upstream, noting when it has been sent in full.
+/// How far a request body has got on its way upstream.
+#[derive(Debug, Default)]
+pub struct Upload {
+    done: AtomicBool,
+    frames: AtomicU64,
+}
+
+impl Upload {
+    /// Whether the last byte has been handed to hyper.
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Frames handed to hyper so far; a change means the upload is moving.
+    pub fn frames(&self) -> u64 {
+        self.frames.load(Ordering::Relaxed)
+    }
+}
+
+/// A client's request body on its way upstream, recording its progress in an [`Upload`].
 pub struct RequestBody {
     inner: Option<Incoming>,
-    sent: Arc<AtomicBool>,
+    upload: Arc<Upload>,
 }
 
 impl RequestBody {
-    /// Wraps `inner`; the flag turns true once its last byte has been handed to hyper.
-    pub fn new(inner: Incoming) -> (Self, Arc<AtomicBool>) {
-        let sent = Arc::new(AtomicBool::new(inner.is_end_stream()));
-        (RequestBody { inner: Some(inner), sent: Arc::clone(&sent) }, sent)
+    /// Wraps `inner`; the returned [`Upload`] follows it.
+    pub fn new(inner: Incoming) -> (Self, Arc<Upload>) {
+        let upload = Arc::new(Upload::default());
+        upload.done.store(inner.is_end_stream(), Ordering::Relaxed);
+        (RequestBody { inner: Some(inner), upload: Arc::clone(&upload) }, upload)
     }
 
     /// A body with nothing in it.
     pub fn empty() -> Self {
-        RequestBody { inner: None, sent: Arc::new(AtomicBool::new(true)) }
+        let upload = Upload { done: AtomicBool::new(true), frames: AtomicU64::new(0) };
+        RequestBody { inner: None, upload: Arc::new(upload) }
     }
 }
 
@@ -67,8 +88,11 @@ impl Body for RequestBody {
             Some(Ok(_)) => self.inner.as_ref().is_some_and(Body::is_end_stream),
             Some(Err(_)) => false,
         };
+        if frame.as_ref().is_some_and(|f| f.is_ok()) {
+            self.upload.frames.fetch_add(1, Ordering::Relaxed);
+        }
         if done {
-            self.sent.store(true, Ordering::Release);
+            self.upload.done.store(true, Ordering::Release);
         }
         Poll::Ready(frame)
     }
@@ -87,15 +111,15 @@ pub struct Reuse {
     pub lease: Lease,
     /// The response allows keep-alive (HTTP/1.1, no `Connection: close`).
     pub keep_alive: bool,
-    /// Set once the request body has been sent in full.
-    pub request_sent: Arc<AtomicBool>,
+    /// The request body's progress; it must have been sent in full.
+    pub upload: Arc<Upload>,
 }
 
 impl Reuse {
     fn finish(self) {
         if !self.keep_alive {
             self.lease.discard(CloseReason::UpstreamClosed);
-        } else if !self.request_sent.load(Ordering::Acquire) {
+        } else if !self.upload.is_done() {
             self.lease.discard(CloseReason::Error);
         } else {
             self.lease.release(Instant::now());

@@ -8,15 +8,18 @@ pub mod body;
 pub mod error;
 pub mod headers;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use tokio::time::error::Elapsed;
 
 use holdfast_pool::CloseReason;
 use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use body::{ClientBody, RequestBody, ResponseBody, Reuse};
+use body::{ClientBody, RequestBody, ResponseBody, Reuse, Upload};
 use error::{local_response, ProxyError, ProxyErrorKind};
 
 use crate::config::Timeouts;
@@ -84,13 +87,13 @@ impl Proxy {
         if let Some(protocol) = &upgrade {
             headers::set_upgrade(&mut parts.headers, protocol.clone());
         }
-        let (body, request_sent) = RequestBody::new(incoming);
-        let (resp, lease) = self.send(Request::from_parts(parts, body), backend).await?;
+        let (body, upload) = RequestBody::new(incoming);
+        let (resp, lease) = self.send(Request::from_parts(parts, body), &upload, backend).await?;
         match client_upgrade {
             Some(on_client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Ok(splice_upgrade(resp, lease, on_client))
             }
-            _ => Ok(self.response(resp, lease, request_sent)),
+            _ => Ok(self.response(resp, lease, upload)),
         }
     }
 
@@ -100,6 +103,7 @@ impl Proxy {
     async fn send(
         &self,
         req: Request<RequestBody>,
+        upload: &Upload,
         backend: &Backend,
     ) -> Result<(Response<Incoming>, Lease), ProxyError> {
         let fail = |kind, reused| ProxyError {
@@ -114,7 +118,7 @@ impl Proxy {
         loop {
             let reused = lease.is_reused();
             let sent = lease.conn().sender.try_send_request(req);
-            match tokio::time::timeout(self.timeouts.response_header, sent).await {
+            match self.await_response_head(sent, upload).await {
                 Ok(Ok(resp)) => return Ok((resp, lease)),
                 Err(_) => {
                     let kind = ProxyErrorKind::HeaderTimeout(self.timeouts.response_header);
@@ -143,18 +147,39 @@ impl Proxy {
         }
     }
 
+    /// Waits for the response head. The `response_header` timeout counts from the end
+    /// of the request: while the request body is still moving (a slow upload), the
+    /// timer starts over; a body that stops moving does not stop the timer.
+    async fn await_response_head<F: Future>(
+        &self,
+        sent: F,
+        upload: &Upload,
+    ) -> Result<F::Output, Elapsed> {
+        let limit = self.timeouts.response_header;
+        tokio::pin!(sent);
+        let mut frames = upload.frames();
+        loop {
+            match tokio::time::timeout(limit, sent.as_mut()).await {
+                Err(_) if !upload.is_done() && upload.frames() != frames => {
+                    frames = upload.frames();
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
     /// Turns an upstream response into the client's, keeping the connection for reuse.
     fn response(
         &self,
         resp: Response<Incoming>,
         lease: Lease,
-        request_sent: Arc<std::sync::atomic::AtomicBool>,
+        upload: Arc<Upload>,
     ) -> Response<ClientBody> {
         let (mut parts, incoming) = resp.into_parts();
         let keep_alive =
             parts.version == Version::HTTP_11 && !headers::connection_has(&parts.headers, "close");
         headers::strip_hop_by_hop(&mut parts.headers);
-        let reuse = Reuse { lease, keep_alive, request_sent };
+        let reuse = Reuse { lease, keep_alive, upload };
         let body = ResponseBody::new(incoming, reuse, self.timeouts.read);
         Response::from_parts(parts, ClientBody::Upstream(body))
     }
@@ -167,14 +192,20 @@ fn rewrite_request_head(parts: &mut http::request::Parts, client: SocketAddr, ba
     // We answered `Expect: 100-continue` ourselves (hyper sends 100 when the body is
     // first read); the origin receives the body straight away.
     parts.headers.remove(header::EXPECT);
+    // The host the client asked for: its Host header, or an absolute-form target.
+    let client_host = parts
+        .headers
+        .get(header::HOST)
+        .cloned()
+        .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::try_from(a.as_str()).ok()));
+    headers::add_forwarded(&mut parts.headers, client, client_host.as_ref());
     if !parts.headers.contains_key(header::HOST) {
-        let host = parts.uri.authority().map_or_else(|| backend.to_string(), |a| a.to_string());
-        if let Ok(value) = HeaderValue::try_from(host) {
-            parts.headers.insert(header::HOST, value);
-        }
+        // HTTP/1.1 requires Host upstream; an HTTP/1.0 client may not have sent one.
+        let host = client_host.unwrap_or_else(|| {
+            HeaderValue::try_from(backend.to_string()).expect("a socket address is a valid header")
+        });
+        parts.headers.insert(header::HOST, host);
     }
-    let host = parts.headers.get(header::HOST).cloned();
-    headers::add_forwarded(&mut parts.headers, client, host.as_ref());
     if parts.uri.authority().is_some() {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         parts.uri = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));

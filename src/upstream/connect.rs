@@ -32,7 +32,7 @@ pub enum ConnectError {
 /// A live HTTP/1.1 client connection to one backend.
 ///
 /// hyper's connection task runs beside it and reads the socket while the connection is
-/// idle, so an origin's FIN or unexpected bytes close it and [`UpstreamConn::is_open`]
+/// idle, so an origin's FIN or unexpected bytes close it and `is_open`
 /// turns false without anyone sending on it.
 pub struct UpstreamConn {
     pub sender: http1::SendRequest<RequestBody>,
