@@ -85,7 +85,8 @@ impl Body for RequestBody {
         let frame = ready!(Pin::new(inner).poll_frame(cx));
         let done = match &frame {
             None => true,
-            Some(Ok(_)) => self.inner.as_ref().is_some_and(Body::is_end_stream),
+            // Trailers end a body: hyper does not poll again after them.
+            Some(Ok(f)) => f.is_trailers() || self.inner.as_ref().is_some_and(Body::is_end_stream),
             Some(Err(_)) => false,
         };
         if frame.as_ref().is_some_and(|f| f.is_ok()) {
@@ -200,7 +201,8 @@ impl Body for ResponseBody {
                 if let Some(stall) = this.stall.as_mut() {
                     stall.as_mut().reset(Instant::now() + this.read_timeout);
                 }
-                if this.inner.as_ref().is_some_and(Body::is_end_stream) {
+                // Trailers end a body: hyper does not poll again after them.
+                if frame.is_trailers() || this.inner.as_ref().is_some_and(Body::is_end_stream) {
                     this.finish();
                 }
                 Poll::Ready(Some(Ok(frame)))

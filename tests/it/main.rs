@@ -1,1 +1,25 @@
 //! Integration tests: real holdfast, real origins, real sockets.
+
+// Test origin, holdfast in-process and as a child process, clients, bounded waits.
+mod support;
+
+// Upstream reuse across requests, clients and client connection styles.
+mod keepalive;
+// HTTP/1.0 clients, pipelining, HEAD/204/304, Expect: 100-continue.
+mod http1;
+// Chunked uploads, trailers, and 100 MB streamed each way through the binary.
+mod bodies;
+// Hop-by-hop stripping both ways, X-Forwarded-*, Host.
+mod headers;
+// Smuggling attempts and request head limits, refused before the origin.
+mod framing;
+// WebSocket and other upgrades, and what happens to their upstream connection.
+mod upgrade;
+// Upstream failures: 502 and 504 naming the backend, stalled bodies.
+mod errors;
+// Pool limits: idle timeout, max lifetime, max requests per connection.
+mod limits;
+// Stopping: requests in flight finish, idle upstream connections close.
+mod shutdown;
+// The binary: check, quick mode, --config.
+mod cli;

@@ -1,0 +1,144 @@
+//! The binary's command line: `holdfast check`, quick mode and `--config`.
+
+use std::process::{Command, Output};
+
+use http::StatusCode;
+
+use crate::support::{ChildProxy, HttpClient, Origin, TempDir};
+
+fn holdfast(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_holdfast"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run holdfast")
+}
+
+#[test]
+fn check_rejects_a_bad_config_naming_file_line_and_key() {
+    let dir = TempDir::new("check-bad");
+    let path = dir.write(
+        "holdfast.toml",
+        r#"[[listener]]
+address = "127.0.0.1:8080"
+upstream = "app"
+
+[upstream.app]
+servers = ["127.0.0.1:9000"]
+
+[pool]
+idle_timeout = "soon"
+
+[timeouts]
+connect = "0s"
+"#,
+    );
+    let out = holdfast(&["check", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "check accepted a bad config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = path.display();
+    // Every problem, each with file:line: key.
+    assert!(stderr.contains(&format!("{file}:9: pool.idle_timeout: ")), "stderr: {stderr}");
+    assert!(stderr.contains(&format!("{file}:12: timeouts.connect: ")), "stderr: {stderr}");
+}
+
+#[test]
+fn check_rejects_an_unknown_key_naming_its_line() {
+    let dir = TempDir::new("check-unknown");
+    let path = dir.write(
+        "holdfast.toml",
+        r#"[[listener]]
+address = "127.0.0.1:8080"
+upstream = "app"
+
+[upstream.app]
+servers = ["127.0.0.1:9000"]
+idle_timout = "4s"
+"#,
+    );
+    let out = holdfast(&["check", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "check accepted an unknown key");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:7:", path.display())), "stderr: {stderr}");
+    assert!(stderr.contains("idle_timout"), "stderr: {stderr}");
+}
+
+#[test]
+fn check_accepts_a_good_config() {
+    let dir = TempDir::new("check-good");
+    let path = dir.write(
+        "holdfast.toml",
+        r#"threads = 2
+
+[[listener]]
+address = "127.0.0.1:8080"
+upstream = "app"
+
+[upstream.app]
+servers = ["127.0.0.1:9000", "127.0.0.1:9001"]
+
+[upstream.app.pool]
+idle_timeout = "2s"
+max_requests = 1000
+
+[timeouts]
+connect = "1s"
+response_header = "30s"
+
+[limits]
+max_request_headers = 50
+"#,
+    );
+    let out = holdfast(&["check", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "check refused a good config: {stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+}
+
+#[test]
+fn running_without_listen_or_config_exits_with_a_hint() {
+    let out = holdfast(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_mode_binary_proxies_and_reuses_its_upstream_connection() {
+    let origin = Origin::start().await;
+    let proxy = ChildProxy::quick(origin.addr()).await;
+    for i in 0..3 {
+        // A new client connection each time; the upstream connection stays.
+        let mut client = HttpClient::connect(proxy.addr()).await;
+        let reply = client.get(&format!("/quick/{i}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", proxy.stderr());
+        assert_eq!(reply.header("x-path"), Some(format!("/quick/{i}").as_str()));
+        // The echo route lists the headers the origin received.
+        assert!(reply.text().contains("x-forwarded-for: 127.0.0.1\n"), "{}", reply.text());
+    }
+    assert_eq!(origin.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_binary_proxies_with_its_pool_settings() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("config-run");
+    let upstream = origin.addr();
+    let proxy = ChildProxy::launch(|listen| {
+        let path = dir.write(
+            "holdfast.toml",
+            &format!(
+                "threads = 2\n\n[[listener]]\naddress = \"{listen}\"\nupstream = \"app\"\n\n\
+                 [upstream.app]\nservers = [\"{upstream}\"]\n\n\
+                 [upstream.app.pool]\nmax_requests = 2\n"
+            ),
+        );
+        vec!["--config".to_string(), path.display().to_string()]
+    })
+    .await;
+    let mut client = HttpClient::connect(proxy.addr()).await;
+    for i in 0..4 {
+        assert_eq!(client.get(&format!("/cfg/{i}")).await.status, StatusCode::OK);
+    }
+    // max_requests = 2 from the file: 4 requests need 2 connections.
+    assert_eq!(origin.accepted(), 2);
+}

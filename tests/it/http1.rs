@@ -1,0 +1,128 @@
+//! HTTP/1.x protocol details: HTTP/1.0 clients, pipelining, bodiless responses, Expect.
+
+use http::{Method, Version};
+
+use crate::support::{config_for, Fnv, Origin, Proxy};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_clients_without_host_are_answered_over_one_upstream_connection() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    for i in 0..2 {
+        let mut client = proxy.raw().await;
+        client.send(format!("GET /ten/{i} HTTP/1.0\r\n\r\n")).await;
+        let resp = client.response().await;
+        assert_eq!(resp.status, 200, "request {i}");
+        assert_eq!(resp.header("x-path"), Some(format!("/ten/{i}").as_str()));
+        // HTTP/1.0 without keep-alive: one request per client connection.
+        client.expect_closed().await;
+    }
+    assert_eq!(origin.accepted(), 1);
+    // Upstream, the request is HTTP/1.1 with a Host, which is what lets it be reused.
+    for req in origin.requests() {
+        assert_eq!(req.version, Version::HTTP_11);
+        assert_eq!(req.header("host"), Some(origin.addr().to_string().as_str()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http10_client_asking_for_keep_alive_gets_it() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    for i in 0..3 {
+        client.send(format!("GET /ka/{i} HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")).await;
+        let resp = client.response().await;
+        assert_eq!(resp.status, 200, "request {i}");
+        assert_eq!(resp.header("x-path"), Some(format!("/ka/{i}").as_str()));
+        assert!(
+            resp.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("keep-alive")),
+            "response {i} headers: {:?}",
+            resp.headers
+        );
+    }
+    assert_eq!(origin.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_requests_are_answered_in_order() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    // The slowest first: a proxy answering in completion order would reorder them.
+    client
+        .send(
+            "GET /slow/200 HTTP/1.1\r\nHost: a\r\n\r\n\
+             GET /bytes/3 HTTP/1.1\r\nHost: a\r\n\r\n\
+             GET /third HTTP/1.1\r\nHost: a\r\n\r\n",
+        )
+        .await;
+    let first = client.response().await;
+    let second = client.response().await;
+    let third = client.response().await;
+    assert_eq!(
+        [first.header("x-path"), second.header("x-path"), third.header("x-path")],
+        [Some("/slow/200"), Some("/bytes/3"), Some("/third")]
+    );
+    assert_eq!((first.body_text().as_str(), &second.body[..]), ("slow\n", &b"xxx"[..]));
+    assert_eq!(origin.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_204_and_304_responses_have_no_body_and_keep_the_upstream_connection() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    client.send("HEAD /bytes/100 HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let head = client.head_response().await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), Some("100"));
+    client.send("GET /status/204 HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(client.response().await.status, 204);
+    client.send("GET /status/304 HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(client.response().await.status, 304);
+    // Had any of them carried body bytes, this response would not parse or would
+    // come with the wrong body.
+    client.send("GET /bytes/5 HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let last = client.response().await;
+    assert_eq!((last.status, &last.body[..]), (200, &b"xxxxx"[..]));
+    assert_eq!(origin.accepted(), 1);
+    assert_eq!(origin.requests()[0].method, Method::HEAD);
+    let pool = proxy.pool();
+    assert_eq!((pool.opened, pool.reused), (1, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_gets_the_interim_response_before_the_body_is_sent() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    client
+        .send(
+            "POST /expect HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\
+             Expect: 100-continue\r\n\r\n",
+        )
+        .await;
+    // No body has been sent: only the interim response can arrive now.
+    let interim = client.response().await;
+    assert_eq!(interim.status, 100);
+    client.send("hello world").await;
+    let last = client.response().await;
+    assert_eq!(last.status, 200);
+    assert_eq!(last.header("x-received-bytes"), Some("11"));
+    assert_eq!(last.header("x-received-fnv"), Some(Fnv::of(b"hello world").as_str()));
+    assert_eq!(origin.completed(), ["/expect"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absolute_form_target_reaches_the_origin_in_origin_form() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    client.send("GET http://example.test/abs?q=1 HTTP/1.1\r\nHost: example.test\r\n\r\n").await;
+    let resp = client.response().await;
+    assert_eq!(resp.status, 200);
+    let got = &origin.requests()[0];
+    assert_eq!(got.uri.to_string(), "/abs?q=1");
+    assert_eq!(got.header("host"), Some("example.test"));
+}

@@ -1,0 +1,449 @@
+//! The test origin: a hyper HTTP/1.1 server on `127.0.0.1:0` that counts the TCP
+//! connections it accepts and closes, records every request head, and serves a few routes.
+//!
+//! Routes (by first path segment; anything else is the echo route):
+//! - `/<anything>`: echo. Reads the whole request body and answers 200 with the request
+//!   headers as `name: value` lines. `?pause_ms=N` waits N ms before reading the body.
+//! - `/bytes/N`: N bytes of `x` with Content-Length (generated, never allocated).
+//! - `/stream/N`: N bytes of `x` with chunked encoding, in 64 KiB chunks.
+//! - `/status/N`: status N with an empty body (204, 304, ...).
+//! - `/slow/MS`: waits MS ms, then answers 200.
+//! - `/trickle/N/MS`: N bytes with Content-Length, the first half at once and the
+//!   second half MS ms later.
+//! - `/hop`: a response carrying hop-by-hop headers (`Connection: X-Hop`, `X-Hop`,
+//!   `Keep-Alive`) next to an end-to-end `X-End`.
+//! - `/close`: answers with `Connection: close`, so the origin closes after it.
+//! - `/upgrade`: switches protocols. `Upgrade: websocket` gets a WebSocket echo
+//!   (messages sent back as received); any other protocol gets a raw byte echo that
+//!   first sends `hello from origin\n`.
+//!
+//! [`RawOrigin`] is for responses hyper would not send: it answers every request head with
+//! the same fixed bytes.
+//!
+//! Every response except an upgrade's carries `x-received-bytes` and `x-received-fnv`
+//! (FNV-1a) of the request body, and every one carries `x-path` (the request's path and
+//! query), so tests can match responses to requests.
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::WebSocketStream;
+
+use super::{Fnv, Generated};
+
+type OriginBody = BoxBody<Bytes, Infallible>;
+
+/// How the origin behaves beyond its routes.
+#[derive(Debug, Clone, Default)]
+pub struct OriginOptions {
+    /// Close a keep-alive connection that has been idle this long (hyper's header read
+    /// timeout), without telling the peer first: the origin-side keep-alive timeout.
+    pub idle_close: Option<Duration>,
+}
+
+/// One request head as the origin received it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub headers: HeaderMap,
+}
+
+impl RecordedRequest {
+    /// The header's value, if present once and valid text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    accepted: AtomicUsize,
+    closed: AtomicUsize,
+    requests: Mutex<Vec<RecordedRequest>>,
+    /// Paths (with query) of requests whose body the origin read to its end.
+    completed: Mutex<Vec<String>>,
+}
+
+/// A running origin; stops accepting when dropped.
+pub struct Origin {
+    addr: SocketAddr,
+    state: Arc<State>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Origin {
+    /// Binds `127.0.0.1:0` and serves on it with default options.
+    pub async fn start() -> Origin {
+        Origin::start_with(OriginOptions::default()).await
+    }
+
+    pub async fn start_with(options: OriginOptions) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        Origin::serve(listener, options)
+    }
+
+    /// Serves on an already bound listener.
+    pub fn serve(listener: TcpListener, options: OriginOptions) -> Origin {
+        let addr = listener.local_addr().expect("origin local addr");
+        let state = Arc::new(State::default());
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state), options));
+        Origin { addr, state, accept }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// TCP connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Accepted TCP connections that have since been closed (socket dropped).
+    pub fn closed(&self) -> usize {
+        self.state.closed.load(Ordering::SeqCst)
+    }
+
+    /// Every request head received, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Request heads received so far.
+    pub fn request_count(&self) -> usize {
+        self.state.requests.lock().unwrap().len()
+    }
+
+    /// Paths of the requests received so far, in arrival order.
+    pub fn paths(&self) -> Vec<String> {
+        self.requests().iter().map(|r| r.uri.to_string()).collect()
+    }
+
+    /// Paths of the requests whose body was received in full.
+    pub fn completed(&self) -> Vec<String> {
+        self.state.completed.lock().unwrap().clone()
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOptions) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors or similar: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        state.accepted.fetch_add(1, Ordering::SeqCst);
+        let stream = Counted { io: stream, state: Arc::clone(&state) };
+        let state = Arc::clone(&state);
+        let mut http = http1::Builder::new();
+        if let Some(idle) = options.idle_close {
+            http.timer(TokioTimer::new()).header_read_timeout(idle);
+        }
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(req, Arc::clone(&state)));
+            let _ = http.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
+        });
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    state: Arc<State>,
+) -> Result<Response<OriginBody>, io::Error> {
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    state.requests.lock().unwrap().push(RecordedRequest {
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        headers: req.headers().clone(),
+    });
+    let mut segments = req.uri().path().trim_start_matches('/').split('/');
+    let route = segments.next().unwrap_or("").to_string();
+    let arg = segments.next().unwrap_or("").to_string();
+    let arg2 = segments.next().unwrap_or("").to_string();
+    if route == "upgrade" {
+        return Ok(with_path(upgrade(req), &path));
+    }
+    if let Some(ms) = query_value(req.uri(), "pause_ms") {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let echo: String = req
+        .headers()
+        .iter()
+        .map(|(name, value)| format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())))
+        .collect();
+    // Read the whole body, whatever the route; an error here aborts the connection.
+    let mut body = req.into_body();
+    let mut received = 0u64;
+    let mut fnv = Fnv::default();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(io::Error::other)?;
+        if let Some(data) = frame.data_ref() {
+            received += data.len() as u64;
+            fnv.update(data);
+        }
+    }
+    state.completed.lock().unwrap().push(path.clone());
+    let number = |s: &str| s.parse::<u64>().unwrap_or(0);
+    let mut resp = match route.as_str() {
+        "bytes" => Response::new(Generated::sized(number(&arg)).boxed()),
+        "stream" => Response::new(Generated::chunked(number(&arg)).boxed()),
+        "status" => {
+            let mut resp = Response::new(Empty::new().boxed());
+            *resp.status_mut() =
+                StatusCode::from_u16(number(&arg) as u16).unwrap_or(StatusCode::OK);
+            resp
+        }
+        "slow" => {
+            tokio::time::sleep(Duration::from_millis(number(&arg))).await;
+            Response::new(Full::new(Bytes::from_static(b"slow\n")).boxed())
+        }
+        "trickle" => trickle(number(&arg), Duration::from_millis(number(&arg2))),
+        "hop" => {
+            let mut resp = Response::new(Full::new(Bytes::from_static(b"hop\n")).boxed());
+            let h = resp.headers_mut();
+            h.insert(header::CONNECTION, HeaderValue::from_static("X-Hop"));
+            h.insert("x-hop", HeaderValue::from_static("1"));
+            h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+            h.insert("x-end", HeaderValue::from_static("1"));
+            resp
+        }
+        "close" => {
+            let mut resp = Response::new(Full::new(Bytes::from_static(b"bye\n")).boxed());
+            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            resp
+        }
+        _ => Response::new(Full::new(Bytes::from(echo)).boxed()),
+    };
+    let h = resp.headers_mut();
+    h.insert("x-received-bytes", HeaderValue::from(received));
+    h.insert("x-received-fnv", HeaderValue::try_from(fnv.hex()).expect("hex is a valid header"));
+    Ok(with_path(resp, &path))
+}
+
+/// `len` bytes announced with Content-Length; the second half follows after `pause`.
+fn trickle(len: u64, pause: Duration) -> Response<OriginBody> {
+    let first = len / 2;
+    let halves = futures_util::stream::unfold(0u8, move |half| async move {
+        let (n, next) = match half {
+            0 => (first, 1),
+            1 => {
+                tokio::time::sleep(pause).await;
+                (len - first, 2)
+            }
+            _ => return None,
+        };
+        let data = Bytes::from(vec![b'x'; n as usize]);
+        Some((Ok::<_, Infallible>(Frame::data(data)), next))
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(halves)));
+    resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    resp
+}
+
+fn with_path(mut resp: Response<OriginBody>, path: &str) -> Response<OriginBody> {
+    if let Ok(v) = HeaderValue::try_from(path) {
+        resp.headers_mut().insert("x-path", v);
+    }
+    resp
+}
+
+fn query_value(uri: &Uri, key: &str) -> Option<u64> {
+    uri.query()?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.parse().ok()).flatten()
+    })
+}
+
+/// Answers 101 and echoes on the upgraded connection, or 400 if nothing asks to upgrade.
+fn upgrade(mut req: Request<Incoming>) -> Response<OriginBody> {
+    let Some(protocol) = req.headers().get(header::UPGRADE).cloned() else {
+        let mut resp = Response::new(Full::new(Bytes::from_static(b"no upgrade\n")).boxed());
+        *resp.status_mut() = StatusCode::BAD_REQUEST;
+        return resp;
+    };
+    let websocket = protocol.as_bytes().eq_ignore_ascii_case(b"websocket");
+    let accept = req
+        .headers()
+        .get("sec-websocket-key")
+        .map(|key| derive_accept_key(key.as_bytes()))
+        .and_then(|v| HeaderValue::try_from(v).ok());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let io = TokioIo::new(upgraded);
+        if websocket {
+            websocket_echo(io).await;
+        } else {
+            raw_echo(io).await;
+        }
+    });
+    let mut resp = Response::new(Empty::new().boxed());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, protocol);
+    if let (true, Some(accept)) = (websocket, accept) {
+        h.insert("sec-websocket-accept", accept);
+    }
+    resp
+}
+
+async fn raw_echo<IO: AsyncRead + AsyncWrite + Unpin>(mut io: IO) {
+    if io.write_all(b"hello from origin\n").await.is_err() {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    // Ends when the peer closes; each round moves at least one byte.
+    loop {
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if io.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn websocket_echo<IO: AsyncRead + AsyncWrite + Unpin>(io: IO) {
+    let mut ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+    // Ends when the peer closes; each round handles one message.
+    while let Some(Ok(msg)) = ws.next().await {
+        if msg.is_close() {
+            let _ = ws.close(None).await;
+            return;
+        }
+        if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A TCP stream that counts itself closed when dropped, wherever it ends up (hyper's
+/// connection or an upgraded stream).
+struct Counted {
+    io: TcpStream,
+    state: Arc<State>,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.state.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A hand-written origin: answers every request head (requests must have no body) with
+/// the same bytes, on as many keep-alive connections as it is given.
+pub struct RawOrigin {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for RawOrigin {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl RawOrigin {
+    pub async fn start(response: &'static [u8]) -> RawOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind raw origin");
+        let addr = listener.local_addr().expect("raw origin addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(answer_heads(stream, response));
+            }
+        });
+        RawOrigin { addr, accepted, accept }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// Writes `response` for each request head read; ends when the peer closes.
+async fn answer_heads(mut stream: TcpStream, response: &'static [u8]) {
+    let mut pending = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // Each round reads at least one byte or ends.
+    loop {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => pending.extend_from_slice(&chunk[..n]),
+        }
+        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            pending.drain(..end + 4);
+            if stream.write_all(response).await.is_err() {
+                return;
+            }
+        }
+    }
+}

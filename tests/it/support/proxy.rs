@@ -1,0 +1,197 @@
+//! holdfast under test: started in-process from a [`Config`] ([`Proxy`]), or as the real
+//! binary in a child process that is killed on drop ([`ChildProxy`]).
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use holdfast::Config;
+use holdfast_pool::PoolStatsSnapshot;
+use tokio::time::Instant;
+
+use super::{HttpClient, Origin, RawClient, DEADLINE};
+
+/// Quick-mode config: a listener on `127.0.0.1:0` in front of `origin`.
+pub fn config_for(origin: &Origin) -> Config {
+    config_to(origin.addr())
+}
+
+/// Quick-mode config: a listener on `127.0.0.1:0` in front of the backend `addr`.
+pub fn config_to(addr: SocketAddr) -> Config {
+    Config::quick(loopback_any_port(), vec![addr])
+}
+
+fn loopback_any_port() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// holdfast running in this process.
+pub struct Proxy {
+    server: Option<holdfast::Server>,
+    addr: SocketAddr,
+}
+
+impl Proxy {
+    pub async fn start(config: Config) -> Proxy {
+        let server = holdfast::Server::start(&config).await.expect("holdfast starts");
+        let addr = server.local_addrs()[0];
+        Proxy { server: Some(server), addr }
+    }
+
+    /// The listener's bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn server(&self) -> &holdfast::Server {
+        self.server.as_ref().expect("server is running")
+    }
+
+    /// Pool counters of the one backend.
+    pub fn pool(&self) -> PoolStatsSnapshot {
+        let stats = self.server().stats();
+        assert_eq!(stats.len(), 1, "expected exactly one backend");
+        stats[0].pool.clone()
+    }
+
+    /// A new keep-alive client connection to the proxy.
+    pub async fn client(&self) -> HttpClient {
+        HttpClient::connect(self.addr).await
+    }
+
+    /// A new raw client connection to the proxy.
+    pub async fn raw(&self) -> RawClient {
+        RawClient::connect(self.addr).await
+    }
+
+    pub async fn shutdown(mut self, drain: Duration) {
+        let server = self.server.take().expect("server is running");
+        super::within("holdfast shutdown", server.shutdown(drain)).await;
+    }
+}
+
+/// The holdfast binary running as a child process; killed when dropped.
+pub struct ChildProxy {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for ChildProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ChildProxy {
+    /// `holdfast --listen 127.0.0.1:PORT --upstream UPSTREAM --threads 2`.
+    pub async fn quick(upstream: SocketAddr) -> ChildProxy {
+        ChildProxy::launch(|listen| {
+            [
+                "--listen".to_string(),
+                listen.to_string(),
+                "--upstream".to_string(),
+                upstream.to_string(),
+                "--threads".to_string(),
+                "2".to_string(),
+            ]
+            .into()
+        })
+        .await
+    }
+
+    /// Runs the binary with the arguments `args(listen)` gives for a listen address
+    /// found free just before. Another process may take that port in between, so a child
+    /// that exits before listening is retried on a new port, a few times.
+    pub async fn launch(args: impl Fn(SocketAddr) -> Vec<String>) -> ChildProxy {
+        let mut last_error = String::new();
+        for _attempt in 0..5 {
+            let addr = free_port();
+            let mut child = ChildProxy::spawn(&args(addr), addr);
+            match child.wait_listening().await {
+                Ok(()) => return child,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("holdfast binary did not start listening: {last_error}");
+    }
+
+    fn spawn(args: &[String], addr: SocketAddr) -> ChildProxy {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
+            .args(args)
+            .env("RUST_LOG", "holdfast=info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn holdfast binary");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let sink = Arc::clone(&stderr);
+        // Drains stderr so the child never blocks on a full pipe; ends at the child's exit.
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        });
+        ChildProxy { child, addr, stderr }
+    }
+
+    /// Waits until a TCP connect to the listen address succeeds, or the child exits.
+    async fn wait_listening(&mut self) -> Result<(), String> {
+        let start = Instant::now();
+        // Bounded by DEADLINE; each round waits 10 ms.
+        while start.elapsed() < DEADLINE {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited with {status}: {}", self.stderr()));
+            }
+            if let Ok(stream) = tokio::net::TcpStream::connect(self.addr).await {
+                // A connect to a free port in the ephemeral range can connect to itself.
+                if stream.local_addr().ok() != stream.peer_addr().ok() {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Err(format!("not listening on {} after {DEADLINE:?}: {}", self.addr, self.stderr()))
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// What the child has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The child's peak resident memory (`VmHWM` in `/proc/PID/status`), in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("read /proc/PID/status");
+        let line =
+            status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+        let kb: u64 = line
+            .trim_start_matches("VmHWM:")
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .expect("VmHWM in kB");
+        kb * 1024
+    }
+}
+
+/// A loopback port nothing listens on right now: bind port 0, note it, release it.
+pub fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind(loopback_any_port()).expect("bind a probe listener");
+    listener.local_addr().expect("probe listener addr")
+}
