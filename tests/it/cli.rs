@@ -142,3 +142,26 @@ async fn config_file_binary_proxies_with_its_pool_settings() {
     // max_requests = 2 from the file: 4 requests need 2 connections.
     assert_eq!(origin.accepted(), 2);
 }
+
+/// Parses "N opened" from the demo's "upstream connections" line of one path.
+fn opened_in(report: &str, path_heading: &str) -> u64 {
+    let section = report.split(path_heading).nth(1).expect("path section in the report");
+    let line =
+        section.lines().find(|l| l.contains("upstream connections")).expect("connections line");
+    let n = line.split_whitespace().nth(2).expect("a count").replace(',', "");
+    n.parse().expect("a number of connections")
+}
+
+#[test]
+fn demo_shows_reuse_against_a_no_reuse_path() {
+    let out = holdfast(&["demo", "--seconds", "1", "--concurrency", "4"]);
+    assert!(out.status.success(), "demo failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8_lossy(&out.stdout);
+    // Four keep-alive clients need at most four pooled upstream connections...
+    let reused_path = opened_in(&report, "\nreuse (");
+    assert!((1..=4).contains(&reused_path), "reuse path opened {reused_path}: {report}");
+    // ...while the no-reuse path opens one per request.
+    let no_reuse_path = opened_in(&report, "\nno reuse (");
+    assert!(no_reuse_path > 4, "no-reuse path opened {no_reuse_path}: {report}");
+    assert_eq!(report.matches(", 0 errors").count(), 2, "{report}");
+}

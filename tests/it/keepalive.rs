@@ -5,7 +5,9 @@ use std::time::Duration;
 use holdfast_pool::CloseReason;
 use http::StatusCode;
 
-use crate::support::{config_for, wait_until, within, Origin, OriginOptions, Proxy, DEADLINE};
+use crate::support::{
+    config_for, config_to, wait_until, within, Origin, OriginOptions, Proxy, RawOrigin, DEADLINE,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_sequential_requests_use_one_upstream_connection() {
@@ -151,4 +153,20 @@ async fn client_leaving_with_a_small_remainder_unread_keeps_the_upstream_connect
     assert_eq!(&reply.body[..], b"xxxxx");
     assert_eq!(origin.accepted(), 1);
     assert_eq!(proxy.pool().closed_total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connection_that_received_stray_bytes_is_not_reused() {
+    // Every response is followed by bytes no request asked for.
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokSTRAY").await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.client().await;
+    assert_eq!(client.get("/first").await.status, StatusCode::OK);
+    wait_until("the pool drops the connection with stray bytes", DEADLINE, || {
+        proxy.pool().closed(CloseReason::UpstreamClosed) == 1
+    })
+    .await;
+    let reply = client.get("/second").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(origin.accepted(), 2);
 }
