@@ -3,16 +3,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
 use crate::server::Server;
-
-/// How long in-flight requests get to finish after SIGTERM or Ctrl-C.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Parser)]
 #[command(
@@ -108,8 +104,8 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         let server = Server::start(&config).await.context("starting holdfast")?;
         shutdown_signal().await;
-        tracing::info!(drain = ?DRAIN_TIMEOUT, "shutting down");
-        server.shutdown(DRAIN_TIMEOUT).await;
+        tracing::info!(drain = ?config.timeouts.drain, "shutting down");
+        server.shutdown(config.timeouts.drain).await;
         Ok(ExitCode::SUCCESS)
     })
 }

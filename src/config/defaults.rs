@@ -26,3 +26,7 @@ pub const MAX_REQUEST_HEADERS: usize = 100;
 
 /// Bytes of request head (request line and headers). nginx allows 4 x 8 kB buffers.
 pub const MAX_REQUEST_HEADER_BYTES: usize = 32 * 1024;
+
+/// After SIGTERM, how long requests in flight get to finish before holdfast exits
+/// anyway. 30 s is Kubernetes' default termination grace period.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);

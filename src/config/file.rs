@@ -30,6 +30,7 @@ pub struct FileListener {
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
     pub servers: Spanned<Vec<Spanned<String>>>,
+    pub source_address: Option<Spanned<String>>,
     pub pool: Option<FilePool>,
 }
 
@@ -40,6 +41,11 @@ pub struct FilePool {
     pub max_requests: Option<Spanned<i64>>,
     pub max_lifetime: Option<Spanned<String>>,
     pub max_idle_per_server: Option<Spanned<i64>>,
+    pub max_connections_per_server: Option<Spanned<i64>>,
+    pub queue_size: Option<Spanned<i64>>,
+    pub queue_timeout: Option<Spanned<String>>,
+    /// Only in the top-level `[pool]`: idle connections across all backends.
+    pub max_idle_total: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,6 +55,7 @@ pub struct FileTimeouts {
     pub response_header: Option<Spanned<String>>,
     pub read: Option<Spanned<String>>,
     pub client_header: Option<Spanned<String>>,
+    pub drain: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

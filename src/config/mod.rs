@@ -9,7 +9,7 @@ mod defaults;
 mod error;
 mod file;
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,6 +29,9 @@ pub struct Config {
     pub client_limits: ClientLimits,
     /// Worker threads; `None` means one per CPU the process may run on.
     pub threads: Option<usize>,
+    /// Idle connections kept across all backends; `None` derives it from the file
+    /// descriptor limit (see `upstream::IdleBudget`).
+    pub max_idle_total: Option<usize>,
 }
 
 /// One address to accept clients on, and the upstream group it sends them to.
@@ -44,6 +47,8 @@ pub struct UpstreamConfig {
     pub name: String,
     pub servers: Vec<SocketAddr>,
     pub pool: PoolConfig,
+    /// Local address upstream connections are made from (`None`: the kernel picks).
+    pub source_address: Option<IpAddr>,
 }
 
 /// Time limits on both sides of the proxy.
@@ -53,6 +58,8 @@ pub struct Timeouts {
     pub response_header: Duration,
     pub read: Duration,
     pub client_header: Duration,
+    /// After SIGTERM or Ctrl-C: how long requests in flight may take to finish.
+    pub drain: Duration,
 }
 
 impl Default for Timeouts {
@@ -62,6 +69,7 @@ impl Default for Timeouts {
             response_header: defaults::RESPONSE_HEADER_TIMEOUT,
             read: defaults::READ_TIMEOUT,
             client_header: defaults::CLIENT_HEADER_TIMEOUT,
+            drain: defaults::DRAIN_TIMEOUT,
         }
     }
 }
@@ -94,10 +102,12 @@ impl Config {
                 name: QUICK_UPSTREAM.into(),
                 servers,
                 pool: PoolConfig::default(),
+                source_address: None,
             }],
             timeouts: Timeouts::default(),
             client_limits: ClientLimits::default(),
             threads: None,
+            max_idle_total: None,
         }
     }
 
@@ -163,16 +173,34 @@ impl Validator<'_> {
             let key = format!("upstream.{}", name.get_ref());
             let servers = self.servers(&format!("{key}.servers"), &up.servers);
             let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
-            upstreams.push(UpstreamConfig { name: name.get_ref().clone(), servers, pool });
+            if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
+                self.problem(
+                    v.span(),
+                    format!("{key}.pool.max_idle_total"),
+                    "only allowed in the top-level [pool]",
+                );
+            }
+            let source_address = up
+                .source_address
+                .as_ref()
+                .and_then(|v| self.ip(v, &format!("{key}.source_address")));
+            let name = name.get_ref().clone();
+            upstreams.push(UpstreamConfig { name, servers, pool, source_address });
         }
         let listeners = self.listeners(&raw, &upstreams);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
+        let max_idle_total = raw
+            .pool
+            .as_ref()
+            .and_then(|p| p.max_idle_total.as_ref())
+            .and_then(|v| self.non_negative(v, "pool.max_idle_total"));
         Config {
             listeners,
             upstreams,
             timeouts: self.timeouts(raw.timeouts.unwrap_or_default()),
             client_limits: self.limits(raw.limits.unwrap_or_default()),
             threads,
+            max_idle_total,
         }
     }
 
@@ -254,6 +282,21 @@ impl Validator<'_> {
                 pool.max_idle = n;
             }
         }
+        if let Some(v) = &raw.max_connections_per_server {
+            if let Some(n) = self.non_negative(v, &format!("{key}.max_connections_per_server")) {
+                pool.max_connections = n;
+            }
+        }
+        if let Some(v) = &raw.queue_size {
+            if let Some(n) = self.non_negative(v, &format!("{key}.queue_size")) {
+                pool.queue_size = n;
+            }
+        }
+        if let Some(v) = &raw.queue_timeout {
+            if let Some(d) = self.duration(v, &format!("{key}.queue_timeout")) {
+                pool.queue_timeout = d;
+            }
+        }
         pool
     }
 
@@ -264,6 +307,7 @@ impl Validator<'_> {
             (&raw.response_header, "response_header", &mut t.response_header),
             (&raw.read, "read", &mut t.read),
             (&raw.client_header, "client_header", &mut t.client_header),
+            (&raw.drain, "drain", &mut t.drain),
         ];
         for (value, name, slot) in fields {
             if let Some(v) = value {
@@ -298,6 +342,18 @@ impl Validator<'_> {
             }
         }
         l
+    }
+
+    fn ip(&mut self, value: &Spanned<String>, key: &str) -> Option<IpAddr> {
+        match value.get_ref().parse() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                let message =
+                    format!("{:?} is not an IP address like \"127.0.0.2\"", value.get_ref());
+                self.problem(value.span(), key, message);
+                None
+            }
+        }
     }
 
     fn duration(&mut self, value: &Spanned<String>, key: &str) -> Option<Duration> {

@@ -33,6 +33,22 @@ pub struct PoolConfig {
     /// destination. Idle connections never outnumber the requests that were in flight
     /// at once, because each idle connection was returned by a finished request.
     pub max_idle: usize,
+    /// How many connections (idle, busy or being opened) this backend may have at once
+    /// (0: no limit). Past it, requests wait in the queue.
+    ///
+    /// Default 1024: far more than one origin process serves at once, so it only acts
+    /// when something is wrong (a stalled origin, a flood), and then it keeps holdfast
+    /// from opening connections without bound, running out of ports or burying the
+    /// origin.
+    pub max_connections: usize,
+    /// How many requests may wait for a connection when `max_connections` are busy;
+    /// past it they get 503 at once. Default 1024, so a short burst queues instead of
+    /// failing.
+    pub queue_size: usize,
+    /// How long a request may wait in the queue before it gets 503. Default 10 s: long
+    /// enough to ride out a brief stall, short enough that a client hears back before
+    /// its own timeout (browsers and most HTTP clients wait 30 s or more).
+    pub queue_timeout: Duration,
 }
 
 impl Default for PoolConfig {
@@ -42,6 +58,9 @@ impl Default for PoolConfig {
             max_requests: 100_000,
             max_lifetime: Duration::from_secs(600),
             max_idle: 256,
+            max_connections: 1024,
+            queue_size: 1024,
+            queue_timeout: Duration::from_secs(10),
         }
     }
 }
