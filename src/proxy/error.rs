@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 
 use super::body::ClientBody;
-use crate::upstream::ConnectError;
+use crate::upstream::{ConnectError, LeaseError};
 
 /// A failure on the way to or from one backend.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,8 @@ pub struct ProxyError {
 pub enum ProxyErrorKind {
     #[error("{0}")]
     Connect(#[from] ConnectError),
+    #[error("{0}")]
+    Queue(LeaseError),
     #[error("no response header within {0:?}")]
     HeaderTimeout(Duration),
     #[error("connection closed before a response: {0}")]
@@ -41,6 +43,7 @@ impl ProxyError {
             | ProxyErrorKind::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyErrorKind::Connect(_) | ProxyErrorKind::Closed(_) => StatusCode::BAD_GATEWAY,
             ProxyErrorKind::ClientBody(_) => StatusCode::BAD_REQUEST,
+            ProxyErrorKind::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -57,4 +60,13 @@ pub fn local_response(status: StatusCode, text: String) -> Response<ClientBody> 
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     resp
+}
+
+impl From<LeaseError> for ProxyErrorKind {
+    fn from(e: LeaseError) -> Self {
+        match e {
+            LeaseError::Connect(e) => ProxyErrorKind::Connect(e),
+            queue => ProxyErrorKind::Queue(queue),
+        }
+    }
 }

@@ -24,7 +24,7 @@ use error::{local_response, ProxyError, ProxyErrorKind};
 
 use crate::config::Timeouts;
 use crate::framing::FramingState;
-use crate::upstream::{connect, Backend, Lease, Upstream};
+use crate::upstream::{Backend, Lease, Upstream};
 
 /// Serves requests for one listener: everything goes to one upstream group.
 pub struct Proxy {
@@ -127,10 +127,10 @@ impl Proxy {
                 Ok(Err(mut e)) => match e.take_message() {
                     Some(unsent) if reused => {
                         lease.discard(CloseReason::UpstreamClosed);
-                        let conn = connect::connect(backend.addr, self.timeouts.connect)
+                        lease = backend
+                            .connect_fresh(self.timeouts.connect)
                             .await
                             .map_err(|e| fail(e.into(), false))?;
-                        lease = backend.pool.adopt(conn, tokio::time::Instant::now());
                         req = unsent;
                     }
                     _ => {

@@ -32,7 +32,7 @@ impl Backend {
     ///
     /// An idle connection that fails its readiness check has been closed by the origin
     /// while idle; it is dropped and the next one is tried. Nothing has been sent on it.
-    pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, ConnectError> {
+    pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
         while let Some(mut lease) = self.pool.checkout(Instant::now()) {
             // A released connection is idle, so this resolves at once; the bound only
             // guards against a connection task that stopped making progress.
@@ -42,9 +42,28 @@ impl Backend {
                 Err(_) => lease.discard(CloseReason::Error),
             }
         }
+        self.connect_fresh(connect_timeout).await
+    }
+
+    /// A newly opened connection, never a pooled one (for a retry after a pooled
+    /// connection turned out dead).
+    pub async fn connect_fresh(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
         let conn = connect::connect(self.addr, connect_timeout).await?;
         Ok(self.pool.adopt(conn, Instant::now()))
     }
+}
+
+/// Why no connection could be had for a request.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// `max_connections` were busy and `queue_size` requests were already waiting.
+    #[error("all {max_connections} connections busy and {waiting} requests already queued")]
+    QueueFull { max_connections: usize, waiting: usize },
+    /// `max_connections` were busy for the whole `queue_timeout`.
+    #[error("all {max_connections} connections stayed busy for {waited:?}")]
+    QueueTimeout { max_connections: usize, waited: Duration },
 }
 
 /// A named group of backends (`[upstream.NAME]`), picked round robin.
