@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::listener::{self, Connections};
 use crate::proxy::Proxy;
 use crate::upstream::{BackendStats, Upstream};
+use holdfast_pool::IdleBudget;
 
 /// Why holdfast could not start.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +41,9 @@ impl Server {
                 .map_err(|source| StartError::Bind { addr: l.addr, source })?;
             bound.push((listener, l.addr, l.upstream.clone()));
         }
+        let budget = Arc::new(IdleBudget::new(idle_budget(config)));
         let upstreams: Vec<Arc<Upstream>> =
-            config.upstreams.iter().map(|u| Arc::new(Upstream::new(u))).collect();
+            config.upstreams.iter().map(|u| Arc::new(Upstream::new(u, &budget))).collect();
         let (stop, stop_rx) = watch::channel(false);
         let connections = Connections::default();
         let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
@@ -103,6 +105,23 @@ impl Server {
         }
         tracing::info!(unfinished = self.connections.count(), "stopped");
     }
+}
+
+/// Idle connections kept across all backends: `pool.max_idle_total`, or else a quarter
+/// of the open-file limit, so idle upstream sockets can never crowd out client
+/// connections (each client needs one descriptor, each busy request one more).
+fn idle_budget(config: &Config) -> usize {
+    config.max_idle_total.unwrap_or_else(|| match open_file_limit() {
+        Some(limit) => (limit / 4).max(64),
+        None => 4096,
+    })
+}
+
+/// The soft limit on open files, from `/proc/self/limits` (Linux).
+fn open_file_limit() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.

@@ -24,7 +24,7 @@ use error::{local_response, ProxyError, ProxyErrorKind};
 
 use crate::config::Timeouts;
 use crate::framing::FramingState;
-use crate::upstream::{Backend, Lease, Upstream};
+use crate::upstream::{keepalive, Backend, Lease, Upstream};
 
 /// Serves requests for one listener: everything goes to one upstream group.
 pub struct Proxy {
@@ -172,12 +172,13 @@ impl Proxy {
     fn response(
         &self,
         resp: Response<Incoming>,
-        lease: Lease,
+        mut lease: Lease,
         upload: Arc<Upload>,
     ) -> Response<ClientBody> {
         let (mut parts, incoming) = resp.into_parts();
         let keep_alive =
             parts.version == Version::HTTP_11 && !headers::connection_has(&parts.headers, "close");
+        lease.limit_by_server(keepalive::server_limits(&parts.headers));
         headers::strip_hop_by_hop(&mut parts.headers);
         let reuse = Reuse { lease, keep_alive, upload };
         let body = ResponseBody::new(incoming, reuse, self.timeouts.read);

@@ -1,13 +1,17 @@
 //! Upstream groups and their backends: each backend owns the pool of connections to it.
 
 pub mod connect;
+pub mod keepalive;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_pool::{CloseReason, Pool, PoolConfig, PoolStatsSnapshot, Pooled};
+use holdfast_pool::{
+    Checkout, CloseReason, ConnectPermit, Exhausted, IdleBudget, Pool, PoolConfig,
+    PoolStatsSnapshot, Pooled,
+};
 use tokio::time::Instant;
 
 pub use connect::{ConnectError, UpstreamConn};
@@ -24,32 +28,57 @@ pub struct Backend {
 pub type Lease = Pooled<UpstreamConn>;
 
 impl Backend {
-    fn new(addr: SocketAddr, config: PoolConfig) -> Self {
-        Backend { addr, pool: Pool::new(config) }
+    fn new(addr: SocketAddr, config: PoolConfig, budget: Option<Arc<IdleBudget>>) -> Self {
+        Backend { addr, pool: Pool::with_budget(config, budget) }
     }
 
-    /// The most recently used idle connection that is ready for a request, or a new one.
+    /// The most recently used idle connection that is ready for a request, or a new
+    /// one; when `max_connections` are open, waits in the backend's queue.
     ///
     /// An idle connection that fails its readiness check has been closed by the origin
     /// while idle; it is dropped and the next one is tried. Nothing has been sent on it.
     pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
-        while let Some(mut lease) = self.pool.checkout(Instant::now()) {
-            // A released connection is idle, so this resolves at once; the bound only
-            // guards against a connection task that stopped making progress.
-            match tokio::time::timeout(connect_timeout, lease.conn().sender.ready()).await {
-                Ok(Ok(())) => return Ok(lease),
-                Ok(Err(_)) => lease.discard(CloseReason::UpstreamClosed),
-                Err(_) => lease.discard(CloseReason::Error),
+        loop {
+            match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
+                Checkout::Connect(permit) => return self.open(permit, connect_timeout).await,
+                Checkout::Idle(mut lease) => {
+                    // A released connection is idle, so this resolves at once; the bound
+                    // only guards against a connection task that stopped making progress.
+                    let ready = lease.conn().sender.ready();
+                    match tokio::time::timeout(connect_timeout, ready).await {
+                        Ok(Ok(())) => return Ok(lease),
+                        Ok(Err(_)) => lease.discard(CloseReason::UpstreamClosed),
+                        Err(_) => lease.discard(CloseReason::Error),
+                    }
+                }
             }
         }
-        self.connect_fresh(connect_timeout).await
     }
 
     /// A newly opened connection, never a pooled one (for a retry after a pooled
     /// connection turned out dead).
     pub async fn connect_fresh(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
+        let permit = self.pool.acquire_fresh().await.map_err(|e| self.queue_error(e))?;
+        self.open(permit, connect_timeout).await
+    }
+
+    async fn open(
+        &self,
+        permit: ConnectPermit<UpstreamConn>,
+        connect_timeout: Duration,
+    ) -> Result<Lease, LeaseError> {
         let conn = connect::connect(self.addr, connect_timeout).await?;
-        Ok(self.pool.adopt(conn, Instant::now()))
+        Ok(self.pool.adopt(conn, permit, Instant::now()))
+    }
+
+    fn queue_error(&self, e: Exhausted) -> LeaseError {
+        let max_connections = self.pool.config().max_connections;
+        match e {
+            Exhausted::QueueFull { waiting } => LeaseError::QueueFull { max_connections, waiting },
+            Exhausted::QueueTimeout { waited } => {
+                LeaseError::QueueTimeout { max_connections, waited }
+            }
+        }
     }
 }
 
@@ -74,9 +103,14 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(config: &UpstreamConfig) -> Self {
-        let backends =
-            config.servers.iter().map(|addr| Backend::new(*addr, config.pool.clone())).collect();
+    /// Backends for every server in `config`; their idle connections count against
+    /// `budget`, shared by all upstreams.
+    pub fn new(config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Self {
+        let backends = config
+            .servers
+            .iter()
+            .map(|addr| Backend::new(*addr, config.pool.clone(), Some(Arc::clone(budget))))
+            .collect();
         Upstream { name: config.name.as_str().into(), backends, next: AtomicUsize::new(0) }
     }
 

@@ -1,17 +1,28 @@
-//! The idle stack: checkout takes the most recently used connection, release puts it back.
+//! The idle stack: checkout takes the most recently used connection, release puts it
+//! back, unless demand, limits or the global budget say it should close.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::budget::IdleBudget;
+use crate::queue::ConnectPermit;
 use crate::{CloseReason, PoolConfig, PoolStats, Poolable};
 
-/// Idle connections to one backend, most recently used last.
+/// How long one demand window lasts. The idle bound is the peak of in-flight requests
+/// over the current and the previous window, so a burst is remembered for 10 to 20 s
+/// and then forgotten: idle connections it left behind are closed.
+pub(crate) const DEMAND_WINDOW: Duration = Duration::from_secs(10);
+
+/// Connections to one backend: idle ones (most recently used last), and the count of
+/// all open ones for `max_connections`.
 ///
 /// Cheap to clone; clones share the same connections.
 pub struct Pool<C: Poolable> {
-    inner: Arc<Inner<C>>,
+    pub(crate) inner: Arc<Inner<C>>,
 }
 
 impl<C: Poolable> Clone for Pool<C> {
@@ -20,10 +31,57 @@ impl<C: Poolable> Clone for Pool<C> {
     }
 }
 
-struct Inner<C> {
-    config: PoolConfig,
-    idle: Mutex<Vec<Idle<C>>>,
-    stats: PoolStats,
+pub(crate) struct Inner<C> {
+    pub(crate) config: PoolConfig,
+    state: Mutex<State<C>>,
+    pub(crate) stats: PoolStats,
+    budget: Option<Arc<IdleBudget>>,
+    /// Connections open or being opened (checked out, idle, or connecting).
+    pub(crate) open: AtomicUsize,
+    /// Connections being opened (permits granted, not yet adopted).
+    pub(crate) connecting: AtomicUsize,
+    /// Wakes one queued request when a connection is released or closed.
+    pub(crate) wake: Notify,
+}
+
+struct State<C> {
+    idle: Vec<Idle<C>>,
+    demand: Demand,
+}
+
+/// Peak in-flight requests over the current and the previous [`DEMAND_WINDOW`].
+#[derive(Debug)]
+struct Demand {
+    peak_now: usize,
+    peak_before: usize,
+    window_start: Instant,
+}
+
+impl Demand {
+    fn new(now: Instant) -> Self {
+        Demand { peak_now: 0, peak_before: 0, window_start: now }
+    }
+
+    fn observe(&mut self, in_flight: usize, now: Instant) {
+        self.rotate(now);
+        self.peak_now = self.peak_now.max(in_flight);
+    }
+
+    fn rotate(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if elapsed >= DEMAND_WINDOW * 2 {
+            (self.peak_before, self.peak_now) = (0, 0);
+            self.window_start = now;
+        } else if elapsed >= DEMAND_WINDOW {
+            self.peak_before = std::mem::take(&mut self.peak_now);
+            self.window_start += DEMAND_WINDOW;
+        }
+    }
+
+    /// The most requests recently in flight at once.
+    fn recent_peak(&self) -> usize {
+        self.peak_now.max(self.peak_before)
+    }
 }
 
 /// What the pool remembers about a connection across uses.
@@ -32,6 +90,18 @@ struct Life {
     opened_at: Instant,
     /// Requests sent on it so far, the one in flight included.
     requests: u64,
+    /// The origin's own limits, when it advertised them (`Keep-Alive: timeout, max`).
+    server: ServerLimits,
+}
+
+/// Limits an origin advertised for one connection; they tighten the pool's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Longest the connection may stay idle before the origin would close it, already
+    /// less a safety margin.
+    pub idle: Option<Duration>,
+    /// Further requests the origin accepts on the connection after the current one.
+    pub remaining_requests: Option<u64>,
 }
 
 struct Idle<C> {
@@ -67,15 +137,21 @@ impl<C: Poolable> Pooled<C> {
         self.life.requests
     }
 
+    /// Records limits the origin advertised in its latest response. They replace
+    /// earlier ones (an origin counts `max` down as requests go by).
+    pub fn limit_by_server(&mut self, limits: ServerLimits) {
+        self.life.server = limits;
+    }
+
     /// Takes the connection out for good (for example after an upgrade).
     /// The pool counts it as closed for `reason`.
     pub fn into_inner(mut self, reason: CloseReason) -> C {
-        self.pool.inner.stats.on_close_active(reason);
+        self.pool.closed_active(reason);
         self.conn.take().expect("a Pooled holds its connection until consumed")
     }
 
     /// Gives the connection back after a clean exchange. It is closed instead if it
-    /// has reached a limit, is no longer open, or the pool is full.
+    /// has reached a limit, is no longer open, or is more than demand needs.
     pub fn release(mut self, now: Instant) {
         let conn = self.conn.take().expect("a Pooled holds its connection until consumed");
         self.pool.put_back(Idle { conn, life: self.life, idle_since: now });
@@ -84,26 +160,37 @@ impl<C: Poolable> Pooled<C> {
     /// Closes a connection that must not be reused, counted under `reason`.
     pub fn discard(mut self, reason: CloseReason) {
         self.conn.take();
-        self.pool.inner.stats.on_close_active(reason);
+        self.pool.closed_active(reason);
     }
 }
 
 impl<C: Poolable> Drop for Pooled<C> {
     fn drop(&mut self) {
         if self.conn.take().is_some() {
-            self.pool.inner.stats.on_close_active(CloseReason::Error);
+            self.pool.closed_active(CloseReason::Error);
         }
     }
 }
 
 impl<C: Poolable> Pool<C> {
-    /// An empty pool.
+    /// An empty pool with no share in a global idle budget.
     pub fn new(config: PoolConfig) -> Self {
+        Pool::with_budget(config, None)
+    }
+
+    /// An empty pool whose idle connections also count against `budget`, shared with
+    /// other pools.
+    pub fn with_budget(config: PoolConfig, budget: Option<Arc<IdleBudget>>) -> Self {
+        let state = State { idle: Vec::new(), demand: Demand::new(Instant::now()) };
         Pool {
             inner: Arc::new(Inner {
                 config,
-                idle: Mutex::new(Vec::new()),
+                state: Mutex::new(state),
                 stats: PoolStats::default(),
+                budget,
+                open: AtomicUsize::new(0),
+                connecting: AtomicUsize::new(0),
+                wake: Notify::new(),
             }),
         }
     }
@@ -129,9 +216,9 @@ impl<C: Poolable> Pool<C> {
     pub fn checkout(&self, now: Instant) -> Option<Pooled<C>> {
         let mut retired = Vec::new();
         let found = {
-            let mut idle = self.lock();
+            let mut state = self.lock();
             let mut found = None;
-            while let Some(entry) = idle.pop() {
+            while let Some(entry) = state.idle.pop() {
                 match self.retire_reason(&entry, now) {
                     Some(reason) => retired.push((entry, reason)),
                     None => {
@@ -140,63 +227,97 @@ impl<C: Poolable> Pool<C> {
                     }
                 }
             }
+            if found.is_some() {
+                self.inner.stats.on_reuse();
+                state.demand.observe(self.in_flight(), now);
+            }
             found
         };
         self.close_idle(retired);
         let entry = found?;
-        self.inner.stats.on_reuse();
+        self.give_budget(1);
         let life = Life { requests: entry.life.requests + 1, ..entry.life };
         Some(Pooled { conn: Some(entry.conn), life, reused: true, pool: self.clone() })
     }
 
-    /// Wraps a freshly opened connection for its first request.
-    pub fn adopt(&self, conn: C, opened_at: Instant) -> Pooled<C> {
+    /// Wraps a freshly opened connection for its first request. The permit (from
+    /// [`Pool::acquire`]) is its slot under `max_connections`.
+    pub fn adopt(&self, conn: C, permit: ConnectPermit<C>, opened_at: Instant) -> Pooled<C> {
         self.inner.stats.on_open();
-        let life = Life { opened_at, requests: 1 };
+        permit.consume();
+        let in_flight = self.in_flight();
+        self.lock().demand.observe(in_flight, opened_at);
+        let life = Life { opened_at, requests: 1, server: ServerLimits::default() };
         Pooled { conn: Some(conn), life, reused: false, pool: self.clone() }
     }
 
     fn put_back(&self, entry: Idle<C>) {
         let now = entry.idle_since;
-        let reason = if self.inner.config.is_spent(entry.life.requests) {
-            Some(CloseReason::MaxRequests)
-        } else {
-            self.retire_reason(&entry, now)
-        };
-        if let Some(reason) = reason {
-            self.inner.stats.on_close_active(reason);
+        if let Some(reason) = self.release_reason(&entry, now) {
+            self.closed_active(reason);
             return;
         }
-        if self.inner.config.max_idle == 0 {
-            self.inner.stats.on_close_active(CloseReason::PoolFull);
+        if !self.take_budget() {
+            self.closed_active(CloseReason::PoolFull);
+            return;
+        }
+        let mut state = self.lock();
+        state.demand.rotate(now);
+        let bound = self.idle_bound(&state.demand);
+        if bound == 0 {
+            drop(state);
+            self.give_budget(1);
+            self.closed_active(CloseReason::PoolFull);
             return;
         }
         self.inner.stats.on_release();
-        let evicted = {
-            let mut idle = self.lock();
-            idle.push(entry);
-            // Full: the least recently used connection makes room for this one.
-            (idle.len() > self.inner.config.max_idle).then(|| idle.remove(0))
-        };
+        state.idle.push(entry);
+        // Over the bound: the least recently used connection makes room.
+        let evicted = (state.idle.len() > bound).then(|| state.idle.remove(0));
+        drop(state);
         if let Some(entry) = evicted {
             self.close_idle(vec![(entry, CloseReason::PoolFull)]);
         }
+        self.inner.wake.notify_one();
     }
 
-    /// Closes idle connections that have expired or been closed by the origin.
-    /// Call it periodically so idle connections do not outlive their timeout when
-    /// no request comes to check them out.
+    /// Why a connection coming back from a request must close instead of idling.
+    fn release_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
+        let server = entry.life.server;
+        if self.inner.config.is_spent(entry.life.requests) || server.remaining_requests == Some(0) {
+            Some(CloseReason::MaxRequests)
+        } else if server.idle == Some(Duration::ZERO) {
+            Some(CloseReason::IdleTimeout)
+        } else {
+            self.retire_reason(entry, now)
+        }
+    }
+
+    /// Idle connections worth keeping: no more than requests recently in flight at
+    /// once (a connection beyond that would only wait to time out), and never more
+    /// than `max_idle`.
+    fn idle_bound(&self, demand: &Demand) -> usize {
+        demand.recent_peak().min(self.inner.config.max_idle)
+    }
+
+    /// Closes idle connections that have expired, been closed by the origin, or are
+    /// more than recent demand needs. Call it periodically so idle connections do not
+    /// outlive their limits when no request comes to check them out.
     pub fn evict_expired(&self, now: Instant) {
         let retired = {
-            let mut idle = self.lock();
+            let mut state = self.lock();
             let mut retired = Vec::new();
             let mut i = 0;
-            while i < idle.len() {
-                match self.retire_reason(&idle[i], now) {
-                    Some(reason) => retired.push((idle.remove(i), reason)),
+            while i < state.idle.len() {
+                match self.retire_reason(&state.idle[i], now) {
+                    Some(reason) => retired.push((state.idle.remove(i), reason)),
                     None => i += 1,
                 }
             }
+            state.demand.rotate(now);
+            let bound = self.idle_bound(&state.demand);
+            let surplus = state.idle.len().saturating_sub(bound);
+            retired.extend(state.idle.drain(..surplus).map(|e| (e, CloseReason::PoolFull)));
             retired
         };
         self.close_idle(retired);
@@ -204,22 +325,42 @@ impl<C: Poolable> Pool<C> {
 
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
-        let all: Vec<_> = std::mem::take(&mut *self.lock());
+        let all: Vec<_> = std::mem::take(&mut self.lock().idle);
         self.close_idle(all.into_iter().map(|e| (e, CloseReason::Shutdown)).collect());
     }
 
-    /// How long until the oldest idle connection expires, if any is idle.
+    /// How long until the first idle connection expires, if any is idle.
     pub fn next_expiry(&self, now: Instant) -> Option<Duration> {
-        let idle = self.lock();
-        idle.first()
-            .map(|e| (e.idle_since + self.inner.config.idle_timeout).saturating_duration_since(now))
+        let state = self.lock();
+        state
+            .idle
+            .iter()
+            .map(|e| (e.idle_since + self.idle_limit(e)).saturating_duration_since(now))
+            .min()
+    }
+
+    /// The most requests in flight at once over the last 10 to 20 s.
+    pub fn recent_peak(&self) -> usize {
+        let mut state = self.lock();
+        state.demand.rotate(Instant::now());
+        state.demand.recent_peak()
+    }
+
+    /// Requests holding a connection or opening one now.
+    fn in_flight(&self) -> usize {
+        self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
+    }
+
+    fn idle_limit(&self, entry: &Idle<C>) -> Duration {
+        let own = self.inner.config.idle_timeout;
+        entry.life.server.idle.map_or(own, |server| server.min(own))
     }
 
     fn retire_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
         let config = &self.inner.config;
         if !entry.conn.is_open() {
             Some(CloseReason::UpstreamClosed)
-        } else if config.is_idle_expired(now.saturating_duration_since(entry.idle_since)) {
+        } else if now.saturating_duration_since(entry.idle_since) >= self.idle_limit(entry) {
             Some(CloseReason::IdleTimeout)
         } else if config.is_too_old(now.saturating_duration_since(entry.life.opened_at)) {
             Some(CloseReason::MaxLifetime)
@@ -228,18 +369,44 @@ impl<C: Poolable> Pool<C> {
         }
     }
 
-    /// Drops retired connections outside the lock and counts them.
+    /// Drops retired idle connections outside the lock and counts them.
     fn close_idle(&self, retired: Vec<(Idle<C>, CloseReason)>) {
+        if retired.is_empty() {
+            return;
+        }
+        self.give_budget(retired.len());
         for (entry, reason) in retired {
             drop(entry);
             self.inner.stats.on_close_idle(reason);
+            self.closed_one();
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Idle<C>>> {
-        // A panic while holding this lock leaves the Vec consistent (every operation
+    fn closed_active(&self, reason: CloseReason) {
+        self.inner.stats.on_close_active(reason);
+        self.closed_one();
+    }
+
+    /// A connection is gone: its slot under `max_connections` frees up.
+    fn closed_one(&self) {
+        self.inner.open.fetch_sub(1, Ordering::AcqRel);
+        self.inner.wake.notify_one();
+    }
+
+    fn take_budget(&self) -> bool {
+        self.inner.budget.as_ref().is_none_or(|b| b.take())
+    }
+
+    fn give_budget(&self, n: usize) {
+        if let Some(b) = &self.inner.budget {
+            b.give(n);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<C>> {
+        // A panic while holding this lock leaves the state consistent (every operation
         // is a single push, pop or remove), so a poisoned lock is still usable.
-        self.inner.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

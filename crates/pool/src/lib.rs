@@ -7,12 +7,16 @@
 //! return (the response was fully read, both sides allow keep-alive).
 #![deny(missing_docs)]
 
+mod budget;
 mod idle;
 mod limits;
+mod queue;
 mod stats;
 
-pub use idle::{Pool, Pooled};
+pub use budget::IdleBudget;
+pub use idle::{Pool, Pooled, ServerLimits};
 pub use limits::PoolConfig;
+pub use queue::{Checkout, ConnectPermit, Exhausted};
 pub use stats::{CloseReason, PoolStats, PoolStatsSnapshot};
 
 /// A connection the pool can hold.

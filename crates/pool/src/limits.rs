@@ -75,9 +75,4 @@ impl PoolConfig {
     pub(crate) fn is_too_old(&self, age: Duration) -> bool {
         !self.max_lifetime.is_zero() && age >= self.max_lifetime
     }
-
-    /// Whether a connection idle for `idle_for` has passed the idle timeout.
-    pub(crate) fn is_idle_expired(&self, idle_for: Duration) -> bool {
-        idle_for >= self.idle_timeout
-    }
 }

@@ -15,7 +15,8 @@ pub enum CloseReason {
     UpstreamClosed,
     /// The exchange on it did not end cleanly (body not fully read or sent, I/O error).
     Error,
-    /// The pool already held `max_idle` connections.
+    /// Keeping it idle would exceed what demand needs (the recent peak of requests in
+    /// flight), `max_idle`, or the global idle budget.
     PoolFull,
     /// It was upgraded (for example to a WebSocket) and left HTTP.
     Upgraded,
@@ -63,6 +64,9 @@ pub struct PoolStats {
     checked_out: AtomicU64,
     idle: AtomicU64,
     closed: [AtomicU64; 8],
+    waiting: AtomicU64,
+    queue_full: AtomicU64,
+    queue_timeouts: AtomicU64,
 }
 
 /// A copy of [`PoolStats`] at one moment.
@@ -78,6 +82,12 @@ pub struct PoolStatsSnapshot {
     pub idle: u64,
     /// Connections closed, per reason, in the order of [`CloseReason::ALL`].
     pub closed: [u64; 8],
+    /// Requests waiting for a connection now (`max_connections` busy).
+    pub waiting: u64,
+    /// Requests refused because the queue was full.
+    pub queue_full: u64,
+    /// Requests that waited the whole `queue_timeout` in vain.
+    pub queue_timeouts: u64,
 }
 
 impl PoolStatsSnapshot {
@@ -119,6 +129,30 @@ impl PoolStats {
         self.closed[reason.index()].fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn active(&self) -> usize {
+        self.checked_out.load(Relaxed) as usize
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed) as usize
+    }
+
+    pub(crate) fn on_enqueue(&self) {
+        self.waiting.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn on_dequeue(&self) {
+        self.waiting.fetch_sub(1, Relaxed);
+    }
+
+    pub(crate) fn on_queue_full(&self) {
+        self.queue_full.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn on_queue_timeout(&self) {
+        self.queue_timeouts.fetch_add(1, Relaxed);
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> PoolStatsSnapshot {
         PoolStatsSnapshot {
@@ -127,6 +161,9 @@ impl PoolStats {
             active: self.checked_out.load(Relaxed),
             idle: self.idle.load(Relaxed),
             closed: std::array::from_fn(|i| self.closed[i].load(Relaxed)),
+            waiting: self.waiting.load(Relaxed),
+            queue_full: self.queue_full.load(Relaxed),
+            queue_timeouts: self.queue_timeouts.load(Relaxed),
         }
     }
 }

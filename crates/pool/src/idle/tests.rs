@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{CloseReason, Pool, PoolConfig, Poolable};
+use crate::{
+    Checkout, CloseReason, Exhausted, IdleBudget, Pool, PoolConfig, Poolable, Pooled, ServerLimits,
+};
 
 #[derive(Debug)]
 struct FakeConn {
@@ -28,15 +30,27 @@ fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
 
-fn release_new(pool: &Pool<FakeConn>, id: u32) {
-    pool.adopt(FakeConn::open(id), Instant::now()).release(Instant::now());
+/// Opens a new connection through the pool's permit, as a caller would.
+async fn open(pool: &Pool<FakeConn>, id: u32) -> Pooled<FakeConn> {
+    let permit = pool.acquire_fresh().await.expect("room for a connection");
+    pool.adopt(FakeConn::open(id), permit, Instant::now())
+}
+
+/// Opens `ids` at once (all in flight together), then releases them in order.
+async fn open_all_then_release(pool: &Pool<FakeConn>, ids: &[u32]) {
+    let mut conns = Vec::new();
+    for id in ids {
+        conns.push(open(pool, *id).await);
+    }
+    for c in conns {
+        c.release(Instant::now());
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn checkout_returns_most_recently_used_first() {
     let pool = Pool::new(PoolConfig::default());
-    release_new(&pool, 1);
-    release_new(&pool, 2);
+    open_all_then_release(&pool, &[1, 2]).await;
     let mut got = pool.checkout(Instant::now()).expect("idle conn");
     assert_eq!(got.conn().id, 2);
     assert!(got.is_reused());
@@ -46,7 +60,7 @@ async fn checkout_returns_most_recently_used_first() {
 #[tokio::test(start_paused = true)]
 async fn idle_connection_expires_after_idle_timeout() {
     let pool = Pool::new(PoolConfig { idle_timeout: secs(30), ..PoolConfig::default() });
-    release_new(&pool, 1);
+    open_all_then_release(&pool, &[1]).await;
     tokio::time::advance(secs(31)).await;
     assert!(pool.checkout(Instant::now()).is_none());
     assert_eq!(pool.stats().snapshot().closed(CloseReason::IdleTimeout), 1);
@@ -56,9 +70,11 @@ async fn idle_connection_expires_after_idle_timeout() {
 #[tokio::test(start_paused = true)]
 async fn evict_expired_closes_without_a_checkout() {
     let pool = Pool::new(PoolConfig { idle_timeout: secs(5), ..PoolConfig::default() });
-    release_new(&pool, 1);
+    let first = open(&pool, 1).await;
+    let second = open(&pool, 2).await;
+    first.release(Instant::now());
     tokio::time::advance(secs(2)).await;
-    release_new(&pool, 2);
+    second.release(Instant::now());
     tokio::time::advance(secs(4)).await;
     pool.evict_expired(Instant::now());
     let snap = pool.stats().snapshot();
@@ -69,10 +85,11 @@ async fn evict_expired_closes_without_a_checkout() {
 #[tokio::test(start_paused = true)]
 async fn closed_idle_connection_is_skipped() {
     let pool = Pool::new(PoolConfig::default());
-    release_new(&pool, 1);
-    let conn = FakeConn::open(2);
-    let flag = Arc::clone(&conn.open);
-    pool.adopt(conn, Instant::now()).release(Instant::now());
+    let one = open(&pool, 1).await;
+    let mut two = open(&pool, 2).await;
+    let flag = Arc::clone(&two.conn().open);
+    one.release(Instant::now());
+    two.release(Instant::now());
     flag.store(false, Ordering::SeqCst);
     let mut got = pool.checkout(Instant::now()).expect("conn 1 is still open");
     assert_eq!(got.conn().id, 1);
@@ -82,7 +99,7 @@ async fn closed_idle_connection_is_skipped() {
 #[tokio::test(start_paused = true)]
 async fn connection_retires_after_max_requests() {
     let pool = Pool::new(PoolConfig { max_requests: 3, ..PoolConfig::default() });
-    release_new(&pool, 1);
+    open_all_then_release(&pool, &[1]).await;
     for _ in 0..2 {
         pool.checkout(Instant::now()).expect("reusable").release(Instant::now());
     }
@@ -96,7 +113,7 @@ async fn connection_retires_after_max_lifetime() {
     let config =
         PoolConfig { max_lifetime: secs(10), idle_timeout: secs(60), ..PoolConfig::default() };
     let pool = Pool::new(config);
-    release_new(&pool, 1);
+    open_all_then_release(&pool, &[1]).await;
     tokio::time::advance(secs(11)).await;
     assert!(pool.checkout(Instant::now()).is_none());
     assert_eq!(pool.stats().snapshot().closed(CloseReason::MaxLifetime), 1);
@@ -105,9 +122,7 @@ async fn connection_retires_after_max_lifetime() {
 #[tokio::test(start_paused = true)]
 async fn full_pool_evicts_least_recently_used() {
     let pool = Pool::new(PoolConfig { max_idle: 2, ..PoolConfig::default() });
-    for id in 1..=3 {
-        release_new(&pool, id);
-    }
+    open_all_then_release(&pool, &[1, 2, 3]).await;
     let snap = pool.stats().snapshot();
     assert_eq!((snap.idle, snap.closed(CloseReason::PoolFull)), (2, 1));
     let first = pool.checkout(Instant::now()).unwrap().conn().id;
@@ -118,15 +133,89 @@ async fn full_pool_evicts_least_recently_used() {
 #[tokio::test(start_paused = true)]
 async fn zero_max_idle_keeps_nothing() {
     let pool = Pool::new(PoolConfig { max_idle: 0, ..PoolConfig::default() });
-    release_new(&pool, 1);
+    open_all_then_release(&pool, &[1]).await;
     assert!(pool.checkout(Instant::now()).is_none());
     assert_eq!(pool.stats().snapshot().closed(CloseReason::PoolFull), 1);
 }
 
 #[tokio::test(start_paused = true)]
+async fn idle_connections_never_outnumber_requests_recently_in_flight() {
+    // #4 (the HAProxy lesson): one request at a time needs one idle connection, even
+    // if connections were opened one after another.
+    let pool = Pool::new(PoolConfig::default());
+    for id in 1..=5 {
+        open(&pool, id).await.release(Instant::now());
+    }
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.opened, snap.idle, snap.closed(CloseReason::PoolFull)), (5, 1, 4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_surplus_from_a_burst_is_closed_once_the_peak_decays() {
+    let pool = Pool::new(PoolConfig { idle_timeout: secs(3600), ..PoolConfig::default() });
+    open_all_then_release(&pool, &[1, 2, 3, 4, 5, 6, 7, 8]).await;
+    assert_eq!(pool.stats().snapshot().idle, 8);
+    // Afterwards one request at a time keeps coming.
+    for _ in 0..30 {
+        tokio::time::advance(secs(1)).await;
+        pool.checkout(Instant::now()).expect("idle").release(Instant::now());
+        pool.evict_expired(Instant::now());
+    }
+    assert_eq!(pool.recent_peak(), 1);
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.idle, snap.closed(CloseReason::PoolFull)), (1, 7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn global_budget_caps_idle_across_pools() {
+    let budget = Arc::new(IdleBudget::new(3));
+    let a = Pool::with_budget(PoolConfig::default(), Some(Arc::clone(&budget)));
+    let b = Pool::with_budget(PoolConfig::default(), Some(Arc::clone(&budget)));
+    open_all_then_release(&a, &[1, 2]).await;
+    open_all_then_release(&b, &[3, 4]).await;
+    assert_eq!(budget.idle(), 3);
+    assert_eq!(b.stats().snapshot().closed(CloseReason::PoolFull), 1);
+    // Taking one out frees room in the budget for the other pool.
+    let taken = a.checkout(Instant::now()).unwrap();
+    assert_eq!(budget.idle(), 2);
+    open_all_then_release(&b, &[5]).await;
+    assert_eq!(budget.idle(), 3);
+    drop(taken);
+    a.clear();
+    b.clear();
+    assert_eq!(budget.idle(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_advertised_idle_timeout_tightens_the_pool_s() {
+    let pool = Pool::new(PoolConfig { idle_timeout: secs(60), ..PoolConfig::default() });
+    let mut conn = open(&pool, 1).await;
+    conn.limit_by_server(ServerLimits { idle: Some(secs(4)), remaining_requests: None });
+    conn.release(Instant::now());
+    tokio::time::advance(secs(4)).await;
+    assert!(pool.checkout(Instant::now()).is_none());
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::IdleTimeout), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_advertised_zero_timeout_or_no_requests_left_closes_on_release() {
+    let pool = Pool::new(PoolConfig::default());
+    let mut conn = open(&pool, 1).await;
+    conn.limit_by_server(ServerLimits { idle: Some(Duration::ZERO), remaining_requests: None });
+    conn.release(Instant::now());
+    let mut conn = open(&pool, 2).await;
+    conn.limit_by_server(ServerLimits { idle: None, remaining_requests: Some(0) });
+    conn.release(Instant::now());
+    let snap = pool.stats().snapshot();
+    assert_eq!(snap.idle, 0);
+    assert_eq!(snap.closed(CloseReason::IdleTimeout), 1);
+    assert_eq!(snap.closed(CloseReason::MaxRequests), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropped_checkout_counts_as_error_and_keeps_gauges_right() {
     let pool = Pool::new(PoolConfig::default());
-    release_new(&pool, 1);
+    open_all_then_release(&pool, &[1]).await;
     let got = pool.checkout(Instant::now()).unwrap();
     assert_eq!(pool.stats().snapshot().active, 1);
     drop(got);
@@ -137,9 +226,95 @@ async fn dropped_checkout_counts_as_error_and_keeps_gauges_right() {
 #[tokio::test(start_paused = true)]
 async fn clear_closes_all_idle_for_shutdown() {
     let pool = Pool::new(PoolConfig::default());
-    release_new(&pool, 1);
-    release_new(&pool, 2);
+    open_all_then_release(&pool, &[1, 2]).await;
     pool.clear();
     let snap = pool.stats().snapshot();
     assert_eq!((snap.idle, snap.closed(CloseReason::Shutdown)), (0, 2));
+}
+
+fn limited(max_connections: usize, queue_size: usize) -> Pool<FakeConn> {
+    Pool::new(PoolConfig {
+        max_connections,
+        queue_size,
+        queue_timeout: secs(5),
+        ..PoolConfig::default()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_max_connections_a_request_waits_for_a_released_one() {
+    let pool = limited(1, 10);
+    let busy = open(&pool, 1).await;
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            match pool.acquire().await {
+                Ok(Checkout::Idle(mut c)) => c.conn().id,
+                _ => panic!("expected the released connection"),
+            }
+        })
+    };
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert_eq!(pool.stats().snapshot().waiting, 1);
+    busy.release(Instant::now());
+    assert_eq!(waiter.await.unwrap(), 1);
+    assert_eq!(pool.stats().snapshot().waiting, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_connection_frees_its_slot_for_a_waiter() {
+    let pool = limited(1, 10);
+    let busy = open(&pool, 1).await;
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move { matches!(pool.acquire().await, Ok(Checkout::Connect(_))) })
+    };
+    tokio::time::advance(Duration::from_millis(100)).await;
+    busy.discard(CloseReason::Error);
+    assert!(waiter.await.unwrap(), "the waiter may open a new connection");
+}
+
+#[tokio::test(start_paused = true)]
+async fn queue_times_out_and_full_queue_refuses_at_once() {
+    let pool = limited(1, 1);
+    let _busy = open(&pool, 1).await;
+    let first = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.acquire().await.err() })
+    };
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert!(matches!(pool.acquire().await, Err(Exhausted::QueueFull { waiting: 1 })));
+    tokio::time::advance(secs(5)).await;
+    let waited = match first.await.unwrap() {
+        Some(Exhausted::QueueTimeout { waited }) => waited,
+        _ => panic!("expected a queue timeout"),
+    };
+    assert!(waited >= secs(5));
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.queue_full, snap.queue_timeouts, snap.waiting), (1, 1, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_connect_returns_its_permit() {
+    let pool = limited(1, 0);
+    let permit = pool.acquire_fresh().await.unwrap();
+    assert!(matches!(pool.acquire().await, Err(Exhausted::QueueFull { .. })));
+    drop(permit);
+    assert!(pool.acquire_fresh().await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn requests_still_connecting_count_as_demand() {
+    // Four requests start together; the first finishes before the others have
+    // connected. All four connections are still wanted.
+    let pool = Pool::new(PoolConfig::default());
+    let mut permits = Vec::new();
+    for _ in 0..4 {
+        permits.push(pool.acquire_fresh().await.unwrap());
+    }
+    for (id, permit) in permits.into_iter().enumerate() {
+        pool.adopt(FakeConn::open(id as u32), permit, Instant::now()).release(Instant::now());
+    }
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.idle, snap.closed_total()), (4, 0));
 }
