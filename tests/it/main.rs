@@ -19,6 +19,8 @@ mod upgrade;
 mod errors;
 // Pool limits: idle timeout, max lifetime, max requests per connection.
 mod limits;
+// Connections bounded by need: closing clients, the wait queue, Keep-Alive limits.
+mod demand;
 // Stopping: requests in flight finish, idle upstream connections close.
 mod shutdown;
 // The binary: check, quick mode, --config.

@@ -237,6 +237,13 @@ async fn handle(
             h.insert("x-end", HeaderValue::from_static("1"));
             resp
         }
+        // `/keepalive/timeout=1,max=5`: answers with that `Keep-Alive` header.
+        "keepalive" => {
+            let mut resp = Response::new(Full::new(Bytes::from_static(b"ka\n")).boxed());
+            let value = HeaderValue::from_str(&arg).expect("a header value in the path");
+            resp.headers_mut().insert("keep-alive", value);
+            resp
+        }
         "close" => {
             let mut resp = Response::new(Full::new(Bytes::from_static(b"bye\n")).boxed());
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
