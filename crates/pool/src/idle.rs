@@ -278,7 +278,7 @@ impl<C: Poolable> Pool<C> {
         if let Some(entry) = evicted {
             self.close_idle(vec![(entry, CloseReason::PoolFull)]);
         }
-        self.inner.wake.notify_one();
+        self.wake_waiter();
     }
 
     /// Why a connection coming back from a request must close instead of idling.
@@ -389,8 +389,21 @@ impl<C: Poolable> Pool<C> {
 
     /// A connection is gone: its slot under `max_connections` frees up.
     fn closed_one(&self) {
-        self.inner.open.fetch_sub(1, Ordering::AcqRel);
-        self.inner.wake.notify_one();
+        self.inner.open.fetch_sub(1, Ordering::SeqCst);
+        self.wake_waiter();
+    }
+
+    /// Wakes one queued request, if any waits.
+    ///
+    /// # Races
+    /// A request counts itself in `waiting` before it looks for a connection one last
+    /// time; this side frees a connection before it reads `waiting` (both SeqCst). So
+    /// either the request finds the connection, or this side sees the request and wakes
+    /// it. Skipping the wake when nobody waits keeps `Notify`'s lock off the hot path.
+    pub(crate) fn wake_waiter(&self) {
+        if self.inner.stats.waiting() > 0 {
+            self.inner.wake.notify_one();
+        }
     }
 
     fn take_budget(&self) -> bool {

@@ -35,8 +35,8 @@ impl<C: Poolable> Drop for ConnectPermit<C> {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
             pool.inner.connecting.fetch_sub(1, Ordering::AcqRel);
-            pool.inner.open.fetch_sub(1, Ordering::AcqRel);
-            pool.inner.wake.notify_one();
+            pool.inner.open.fetch_sub(1, Ordering::SeqCst);
+            pool.wake_waiter();
         }
     }
 }

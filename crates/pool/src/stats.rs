@@ -1,6 +1,7 @@
 //! Counters a pool keeps about itself, in plain atomics, read at scrape time.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 /// Why a connection left the pool for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -134,11 +135,11 @@ impl PoolStats {
     }
 
     pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Relaxed) as usize
+        self.waiting.load(SeqCst) as usize
     }
 
     pub(crate) fn on_enqueue(&self) {
-        self.waiting.fetch_add(1, Relaxed);
+        self.waiting.fetch_add(1, SeqCst);
     }
 
     pub(crate) fn on_dequeue(&self) {
