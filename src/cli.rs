@@ -102,8 +102,11 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let runtime = runtime(config.threads)?;
     runtime.block_on(async {
+        // Before listening: once a client can connect, SIGTERM means drain, never the
+        // default action (an immediate exit).
+        let signal = ShutdownSignal::install().context("installing signal handlers")?;
         let server = Server::start(&config).await.context("starting holdfast")?;
-        shutdown_signal().await;
+        signal.recv().await;
         tracing::info!(drain = ?config.timeouts.drain, "shutting down");
         server.shutdown(config.timeouts.drain).await;
         Ok(ExitCode::SUCCESS)
@@ -123,22 +126,49 @@ pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    match ShutdownSignal::install() {
+        Ok(signal) => signal.recv().await,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+}
+
+/// SIGTERM or Ctrl-C (SIGINT), caught from the moment this is created, so a signal
+/// that arrives before anyone waits for it is kept, not lost or fatal.
+pub struct ShutdownSignal {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignal {
+    /// Installs the handlers; must run inside the runtime.
+    pub fn install() -> std::io::Result<ShutdownSignal> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(ShutdownSignal {
+                term: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(ShutdownSignal {})
+    }
+
+    /// Resolves once a signal has arrived (at once, if one came already).
+    pub async fn recv(self) {
+        #[cfg(unix)]
+        {
+            let ShutdownSignal { mut term, mut interrupt } = self;
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::listener::{self, Connections};
+use crate::proxy::retry::RetryStats;
 use crate::proxy::Proxy;
 use crate::upstream::{BackendStats, Upstream};
 use holdfast_pool::IdleBudget;
@@ -26,6 +27,8 @@ pub enum StartError {
 pub struct Server {
     addrs: Vec<SocketAddr>,
     upstreams: Vec<Arc<Upstream>>,
+    /// Replay counters, one per upstream, in the order of `upstreams`.
+    retries: Vec<Arc<RetryStats>>,
     connections: Connections,
     stop: watch::Sender<bool>,
 }
@@ -44,20 +47,27 @@ impl Server {
         let budget = Arc::new(IdleBudget::new(idle_budget(config)));
         let upstreams: Vec<Arc<Upstream>> =
             config.upstreams.iter().map(|u| Arc::new(Upstream::new(u, &budget))).collect();
+        let retries: Vec<Arc<RetryStats>> =
+            upstreams.iter().map(|u| Arc::new(RetryStats::new(u.backends.len()))).collect();
         let (stop, stop_rx) = watch::channel(false);
         let connections = Connections::default();
         let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
         let mut addrs = Vec::new();
         for (tcp, configured, name) in bound {
-            let upstream = upstreams
+            let index = upstreams
                 .iter()
-                .find(|u| *u.name == *name)
+                .position(|u| *u.name == *name)
                 .expect("config validation guarantees each listener's upstream exists");
+            let upstream = &upstreams[index];
             let addr =
                 tcp.local_addr().map_err(|source| StartError::Bind { addr: configured, source })?;
             tracing::info!(listen = %addr, upstream = %name, "listening");
             addrs.push(addr);
-            let proxy = Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts));
+            let proxy = Arc::new(Proxy::new(
+                Arc::clone(upstream),
+                Arc::clone(&retries[index]),
+                config.timeouts,
+            ));
             tokio::spawn(listener::accept_loop(
                 tcp,
                 proxy,
@@ -68,7 +78,7 @@ impl Server {
             ));
         }
         tokio::spawn(evict_idle(upstreams.clone(), stop_rx));
-        Ok(Server { addrs, upstreams, connections, stop })
+        Ok(Server { addrs, upstreams, retries, connections, stop })
     }
 
     /// The bound listener addresses, in config order (useful with port 0).
@@ -76,15 +86,18 @@ impl Server {
         &self.addrs
     }
 
-    /// Pool counters of every backend.
+    /// Pool and retry counters of every backend.
     pub fn stats(&self) -> Vec<BackendStats> {
         self.upstreams
             .iter()
-            .flat_map(|u| {
-                u.backends.iter().map(|b| BackendStats {
+            .zip(&self.retries)
+            .flat_map(|(u, retries)| {
+                u.backends.iter().enumerate().map(|(i, b)| BackendStats {
                     upstream: Arc::clone(&u.name),
                     backend: b.addr,
                     pool: b.pool.stats().snapshot(),
+                    retries: retries.retries(i),
+                    unsafe_to_retry: retries.unsafe_to_retry(i),
                 })
             })
             .collect()

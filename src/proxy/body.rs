@@ -1,5 +1,6 @@
-//! Bodies on the proxy path: the request body going up, the response body coming
-//! down, and the moment the upstream connection goes back to its pool.
+//! Bodies on the proxy path: the request body going up (streamed, or read into memory
+//! first when it is small enough to keep for a retry), the response body coming down,
+//! and the moment the upstream connection goes back to its pool.
 //!
 //! The connection is released when the response body ends cleanly and the request body
 //! was fully sent; on any error it is discarded. If the client goes away mid-response,
@@ -13,13 +14,14 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use holdfast_pool::CloseReason;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use super::retry::{BodyReplay, KEEP_BODY_MAX_BYTES};
 use crate::upstream::Lease;
 
 /// The error type of bodies the proxy produces.
@@ -52,22 +54,58 @@ impl Upload {
 
 /// A client's request body on its way upstream, recording its progress in an [`Upload`].
 pub struct RequestBody {
-    inner: Option<Incoming>,
+    source: Source,
     upload: Arc<Upload>,
 }
 
+enum Source {
+    /// Read from the client as hyper asks for it; gone once sent.
+    Streamed(Incoming),
+    /// In memory (read in full beforehand, or empty); `None` once handed to hyper.
+    Kept(Option<Bytes>),
+}
+
 impl RequestBody {
-    /// Wraps `inner`; the returned [`Upload`] follows it.
+    /// Streams `inner`; the returned [`Upload`] follows it. An empty body is not
+    /// streamed but kept (there is nothing to lose by sending it twice).
     pub fn new(inner: Incoming) -> (Self, Arc<Upload>) {
+        if inner.is_end_stream() {
+            return RequestBody::kept(Bytes::new());
+        }
         let upload = Arc::new(Upload::default());
-        upload.done.store(inner.is_end_stream(), Ordering::Relaxed);
-        (RequestBody { inner: Some(inner), upload: Arc::clone(&upload) }, upload)
+        (RequestBody { source: Source::Streamed(inner), upload: Arc::clone(&upload) }, upload)
+    }
+
+    /// A body whose bytes are all in memory, so that it can be built again (see
+    /// [`super::retry::Replay`]); the returned [`Upload`] follows it.
+    pub fn kept(bytes: Bytes) -> (Self, Arc<Upload>) {
+        let upload =
+            Arc::new(Upload { done: AtomicBool::new(bytes.is_empty()), frames: AtomicU64::new(0) });
+        let bytes = (!bytes.is_empty()).then_some(bytes);
+        (RequestBody { source: Source::Kept(bytes), upload: Arc::clone(&upload) }, upload)
     }
 
     /// A body with nothing in it.
     pub fn empty() -> Self {
-        let upload = Upload { done: AtomicBool::new(true), frames: AtomicU64::new(0) };
-        RequestBody { inner: None, upload: Arc::new(upload) }
+        RequestBody::kept(Bytes::new()).0
+    }
+
+    /// Whether this body could be sent a second time.
+    pub fn replay(&self) -> BodyReplay {
+        match &self.source {
+            Source::Streamed(_) => BodyReplay::Streamed,
+            Source::Kept(None) => BodyReplay::Empty,
+            Source::Kept(Some(_)) => BodyReplay::Kept,
+        }
+    }
+
+    /// The bytes of a body that has not been sent and is in memory (empty for no body);
+    /// `None` for a streamed one.
+    pub fn kept_bytes(&self) -> Option<Bytes> {
+        match &self.source {
+            Source::Streamed(_) => None,
+            Source::Kept(bytes) => Some(bytes.clone().unwrap_or_default()),
+        }
     }
 }
 
@@ -79,31 +117,76 @@ impl Body for RequestBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let Some(inner) = self.inner.as_mut() else {
-            return Poll::Ready(None);
-        };
-        let frame = ready!(Pin::new(inner).poll_frame(cx));
-        let done = match &frame {
-            None => true,
-            // Trailers end a body: hyper does not poll again after them.
-            Some(Ok(f)) => f.is_trailers() || self.inner.as_ref().is_some_and(Body::is_end_stream),
-            Some(Err(_)) => false,
+        let this = &mut *self;
+        let (frame, done) = match &mut this.source {
+            Source::Kept(bytes) => match bytes.take() {
+                Some(bytes) => (Some(Ok(Frame::data(bytes))), true),
+                None => return Poll::Ready(None),
+            },
+            Source::Streamed(inner) => {
+                let frame = ready!(Pin::new(&mut *inner).poll_frame(cx));
+                let done = match &frame {
+                    None => true,
+                    // Trailers end a body: hyper does not poll again after them.
+                    Some(Ok(f)) => f.is_trailers() || inner.is_end_stream(),
+                    Some(Err(_)) => false,
+                };
+                (frame, done)
+            }
         };
         if frame.as_ref().is_some_and(|f| f.is_ok()) {
-            self.upload.frames.fetch_add(1, Ordering::Relaxed);
+            this.upload.frames.fetch_add(1, Ordering::Relaxed);
         }
         if done {
-            self.upload.done.store(true, Ordering::Release);
+            this.upload.done.store(true, Ordering::Release);
         }
         Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
+        match &self.source {
+            Source::Streamed(inner) => inner.is_end_stream(),
+            Source::Kept(bytes) => bytes.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        match &self.source {
+            Source::Streamed(inner) => inner.size_hint(),
+            Source::Kept(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}
+
+/// Why a request body could not be read into memory.
+#[derive(Debug)]
+pub enum KeepError {
+    /// Reading from the client failed.
+    Client(hyper::Error),
+    /// No part of the body arrived for the stall limit.
+    Stalled,
+}
+
+/// Reads a request body of known, small size (see [`KEEP_BODY_MAX_BYTES`])
+/// into memory. hyper's `Content-Length` framing bounds what can arrive; each frame must
+/// come within `stall` of the one before.
+pub async fn read_to_keep(mut inner: Incoming, stall: Duration) -> Result<Bytes, KeepError> {
+    let exact = inner.size_hint().exact().unwrap_or(0).min(KEEP_BODY_MAX_BYTES);
+    let mut kept = BytesMut::with_capacity(usize::try_from(exact).unwrap_or(0));
+    // Each round takes one frame; the body ends after at most `exact` bytes.
+    loop {
+        match tokio::time::timeout(stall, inner.frame()).await {
+            Err(_) => return Err(KeepError::Stalled),
+            Ok(None) => return Ok(kept.freeze()),
+            Ok(Some(Err(e))) => return Err(KeepError::Client(e)),
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    kept.extend_from_slice(data);
+                }
+            }
+        }
     }
 }
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 
 use super::body::ClientBody;
+use super::retry::NotReplayed;
 use crate::upstream::{ConnectError, LeaseError};
 
 /// A failure on the way to or from one backend.
@@ -31,17 +32,45 @@ pub enum ProxyErrorKind {
     HeaderTimeout(Duration),
     #[error("connection closed before a response: {0}")]
     Closed(hyper::Error),
+    /// A pooled connection failed after the request may have reached the origin, and
+    /// `retry::may_replay` would not send it again.
+    #[error(
+        "connection closed before a response: {error}; the {method} request was not \
+         retried because it may have reached the origin and {why}"
+    )]
+    NotRetried { error: hyper::Error, method: Method, why: NotReplayed },
     #[error("reading the client's request body failed: {0}")]
     ClientBody(hyper::Error),
 }
 
+impl ProxyErrorKind {
+    /// A stable snake_case name for logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProxyErrorKind::Connect(_) => "connect",
+            ProxyErrorKind::Queue(_) => "queue",
+            ProxyErrorKind::HeaderTimeout(_) => "header_timeout",
+            ProxyErrorKind::Closed(_) => "closed",
+            ProxyErrorKind::NotRetried { why: NotReplayed::NotIdempotent, .. } => {
+                "not_retried_not_idempotent"
+            }
+            ProxyErrorKind::NotRetried { why: NotReplayed::BodyStreamed, .. } => {
+                "not_retried_body_streamed"
+            }
+            ProxyErrorKind::ClientBody(_) => "client_body",
+        }
+    }
+}
+
 impl ProxyError {
-    /// The status the client gets: 400, 502 or 504.
+    /// The status the client gets: 400, 502, 503 or 504.
     pub fn status(&self) -> StatusCode {
         match &self.kind {
             ProxyErrorKind::Connect(ConnectError::Timeout(_))
             | ProxyErrorKind::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            ProxyErrorKind::Connect(_) | ProxyErrorKind::Closed(_) => StatusCode::BAD_GATEWAY,
+            ProxyErrorKind::Connect(_)
+            | ProxyErrorKind::Closed(_)
+            | ProxyErrorKind::NotRetried { .. } => StatusCode::BAD_GATEWAY,
             ProxyErrorKind::ClientBody(_) => StatusCode::BAD_REQUEST,
             ProxyErrorKind::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
         }

@@ -1,12 +1,14 @@
 //! The request path: one client request in, one upstream exchange, one response out.
 //!
 //! For each request: refuse it if its framing was bad, pick a backend, lease a
-//! connection (pooled or new), rewrite headers, send, and stream the response back
-//! with a body that returns the connection to its pool when the exchange ends cleanly.
+//! connection (pooled or new), rewrite headers, send (once more on a new connection if
+//! a pooled one failed under the request and `retry` allows it), and stream the response
+//! back with a body that returns the connection to its pool when the exchange ends cleanly.
 
 pub mod body;
 pub mod error;
 pub mod headers;
+pub mod retry;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,12 +17,14 @@ use std::sync::Arc;
 use tokio::time::error::Elapsed;
 
 use holdfast_pool::CloseReason;
-use http::{header, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use body::{ClientBody, RequestBody, ResponseBody, Reuse, Upload};
+use body::{ClientBody, KeepError, RequestBody, ResponseBody, Reuse, Upload};
 use error::{local_response, ProxyError, ProxyErrorKind};
+use retry::{Decision, Replay, RetryStats, SendOutcome};
 
 use crate::config::Timeouts;
 use crate::framing::FramingState;
@@ -29,6 +33,7 @@ use crate::upstream::{keepalive, Backend, Lease, Upstream};
 /// Serves requests for one listener: everything goes to one upstream group.
 pub struct Proxy {
     upstream: Arc<Upstream>,
+    retries: Arc<RetryStats>,
     timeouts: Timeouts,
 }
 
@@ -39,8 +44,10 @@ pub struct ClientContext {
 }
 
 impl Proxy {
-    pub fn new(upstream: Arc<Upstream>, timeouts: Timeouts) -> Self {
-        Proxy { upstream, timeouts }
+    /// `retries` counts replays for the backends of `upstream`; every listener serving
+    /// that group shares it.
+    pub fn new(upstream: Arc<Upstream>, retries: Arc<RetryStats>, timeouts: Timeouts) -> Self {
+        Proxy { upstream, retries, timeouts }
     }
 
     /// Answers one client request.
@@ -59,12 +66,14 @@ impl Proxy {
             return resp;
         }
         let backend = self.upstream.pick();
+        let method = req.method().clone();
         match self.exchange(req, client.addr, backend).await {
             Ok(resp) => resp,
             Err(e) => {
                 tracing::warn!(
-                    upstream = %e.upstream, backend = %e.backend, reused = e.reused,
-                    status = e.status().as_u16(), "{}", e.kind
+                    upstream = %e.upstream, backend = %e.backend, method = %method,
+                    reused = e.reused, status = e.status().as_u16(), reason = e.kind.as_str(),
+                    "{}", e.kind
                 );
                 e.to_response()
             }
@@ -87,8 +96,9 @@ impl Proxy {
         if let Some(protocol) = &upgrade {
             headers::set_upgrade(&mut parts.headers, protocol.clone());
         }
-        let (body, upload) = RequestBody::new(incoming);
-        let (resp, lease) = self.send(Request::from_parts(parts, body), &upload, backend).await?;
+        let (body, upload) = self.request_body(&parts.method, incoming, backend).await?;
+        let (resp, lease, upload) =
+            self.send(Request::from_parts(parts, body), upload, backend).await?;
         match client_upgrade {
             Some(on_client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Ok(splice_upgrade(resp, lease, on_client))
@@ -97,53 +107,120 @@ impl Proxy {
         }
     }
 
-    /// Sends on a leased connection. A reused connection that hyper reports closed
-    /// before the request was written is replaced once by a fresh one: nothing reached
-    /// the origin, so this is safe for every method.
+    /// The body to send upstream: streamed from the client, except that a small body
+    /// of an idempotent request is read first and kept, so that the request can be sent
+    /// again if a pooled connection fails under it (see [`retry::should_keep_body`]).
+    async fn request_body(
+        &self,
+        method: &Method,
+        incoming: Incoming,
+        backend: &Backend,
+    ) -> Result<(RequestBody, Arc<Upload>), ProxyError> {
+        if incoming.is_end_stream()
+            || !retry::should_keep_body(method, incoming.size_hint().exact())
+        {
+            return Ok(RequestBody::new(incoming));
+        }
+        // A body that stops moving fails as it does while streaming: once it has stalled
+        // for `response_header`, with the same 504.
+        let stall = self.timeouts.response_header;
+        match body::read_to_keep(incoming, stall).await {
+            Ok(bytes) => Ok(RequestBody::kept(bytes)),
+            Err(KeepError::Client(e)) => {
+                Err(self.error(backend, ProxyErrorKind::ClientBody(e), false))
+            }
+            Err(KeepError::Stalled) => {
+                Err(self.error(backend, ProxyErrorKind::HeaderTimeout(stall), false))
+            }
+        }
+    }
+
+    /// Sends on a leased connection and waits for the response head.
+    ///
+    /// # Races
+    /// A pooled connection may be closing at the origin just as the request goes out on
+    /// it (an idle timeout, a limit on requests per connection). hyper then reports a
+    /// failure before any response head. [`retry::may_replay`] decides whether the request
+    /// is sent once more on a new connection: always when hyper hands it back unsent,
+    /// and for idempotent requests whose body is empty or kept even when it may have
+    /// arrived. For the latter a copy ([`Replay`]) is made before sending, as hyper
+    /// consumes the request.
     async fn send(
         &self,
         req: Request<RequestBody>,
-        upload: &Upload,
+        upload: Arc<Upload>,
         backend: &Backend,
-    ) -> Result<(Response<Incoming>, Lease), ProxyError> {
-        let fail = |kind, reused| ProxyError {
+    ) -> Result<(Response<Incoming>, Lease, Arc<Upload>), ProxyError> {
+        let mut lease = backend
+            .lease(self.timeouts.connect)
+            .await
+            .map_err(|e| self.error(backend, e.into(), false))?;
+        let (mut req, mut upload) = (req, upload);
+        // At most two rounds: a retry goes out on a new connection, which `may_replay`
+        // never retries.
+        loop {
+            let reused = lease.is_reused();
+            let method = req.method().clone();
+            let body = req.body().replay();
+            let copy = if reused { Replay::copy_if_replayable(&req) } else { None };
+            let sent = lease.conn().sender.try_send_request(req);
+            let mut failed = match self.await_response_head(sent, &upload).await {
+                Ok(Ok(resp)) => return Ok((resp, lease, upload)),
+                Ok(Err(failed)) => failed,
+                Err(_) => {
+                    let kind = ProxyErrorKind::HeaderTimeout(self.timeouts.response_header);
+                    return Err(self.error(backend, kind, reused));
+                }
+            };
+            // Every error of the response future came before a complete response head.
+            let unsent = failed.take_message();
+            let error = failed.into_error();
+            if unsent.is_none() && error.is_user() {
+                // Reading the client's body failed: nothing to do with the connection.
+                return Err(self.error(backend, ProxyErrorKind::ClientBody(error), reused));
+            }
+            let outcome =
+                if unsent.is_some() { SendOutcome::Unsent } else { SendOutcome::MaybeReceived };
+            let decision = retry::may_replay(&method, outcome, reused, body);
+            (req, upload) = match (decision, unsent, copy) {
+                (Decision::Retry, Some(unsent), _) => (unsent, upload),
+                (Decision::Retry, None, Some(copy)) => copy.into_request(),
+                (Decision::Refuse(why), _, _) => {
+                    self.record(backend, decision);
+                    let kind = ProxyErrorKind::NotRetried { error, method, why };
+                    return Err(self.error(backend, kind, reused));
+                }
+                // `Fail`. (`Retry` of a sent request without a copy does not happen:
+                // `copy_if_replayable` copies exactly when `may_replay` allows that.)
+                _ => return Err(self.error(backend, ProxyErrorKind::Closed(error), reused)),
+            };
+            self.record(backend, decision);
+            tracing::debug!(
+                upstream = %self.upstream.name, backend = %backend.addr, method = %method,
+                outcome = ?outcome, error = %error, "pooled connection failed, retrying on a new one"
+            );
+            lease.discard(CloseReason::UpstreamClosed);
+            lease = backend
+                .connect_fresh(self.timeouts.connect)
+                .await
+                .map_err(|e| self.error(backend, e.into(), false))?;
+        }
+    }
+
+    fn error(&self, backend: &Backend, kind: ProxyErrorKind, reused: bool) -> ProxyError {
+        ProxyError {
             upstream: Arc::clone(&self.upstream.name),
             backend: backend.addr,
             kind,
             reused,
-        };
-        let mut lease =
-            backend.lease(self.timeouts.connect).await.map_err(|e| fail(e.into(), false))?;
-        let mut req = req;
-        loop {
-            let reused = lease.is_reused();
-            let sent = lease.conn().sender.try_send_request(req);
-            match self.await_response_head(sent, upload).await {
-                Ok(Ok(resp)) => return Ok((resp, lease)),
-                Err(_) => {
-                    let kind = ProxyErrorKind::HeaderTimeout(self.timeouts.response_header);
-                    return Err(fail(kind, reused));
-                }
-                Ok(Err(mut e)) => match e.take_message() {
-                    Some(unsent) if reused => {
-                        lease.discard(CloseReason::UpstreamClosed);
-                        lease = backend
-                            .connect_fresh(self.timeouts.connect)
-                            .await
-                            .map_err(|e| fail(e.into(), false))?;
-                        req = unsent;
-                    }
-                    _ => {
-                        let error = e.into_error();
-                        let kind = if error.is_user() {
-                            ProxyErrorKind::ClientBody(error)
-                        } else {
-                            ProxyErrorKind::Closed(error)
-                        };
-                        return Err(fail(kind, reused));
-                    }
-                },
-            }
+        }
+    }
+
+    /// Counts a retry decision for `backend`.
+    fn record(&self, backend: &Backend, decision: Decision) {
+        // Backends are few and retries rare, so a scan is cheaper than an index to keep.
+        if let Some(i) = self.upstream.backends.iter().position(|b| std::ptr::eq(b, backend)) {
+            self.retries.record(i, decision);
         }
     }
 

@@ -1,12 +1,13 @@
-//! Opens one HTTP/1.1 connection to a backend: TCP connect, socket options, handshake.
+//! Opens one HTTP/1.1 connection to a backend: TCP connect (from a chosen source
+//! address, if configured), socket options, handshake.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::proxy::body::RequestBody;
 
@@ -21,6 +22,10 @@ pub enum ConnectError {
     /// connections in TIME_WAIT).
     #[error("local ports exhausted to {0}")]
     PortsExhausted(SocketAddr),
+    /// Binding the configured `source_address` failed: it is not an address of this
+    /// host, or its family differs from the backend's.
+    #[error("cannot connect from source address {address}: {error}")]
+    SourceAddress { address: IpAddr, error: io::Error },
     #[error("unreachable: {0}")]
     Unreachable(io::Error),
     #[error("connect failed: {0}")]
@@ -44,12 +49,16 @@ impl holdfast_pool::Poolable for UpstreamConn {
     }
 }
 
-/// Connects to `addr` within `timeout` and starts the HTTP/1.1 connection task.
-pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<UpstreamConn, ConnectError> {
-    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+/// Connects to `addr` within `timeout`, from `source` if given (else the kernel picks
+/// the local address), and starts the HTTP/1.1 connection task.
+pub async fn connect(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    timeout: Duration,
+) -> Result<UpstreamConn, ConnectError> {
+    let stream = match tokio::time::timeout(timeout, open(addr, source)).await {
         Err(_) => return Err(ConnectError::Timeout(timeout)),
-        Ok(Err(e)) => return Err(classify(e, addr)),
-        Ok(Ok(stream)) => stream,
+        Ok(result) => result?,
     };
     // Requests and responses are written whole; Nagle would only delay the last segment.
     stream.set_nodelay(true).map_err(ConnectError::Io)?;
@@ -65,6 +74,45 @@ pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<UpstreamConn
     Ok(UpstreamConn { sender })
 }
 
+/// The TCP connection, before any socket options.
+///
+/// With a `source` address, the socket is bound to `(source, 0)` with
+/// `IP_BIND_ADDRESS_NO_PORT` (Linux): the kernel then picks the local port at connect
+/// time, so one port serves every destination it is not already used with. A plain
+/// bind to port 0 would reserve a port for the socket's whole life before the
+/// destination is known, so the ports of the source address would run out (at bind
+/// time) after some 28,000 open connections across all backends together.
+async fn open(addr: SocketAddr, source: Option<IpAddr>) -> Result<TcpStream, ConnectError> {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).await.map_err(|e| classify(e, addr));
+    };
+    let bound = || -> io::Result<TcpSocket> {
+        let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        bind_address_no_port(&socket)?;
+        socket.bind(SocketAddr::new(source, 0))?;
+        Ok(socket)
+    };
+    let socket = bound().map_err(|error| ConnectError::SourceAddress { address: source, error })?;
+    socket.connect(addr).await.map_err(|e| classify(e, addr))
+}
+
+/// Sets `IP_BIND_ADDRESS_NO_PORT`: a bind to port 0 takes the address only, and the
+/// port is chosen at connect time.
+#[cfg(target_os = "linux")]
+fn bind_address_no_port(socket: &TcpSocket) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt::IpBindAddressNoPort};
+    setsockopt(socket, IpBindAddressNoPort, &true).map_err(io::Error::from)
+}
+
+/// Elsewhere the option does not exist; the bind reserves a port as usual.
+#[cfg(not(target_os = "linux"))]
+fn bind_address_no_port(_socket: &TcpSocket) -> io::Result<()> {
+    Ok(())
+}
+
+/// Maps a failed connect to what the operator should know. `EADDRNOTAVAIL` from
+/// `connect` means no local port is free for this destination (with a source address,
+/// its bind took no port, so only the connect can run out).
 fn classify(e: io::Error, addr: SocketAddr) -> ConnectError {
     match e.kind() {
         io::ErrorKind::ConnectionRefused => ConnectError::Refused,

@@ -3,7 +3,7 @@
 pub mod connect;
 pub mod keepalive;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,14 +22,21 @@ use crate::config::UpstreamConfig;
 pub struct Backend {
     pub addr: SocketAddr,
     pub pool: Pool<UpstreamConn>,
+    /// Local address connections are made from (`None`: the kernel picks).
+    pub source_address: Option<IpAddr>,
 }
 
 /// A connection ready to carry one request.
 pub type Lease = Pooled<UpstreamConn>;
 
 impl Backend {
-    fn new(addr: SocketAddr, config: PoolConfig, budget: Option<Arc<IdleBudget>>) -> Self {
-        Backend { addr, pool: Pool::with_budget(config, budget) }
+    fn new(
+        addr: SocketAddr,
+        config: PoolConfig,
+        source_address: Option<IpAddr>,
+        budget: Option<Arc<IdleBudget>>,
+    ) -> Self {
+        Backend { addr, pool: Pool::with_budget(config, budget), source_address }
     }
 
     /// The most recently used idle connection that is ready for a request, or a new
@@ -67,7 +74,7 @@ impl Backend {
         permit: ConnectPermit<UpstreamConn>,
         connect_timeout: Duration,
     ) -> Result<Lease, LeaseError> {
-        let conn = connect::connect(self.addr, connect_timeout).await?;
+        let conn = connect::connect(self.addr, self.source_address, connect_timeout).await?;
         Ok(self.pool.adopt(conn, permit, Instant::now()))
     }
 
@@ -109,7 +116,10 @@ impl Upstream {
         let backends = config
             .servers
             .iter()
-            .map(|addr| Backend::new(*addr, config.pool.clone(), Some(Arc::clone(budget))))
+            .map(|addr| {
+                let budget = Some(Arc::clone(budget));
+                Backend::new(*addr, config.pool.clone(), config.source_address, budget)
+            })
             .collect();
         Upstream { name: config.name.as_str().into(), backends, next: AtomicUsize::new(0) }
     }
@@ -134,4 +144,10 @@ pub struct BackendStats {
     pub upstream: Arc<str>,
     pub backend: SocketAddr,
     pub pool: PoolStatsSnapshot,
+    /// Requests sent again on a new connection after a pooled one failed under them.
+    pub retries: u64,
+    /// Requests that failed on a pooled connection after they may have reached the
+    /// origin, and were answered 502 instead of being sent again (non-idempotent
+    /// method, or a streamed body).
+    pub unsafe_to_retry: u64,
 }

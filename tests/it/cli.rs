@@ -157,11 +157,12 @@ fn demo_shows_reuse_against_a_no_reuse_path() {
     let out = holdfast(&["demo", "--seconds", "1", "--concurrency", "4"]);
     assert!(out.status.success(), "demo failed: {}", String::from_utf8_lossy(&out.stderr));
     let report = String::from_utf8_lossy(&out.stdout);
-    // Four keep-alive clients need at most four pooled upstream connections...
+    // Four keep-alive clients need about four pooled upstream connections (a loaded
+    // machine may retire and replace one or two)...
     let reused_path = opened_in(&report, "\nreuse (");
-    assert!((1..=4).contains(&reused_path), "reuse path opened {reused_path}: {report}");
+    assert!((1..=8).contains(&reused_path), "reuse path opened {reused_path}: {report}");
     // ...while the no-reuse path opens one per request.
     let no_reuse_path = opened_in(&report, "\nno reuse (");
-    assert!(no_reuse_path > 4, "no-reuse path opened {no_reuse_path}: {report}");
+    assert!(no_reuse_path > 100, "no-reuse path opened {no_reuse_path}: {report}");
     assert_eq!(report.matches(", 0 errors").count(), 2, "{report}");
 }

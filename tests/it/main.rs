@@ -21,6 +21,11 @@ mod errors;
 mod limits;
 // Connections bounded by need: closing clients, the wait queue, Keep-Alive limits.
 mod demand;
+// Origins closing pooled connections unannounced: safe retries, refused unsafe ones.
+mod stale;
+// Source addresses, and a namespace with few ports: reuse holds, no reuse runs out.
+#[cfg(target_os = "linux")]
+mod ports;
 // Stopping: requests in flight finish, idle upstream connections close.
 mod shutdown;
 // The binary: check, quick mode, --config.

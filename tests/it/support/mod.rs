@@ -6,6 +6,7 @@
 //! proxy fails a test instead of hanging it.
 
 pub mod client;
+pub mod node;
 pub mod origin;
 pub mod proxy;
 

@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -166,6 +166,32 @@ impl ChildProxy {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Sends SIGTERM, as a service manager does to stop the process.
+    #[cfg(unix)]
+    pub fn terminate(&self) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits in i32"));
+        kill(pid, Signal::SIGTERM).expect("send SIGTERM to holdfast");
+    }
+
+    /// Waits for the child to exit; panics if it is still running after `deadline`.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        let start = Instant::now();
+        // Bounded by `deadline`; each round waits 10 ms.
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll holdfast's exit") {
+                return status;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "holdfast still running {deadline:?} later: {}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// What the child has written to stderr so far.

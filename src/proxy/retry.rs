@@ -1,0 +1,332 @@
+//! When a request that failed on a pooled connection is sent again on a new one.
+//!
+//! An origin may close an idle keep-alive connection at any moment without saying so
+//! (Node.js after `keepAliveTimeout`, servers that close after N requests). A request sent
+//! on such a connection just as it closes fails with a reset or an early EOF. [`may_replay`]
+//! decides, in one place, whether holdfast hides that from the client by sending the
+//! request once more on a fresh connection; [`RetryStats`] counts what it decided; and
+//! [`Replay`] is the copy of a request that makes a second send possible after hyper has
+//! consumed the first.
+//!
+//! It does not retry anything else: not a failed connect, not a timeout, not a failure on
+//! a connection that was new (the backend itself is failing then, and a retry would only
+//! add load), and never more than once.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request};
+
+use super::body::{RequestBody, Upload};
+
+/// Idempotent requests whose body has a `Content-Length` of at most this many bytes are
+/// read in full before they are sent and kept, so they can be sent again after a stale
+/// connection ate the first attempt. 64 KiB covers the JSON and form bodies of ordinary
+/// PUT and DELETE calls and bounds the memory held per request in flight; reading such a
+/// body before sending delays the request by no more than the client takes to send it.
+/// Larger and chunked bodies are streamed as they arrive and can only be resent when
+/// hyper hands them back unsent.
+pub const KEEP_BODY_MAX_BYTES: u64 = 64 * 1024;
+
+/// How far a failed attempt got before the connection failed, as hyper reports it. Only
+/// failures before a complete response head arrived are considered at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// hyper handed the request back: not a byte of it was written, so the origin
+    /// cannot have received it.
+    Unsent,
+    /// The request was written, at least in part; the origin may have received and even
+    /// acted on it.
+    MaybeReceived,
+}
+
+/// Whether the request body could be sent a second time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyReplay {
+    /// No body.
+    Empty,
+    /// Read in full beforehand and kept (see [`KEEP_BODY_MAX_BYTES`]).
+    Kept,
+    /// Streamed from the client as it was sent; gone once sent.
+    Streamed,
+}
+
+/// What to do about a request whose attempt failed before a response head arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send it once more, on a new connection.
+    Retry,
+    /// Answer with the failure. The connection was new, so this is not the stale pooled
+    /// connection race but the backend failing.
+    Fail,
+    /// Answer with the failure and say why it was not retried: it went out on a pooled
+    /// connection, so it is likely the stale connection race, but a replay is unsafe or
+    /// impossible.
+    Refuse(NotReplayed),
+}
+
+/// Why a request that failed on a pooled connection was not sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReplayed {
+    /// The method is not idempotent (RFC 9110, 9.2.2): a second copy could act twice.
+    NotIdempotent,
+    /// The body was streamed upstream and not kept, so there is nothing to send again.
+    BodyStreamed,
+}
+
+impl fmt::Display for NotReplayed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotReplayed::NotIdempotent => f.write_str("the method is not idempotent"),
+            NotReplayed::BodyStreamed => write!(
+                f,
+                "its body was streamed, not kept (only bodies with a Content-Length of at \
+                 most {} KiB are kept for a retry)",
+                KEEP_BODY_MAX_BYTES / 1024
+            ),
+        }
+    }
+}
+
+/// Whether a request that failed before any response head arrived is sent again.
+///
+/// - Only a `reused` (pooled) connection is retried, and the retry goes out on a new
+///   connection, so a request is retried at most once.
+/// - [`SendOutcome::Unsent`]: always; the origin has seen nothing, whatever the method.
+/// - [`SendOutcome::MaybeReceived`]: only an idempotent method whose body is empty or
+///   kept. A non-idempotent request (POST, PATCH, ...) is never replayed: the origin may
+///   have received it, and running it twice is worse than a 502.
+pub fn may_replay(method: &Method, sent: SendOutcome, reused: bool, body: BodyReplay) -> Decision {
+    match (reused, sent) {
+        (false, _) => Decision::Fail,
+        (true, SendOutcome::Unsent) => Decision::Retry,
+        (true, SendOutcome::MaybeReceived) if !is_idempotent(method) => {
+            Decision::Refuse(NotReplayed::NotIdempotent)
+        }
+        (true, SendOutcome::MaybeReceived) => match body {
+            BodyReplay::Empty | BodyReplay::Kept => Decision::Retry,
+            BodyReplay::Streamed => Decision::Refuse(NotReplayed::BodyStreamed),
+        },
+    }
+}
+
+/// Whether a body of `len` bytes (its exact size, from `Content-Length`) is read in full
+/// and kept before the request is sent, so a replay can send it again.
+pub fn should_keep_body(method: &Method, len: Option<u64>) -> bool {
+    is_idempotent(method) && len.is_some_and(|n| n <= KEEP_BODY_MAX_BYTES)
+}
+
+/// RFC 9110, 9.2.2: methods whose intended effect is the same however often they run.
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// A copy of a request, made before it goes out on a pooled connection, from which it
+/// can be sent a second time after hyper has consumed the first.
+pub struct Replay {
+    /// Method, target, version and headers; the body is `body`.
+    head: Request<()>,
+    body: Bytes,
+}
+
+impl Replay {
+    /// Copies `req` if [`may_replay`] would allow sending it again after a pooled
+    /// connection failed under it; `None` when no replay could happen (so nothing is
+    /// copied for POSTs or streamed bodies).
+    pub fn copy_if_replayable(req: &Request<RequestBody>) -> Option<Replay> {
+        let body = req.body().kept_bytes()?;
+        let allowed =
+            may_replay(req.method(), SendOutcome::MaybeReceived, true, req.body().replay());
+        if allowed != Decision::Retry {
+            return None;
+        }
+        let mut head = Request::new(());
+        *head.method_mut() = req.method().clone();
+        *head.uri_mut() = req.uri().clone();
+        *head.version_mut() = req.version();
+        *head.headers_mut() = req.headers().clone();
+        Some(Replay { head, body })
+    }
+
+    /// The request again, with a new [`Upload`] following its body.
+    pub fn into_request(self) -> (Request<RequestBody>, Arc<Upload>) {
+        let (body, upload) = RequestBody::kept(self.body);
+        let (parts, ()) = self.head.into_parts();
+        (Request::from_parts(parts, body), upload)
+    }
+}
+
+/// Replay counters of one upstream group: one slot per backend, in the order of
+/// `Upstream::backends`.
+#[derive(Debug)]
+pub struct RetryStats {
+    backends: Box<[BackendRetries]>,
+}
+
+#[derive(Debug, Default)]
+struct BackendRetries {
+    retried: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl RetryStats {
+    /// Counters for a group of `backends` backends, all zero.
+    pub fn new(backends: usize) -> Self {
+        RetryStats { backends: (0..backends).map(|_| BackendRetries::default()).collect() }
+    }
+
+    /// Requests sent again on a new connection after a pooled one failed under them.
+    pub fn retries(&self, backend: usize) -> u64 {
+        self.backends.get(backend).map_or(0, |b| b.retried.load(Ordering::Relaxed))
+    }
+
+    /// Requests that failed on a pooled connection after they may have reached the
+    /// origin and were not sent again ([`Decision::Refuse`]).
+    pub fn unsafe_to_retry(&self, backend: usize) -> u64 {
+        self.backends.get(backend).map_or(0, |b| b.refused.load(Ordering::Relaxed))
+    }
+
+    /// Counts one decision of [`may_replay`] for `backend`.
+    pub fn record(&self, backend: usize, decision: Decision) {
+        let Some(b) = self.backends.get(backend) else { return };
+        match decision {
+            Decision::Retry => b.retried.fetch_add(1, Ordering::Relaxed),
+            Decision::Refuse(_) => b.refused.fetch_add(1, Ordering::Relaxed),
+            Decision::Fail => return,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use BodyReplay::{Empty, Kept, Streamed};
+    use SendOutcome::{MaybeReceived, Unsent};
+
+    const IDEMPOTENT: [Method; 6] =
+        [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE, Method::PUT, Method::DELETE];
+
+    fn not_idempotent() -> Vec<Method> {
+        vec![
+            Method::POST,
+            Method::PATCH,
+            Method::CONNECT,
+            Method::from_bytes(b"PROPPATCH").expect("a valid extension method"),
+        ]
+    }
+
+    #[test]
+    fn failure_on_a_new_connection_is_never_retried() {
+        for method in IDEMPOTENT.iter().cloned().chain(not_idempotent()) {
+            for sent in [Unsent, MaybeReceived] {
+                for body in [Empty, Kept, Streamed] {
+                    assert_eq!(may_replay(&method, sent, false, body), Decision::Fail);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unsent_request_on_a_pooled_connection_is_retried_whatever_the_method_and_body() {
+        for method in IDEMPOTENT.iter().cloned().chain(not_idempotent()) {
+            for body in [Empty, Kept, Streamed] {
+                assert_eq!(may_replay(&method, Unsent, true, body), Decision::Retry, "{method}");
+            }
+        }
+    }
+
+    #[test]
+    fn idempotent_request_that_may_have_been_received_is_retried_with_an_empty_or_kept_body() {
+        for method in IDEMPOTENT {
+            assert_eq!(may_replay(&method, MaybeReceived, true, Empty), Decision::Retry);
+            assert_eq!(may_replay(&method, MaybeReceived, true, Kept), Decision::Retry);
+        }
+    }
+
+    #[test]
+    fn idempotent_request_whose_streamed_body_was_sent_is_not_retried() {
+        for method in IDEMPOTENT {
+            assert_eq!(
+                may_replay(&method, MaybeReceived, true, Streamed),
+                Decision::Refuse(NotReplayed::BodyStreamed)
+            );
+        }
+    }
+
+    #[test]
+    fn non_idempotent_request_that_may_have_been_received_is_never_retried() {
+        for method in not_idempotent() {
+            for body in [Empty, Kept, Streamed] {
+                assert_eq!(
+                    may_replay(&method, MaybeReceived, true, body),
+                    Decision::Refuse(NotReplayed::NotIdempotent),
+                    "{method}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_small_sized_bodies_of_idempotent_requests_are_kept() {
+        assert!(should_keep_body(&Method::PUT, Some(0)));
+        assert!(should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES)));
+        assert!(should_keep_body(&Method::DELETE, Some(10)));
+        assert!(!should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES + 1)));
+        // Chunked: the size is unknown until the end.
+        assert!(!should_keep_body(&Method::PUT, None));
+        for method in not_idempotent() {
+            assert!(!should_keep_body(&method, Some(10)), "{method}");
+        }
+    }
+
+    fn request(method: Method, body: &'static [u8]) -> Request<RequestBody> {
+        let mut req = Request::new(RequestBody::kept(Bytes::from_static(body)).0);
+        *req.method_mut() = method;
+        *req.uri_mut() = "/doc?v=1".parse().expect("a valid target");
+        req.headers_mut().insert("x-id", http::HeaderValue::from_static("7"));
+        req
+    }
+
+    #[tokio::test]
+    async fn copy_of_a_kept_request_sends_the_same_head_and_body_again() {
+        use http_body_util::BodyExt;
+        let original = request(Method::PUT, b"payload");
+        let copy = Replay::copy_if_replayable(&original).expect("PUT with a kept body");
+        // hyper consumes the original; the copy builds it again, with a fresh upload.
+        drop(original);
+        let (again, upload) = copy.into_request();
+        assert!(!upload.is_done());
+        assert_eq!(again.method(), Method::PUT);
+        assert_eq!(again.uri(), "/doc?v=1");
+        assert_eq!(again.headers()["x-id"], "7");
+        let body = again.into_body().collect().await.expect("a kept body").to_bytes();
+        assert_eq!(&body[..], b"payload");
+        assert!(upload.is_done());
+    }
+
+    #[test]
+    fn nothing_is_copied_for_a_request_that_could_not_be_replayed_once_sent() {
+        assert!(Replay::copy_if_replayable(&request(Method::POST, b"order")).is_none());
+        assert!(Replay::copy_if_replayable(&request(Method::GET, b"")).is_some());
+    }
+
+    #[test]
+    fn counters_count_retries_and_refusals_per_backend() {
+        let stats = RetryStats::new(2);
+        stats.record(1, Decision::Retry);
+        stats.record(1, Decision::Retry);
+        stats.record(1, Decision::Refuse(NotReplayed::NotIdempotent));
+        stats.record(1, Decision::Fail);
+        stats.record(0, Decision::Refuse(NotReplayed::BodyStreamed));
+        // Out of range: ignored, not a panic.
+        stats.record(2, Decision::Retry);
+        assert_eq!((stats.retries(0), stats.unsafe_to_retry(0)), (0, 1));
+        assert_eq!((stats.retries(1), stats.unsafe_to_retry(1)), (2, 1));
+    }
+}
