@@ -344,3 +344,36 @@ async fn put_with_a_streamed_body_is_not_replayed_once_sent() {
     let stats = proxy.stats();
     assert_eq!((stats.retries, stats.unsafe_to_retry), (0, 1));
 }
+
+/// Requests from one keep-alive client with gaps that cycle through `gaps_ms`.
+async fn spaced_requests(proxy: &Holdfast, gaps_ms: &[u64], rounds: usize, tally: &Tally) {
+    let mut client = proxy.client().await;
+    for i in 0..rounds {
+        let path = format!("/spaced/{i}");
+        let reply = client.get(&path).await;
+        tally.check(&path, &reply);
+        tokio::time::sleep(Duration::from_millis(gaps_ms[i % gaps_ms.len()])).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_keep_alive_timeout_is_honoured_with_requests_spaced_around_it() {
+    // Node's own keepAliveTimeout: 300 ms (announced as `timeout=0`) and 1500 ms
+    // (`timeout=1`). Requests come just before, at and just after those intervals.
+    let short = NodeOrigin::start("stale_origin.js", &["--keep-alive-timeout-ms", "300"]).await;
+    let longer = NodeOrigin::start("stale_origin.js", &["--keep-alive-timeout-ms", "1500"]).await;
+    let (short_proxy, longer_proxy) =
+        (Holdfast::start(&short).await, Holdfast::start(&longer).await);
+    let tally = Tally::default();
+    tokio::join!(
+        spaced_requests(&short_proxy, &[250, 300, 350, 0, 280], 20, &tally),
+        spaced_requests(&longer_proxy, &[400, 1400, 1500, 1600, 0, 900], 8, &tally),
+    );
+    assert_eq!(tally.errors(), Vec::<String>::new());
+    for (node, proxy, expected) in [(&short, &short_proxy, 20), (&longer, &longer_proxy, 8)] {
+        assert_eq!(node.stats().await.total_arrivals(), expected);
+        assert_eq!(proxy.stats().unsafe_to_retry, 0);
+    }
+    // `timeout=1` leaves 0.5 s of idle life: the gaps under it reuse the connection.
+    assert!(longer_proxy.stats().pool.reused > 0);
+}
