@@ -262,41 +262,19 @@ impl Validator<'_> {
     fn pool(&mut self, key: &str, raw: Option<&FilePool>, base: PoolConfig) -> PoolConfig {
         let Some(raw) = raw else { return base };
         let mut pool = base;
-        if let Some(v) = &raw.idle_timeout {
-            if let Some(d) = self.duration(v, &format!("{key}.idle_timeout")) {
-                pool.idle_timeout = d;
-            }
-        }
-        if let Some(v) = &raw.max_lifetime {
-            if let Some(d) = self.duration(v, &format!("{key}.max_lifetime")) {
-                pool.max_lifetime = d;
-            }
-        }
-        if let Some(v) = &raw.max_requests {
-            if let Some(n) = self.non_negative(v, &format!("{key}.max_requests")) {
-                pool.max_requests = n as u64;
-            }
-        }
-        if let Some(v) = &raw.max_idle_per_server {
-            if let Some(n) = self.non_negative(v, &format!("{key}.max_idle_per_server")) {
-                pool.max_idle = n;
-            }
-        }
-        if let Some(v) = &raw.max_connections_per_server {
-            if let Some(n) = self.non_negative(v, &format!("{key}.max_connections_per_server")) {
-                pool.max_connections = n;
-            }
-        }
-        if let Some(v) = &raw.queue_size {
-            if let Some(n) = self.non_negative(v, &format!("{key}.queue_size")) {
-                pool.queue_size = n;
-            }
-        }
-        if let Some(v) = &raw.queue_timeout {
-            if let Some(d) = self.duration(v, &format!("{key}.queue_timeout")) {
-                pool.queue_timeout = d;
-            }
-        }
+        let k = |name: &str| format!("{key}.{name}");
+        self.set_duration(&raw.idle_timeout, &k("idle_timeout"), &mut pool.idle_timeout);
+        self.set_duration(&raw.max_lifetime, &k("max_lifetime"), &mut pool.max_lifetime);
+        self.set_duration(&raw.queue_timeout, &k("queue_timeout"), &mut pool.queue_timeout);
+        self.set_count(&raw.max_requests, &k("max_requests"), &mut pool.max_requests);
+        self.set_count(&raw.max_idle_per_server, &k("max_idle_per_server"), &mut pool.max_idle);
+        let max_connections = k("max_connections_per_server");
+        self.set_count(
+            &raw.max_connections_per_server,
+            &max_connections,
+            &mut pool.max_connections,
+        );
+        self.set_count(&raw.queue_size, &k("queue_size"), &mut pool.queue_size);
         pool
     }
 
@@ -353,6 +331,26 @@ impl Validator<'_> {
                 self.problem(value.span(), key, message);
                 None
             }
+        }
+    }
+
+    /// Sets `slot` from an optional duration string, recording a problem if it is bad.
+    fn set_duration(&mut self, value: &Option<Spanned<String>>, key: &str, slot: &mut Duration) {
+        if let Some(d) = value.as_ref().and_then(|v| self.duration(v, key)) {
+            *slot = d;
+        }
+    }
+
+    /// Sets `slot` from an optional count (0 or more), recording a problem if it is bad.
+    fn set_count<T: TryFrom<usize>>(
+        &mut self,
+        value: &Option<Spanned<i64>>,
+        key: &str,
+        slot: &mut T,
+    ) {
+        if let Some(Ok(n)) = value.as_ref().and_then(|v| self.non_negative(v, key)).map(T::try_from)
+        {
+            *slot = n;
         }
     }
 
