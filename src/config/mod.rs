@@ -32,6 +32,41 @@ pub struct Config {
     /// Idle connections kept across all backends; `None` derives it from the file
     /// descriptor limit (see `upstream::IdleBudget`).
     pub max_idle_total: Option<usize>,
+    /// Where the admin listener (metrics, status, health) accepts; `None`: no admin
+    /// listener.
+    pub admin: Option<SocketAddr>,
+    pub access_log: AccessLogConfig,
+}
+
+/// The admin listener's address when `[admin]` names none: loopback only.
+pub const DEFAULT_ADMIN_ADDR: SocketAddr =
+    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
+
+/// Where access log lines go and how they look.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    pub target: AccessLogTarget,
+    pub format: AccessLogFormat,
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// No access log (the default: it costs CPU on every request).
+    #[default]
+    Off,
+    Stdout,
+    File(PathBuf),
+}
+
+/// The shape of one access log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// Combined-log-like text with upstream fields appended.
+    Text,
 }
 
 /// One address to accept clients on, and the upstream group it sends them to.
@@ -108,6 +143,8 @@ impl Config {
             client_limits: ClientLimits::default(),
             threads: None,
             max_idle_total: None,
+            admin: None,
+            access_log: AccessLogConfig::default(),
         }
     }
 
@@ -201,6 +238,8 @@ impl Validator<'_> {
             client_limits: self.limits(raw.limits.unwrap_or_default()),
             threads,
             max_idle_total,
+            admin: None,
+            access_log: AccessLogConfig::default(),
         }
     }
 

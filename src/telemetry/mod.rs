@@ -1,4 +1,7 @@
-//! Logging: a `tracing` subscriber writing to stderr, filtered like `RUST_LOG`.
+//! Logging: a `tracing` subscriber writing to stderr, filtered like `RUST_LOG`, and
+//! (in `access_log`) the per-request access log.
+
+pub mod access_log;
 
 use tracing_subscriber::EnvFilter;
 
