@@ -13,10 +13,12 @@
 //! each part takes; `server` wires them together; `demo` shows it working.
 
 pub mod cli;
+pub mod admin;
 pub mod config;
 pub mod demo;
 pub mod framing;
 pub mod listener;
+pub mod metrics;
 pub mod proxy;
 pub mod server;
 pub mod telemetry;

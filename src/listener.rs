@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hyper::server::conn::http1;
@@ -28,14 +29,42 @@ pub fn client_http(limits: ClientLimits, timeouts: Timeouts) -> http1::Builder {
     b
 }
 
-/// Tracks live client connections so shutdown can wait for them.
+/// Counts client connections: open now (so shutdown can wait for them) and accepted
+/// since start. Clones share the counts.
 #[derive(Clone, Default)]
-pub struct Connections(Arc<()>);
+pub struct Connections(Arc<Counts>);
+
+#[derive(Default)]
+struct Counts {
+    open: AtomicUsize,
+    accepted: AtomicU64,
+}
 
 impl Connections {
     /// Client connections being served now.
     pub fn count(&self) -> usize {
-        Arc::strong_count(&self.0) - 1
+        self.0.open.load(Ordering::Acquire)
+    }
+
+    /// Client connections accepted since start.
+    pub fn accepted(&self) -> u64 {
+        self.0.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Counts a newly accepted connection; it is open until the guard drops.
+    fn track(&self) -> OpenConnection {
+        self.0.accepted.fetch_add(1, Ordering::Relaxed);
+        self.0.open.fetch_add(1, Ordering::AcqRel);
+        OpenConnection(Arc::clone(&self.0))
+    }
+}
+
+/// One open client connection, counted in [`Connections`] while it lives.
+struct OpenConnection(Arc<Counts>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -63,7 +92,7 @@ pub async fn accept_loop(
                     limits,
                     stop.clone(),
                 );
-                let guard = connections.clone();
+                let guard = connections.track();
                 tokio::spawn(async move {
                     task.await;
                     drop(guard);

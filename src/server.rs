@@ -1,6 +1,8 @@
-//! A running holdfast: listeners bound, pools created, background eviction started.
+//! A running holdfast: listeners bound, pools created, background eviction started,
+//! the admin listener and access log (when configured) running beside them.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,10 +10,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::admin::{self, AdminState};
 use crate::config::Config;
 use crate::listener::{self, Connections};
-use crate::proxy::retry::RetryStats;
+use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
 use crate::proxy::Proxy;
+use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{BackendStats, Upstream};
 use holdfast_pool::IdleBudget;
 
@@ -20,17 +24,25 @@ use holdfast_pool::IdleBudget;
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start the admin listener on {addr}: {source}")]
+    Admin { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    AccessLog(std::io::Error),
 }
 
 /// A started proxy. Dropping it without [`Server::shutdown`] leaves it running until
 /// the runtime ends.
 pub struct Server {
     addrs: Vec<SocketAddr>,
+    admin_addr: Option<SocketAddr>,
     upstreams: Vec<Arc<Upstream>>,
-    /// Replay counters, one per upstream, in the order of `upstreams`.
-    retries: Vec<Arc<RetryStats>>,
     connections: Connections,
+    access_log: Option<AccessLog>,
+    draining: Arc<AtomicBool>,
+    /// Stops the proxy listeners (and, with them, client connections).
     stop: watch::Sender<bool>,
+    /// Stops the admin listener, which outlives the drain so `/healthz` can say 503.
+    stop_admin: watch::Sender<bool>,
 }
 
 impl Server {
@@ -44,11 +56,18 @@ impl Server {
                 .map_err(|source| StartError::Bind { addr: l.addr, source })?;
             bound.push((listener, l.addr, l.upstream.clone()));
         }
+        let admin_listener = match config.admin {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Admin { addr, source })?,
+            ),
+            None => None,
+        };
+        let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
         let budget = Arc::new(IdleBudget::new(idle_budget(config)));
         let upstreams: Vec<Arc<Upstream>> =
             config.upstreams.iter().map(|u| Arc::new(Upstream::new(u, &budget))).collect();
-        let retries: Vec<Arc<RetryStats>> =
-            upstreams.iter().map(|u| Arc::new(RetryStats::new(u.backends.len()))).collect();
         let (stop, stop_rx) = watch::channel(false);
         let connections = Connections::default();
         let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
@@ -63,11 +82,8 @@ impl Server {
                 tcp.local_addr().map_err(|source| StartError::Bind { addr: configured, source })?;
             tracing::info!(listen = %addr, upstream = %name, "listening");
             addrs.push(addr);
-            let proxy = Arc::new(Proxy::new(
-                Arc::clone(upstream),
-                Arc::clone(&retries[index]),
-                config.timeouts,
-            ));
+            let proxy =
+                Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts, access_log.clone()));
             tokio::spawn(listener::accept_loop(
                 tcp,
                 proxy,
@@ -78,7 +94,35 @@ impl Server {
             ));
         }
         tokio::spawn(evict_idle(upstreams.clone(), stop_rx));
-        Ok(Server { addrs, upstreams, retries, connections, stop })
+        let draining = Arc::new(AtomicBool::new(false));
+        let (stop_admin, stop_admin_rx) = watch::channel(false);
+        let mut admin_addr = None;
+        if let Some(tcp) = admin_listener {
+            let addr = tcp.local_addr().map_err(|source| StartError::Admin {
+                addr: config.admin.expect("bound from config.admin"),
+                source,
+            })?;
+            tracing::info!(admin = %addr, "admin listener: /metrics /status /healthz");
+            admin_addr = Some(addr);
+            let process = process_reader(connections.clone(), access_log.clone(), &draining);
+            let state = AdminState {
+                exporter: Exporter::new(upstreams.clone(), process),
+                upstreams: upstreams.clone(),
+                draining: Arc::clone(&draining),
+                started: Instant::now(),
+            };
+            tokio::spawn(admin::serve(tcp, Arc::new(state), stop_admin_rx));
+        }
+        Ok(Server {
+            addrs,
+            admin_addr,
+            upstreams,
+            connections,
+            access_log,
+            draining,
+            stop,
+            stop_admin,
+        })
     }
 
     /// The bound listener addresses, in config order (useful with port 0).
@@ -86,26 +130,39 @@ impl Server {
         &self.addrs
     }
 
+    /// Where the admin listener accepts, if there is one.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
     /// Pool and retry counters of every backend.
     pub fn stats(&self) -> Vec<BackendStats> {
         self.upstreams
             .iter()
-            .zip(&self.retries)
-            .flat_map(|(u, retries)| {
-                u.backends.iter().enumerate().map(|(i, b)| BackendStats {
+            .flat_map(|u| {
+                u.backends.iter().map(|b| BackendStats {
                     upstream: Arc::clone(&u.name),
                     backend: b.addr,
                     pool: b.pool.stats().snapshot(),
-                    retries: retries.retries(i),
-                    unsafe_to_retry: retries.unsafe_to_retry(i),
+                    retries: b.metrics.retries.load(Ordering::Relaxed),
+                    unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
                 })
             })
             .collect()
     }
 
-    /// Stops accepting, lets requests in flight finish for up to `drain`, then closes
-    /// every idle upstream connection.
+    /// Makes the access log reopen its file (after rotation).
+    pub fn reopen_access_log(&self) {
+        if let Some(log) = &self.access_log {
+            log.reopen();
+        }
+    }
+
+    /// Reports draining on `/healthz`, stops accepting, lets requests in flight
+    /// finish for up to `drain`, then closes every idle upstream connection and the
+    /// admin listener.
     pub async fn shutdown(self, drain: Duration) {
+        self.draining.store(true, Ordering::Release);
         let _ = self.stop.send(true);
         let deadline = Instant::now() + drain;
         while self.connections.count() > 0 && Instant::now() < deadline {
@@ -116,8 +173,24 @@ impl Server {
                 b.pool.clear();
             }
         }
+        let _ = self.stop_admin.send(true);
         tracing::info!(unfinished = self.connections.count(), "stopped");
     }
+}
+
+/// Reads the process-wide numbers `/metrics` shows.
+fn process_reader(
+    connections: Connections,
+    access_log: Option<AccessLog>,
+    draining: &Arc<AtomicBool>,
+) -> ProcessReader {
+    let draining = Arc::clone(draining);
+    Box::new(move || ProcessSnapshot {
+        client_connections: connections.count(),
+        client_connections_accepted: connections.accepted(),
+        access_log_dropped: access_log.as_ref().map_or(0, AccessLog::dropped),
+        draining: draining.load(Ordering::Acquire),
+    })
 }
 
 /// Idle connections kept across all backends: `pool.max_idle_total`, or else a quarter

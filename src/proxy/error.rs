@@ -44,11 +44,12 @@ pub enum ProxyErrorKind {
 }
 
 impl ProxyErrorKind {
-    /// A stable snake_case name for logs.
+    /// A stable snake_case name for logs and metric labels.
     pub fn as_str(&self) -> &'static str {
         match self {
-            ProxyErrorKind::Connect(_) => "connect",
-            ProxyErrorKind::Queue(_) => "queue",
+            ProxyErrorKind::Connect(e) => e.as_str(),
+            ProxyErrorKind::Queue(LeaseError::QueueTimeout { .. }) => "queue_timeout",
+            ProxyErrorKind::Queue(_) => "queue_full",
             ProxyErrorKind::HeaderTimeout(_) => "header_timeout",
             ProxyErrorKind::Closed(_) => "closed",
             ProxyErrorKind::NotRetried { why: NotReplayed::NotIdempotent, .. } => {

@@ -9,12 +9,14 @@ pub mod body;
 pub mod error;
 pub mod headers;
 pub mod retry;
+pub mod trace;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::time::error::Elapsed;
+use tokio::time::Instant;
 
 use holdfast_pool::CloseReason;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
@@ -24,17 +26,19 @@ use hyper_util::rt::TokioIo;
 
 use body::{ClientBody, KeepError, RequestBody, ResponseBody, Reuse, Upload};
 use error::{local_response, ProxyError, ProxyErrorKind};
-use retry::{Decision, Replay, RetryStats, SendOutcome};
+use retry::{Decision, Replay, SendOutcome};
+use trace::{Trace, Traced};
 
 use crate::config::Timeouts;
 use crate::framing::FramingState;
+use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{keepalive, Backend, Lease, Upstream};
 
 /// Serves requests for one listener: everything goes to one upstream group.
 pub struct Proxy {
     upstream: Arc<Upstream>,
-    retries: Arc<RetryStats>,
     timeouts: Timeouts,
+    access_log: Option<AccessLog>,
 }
 
 /// What the proxy knows about the client connection a request came on.
@@ -44,18 +48,15 @@ pub struct ClientContext {
 }
 
 impl Proxy {
-    /// `retries` counts replays for the backends of `upstream`; every listener serving
-    /// that group shares it.
-    pub fn new(upstream: Arc<Upstream>, retries: Arc<RetryStats>, timeouts: Timeouts) -> Self {
-        Proxy { upstream, retries, timeouts }
+    /// Each request is traced into the metrics of `upstream`, and logged to
+    /// `access_log` if there is one.
+    pub fn new(upstream: Arc<Upstream>, timeouts: Timeouts, access_log: Option<AccessLog>) -> Self {
+        Proxy { upstream, timeouts, access_log }
     }
 
     /// Answers one client request.
-    pub async fn handle(
-        &self,
-        req: Request<Incoming>,
-        client: &ClientContext,
-    ) -> Response<ClientBody> {
+    pub async fn handle(&self, req: Request<Incoming>, client: &ClientContext) -> Response<Traced> {
+        let mut trace = Trace::begin(&self.upstream, &req, client.addr, self.access_log.as_ref());
         if let Some(violation) = client.framing.rejection() {
             tracing::debug!(client = %client.addr, reason = violation.as_str(), "refused request framing");
             let mut resp = local_response(
@@ -63,19 +64,23 @@ impl Proxy {
                 format!("holdfast: {}\n", violation.as_str()),
             );
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return resp;
+            trace.failed(violation.as_str());
+            return trace.respond(resp);
         }
-        let backend = self.upstream.pick();
+        let index = self.upstream.pick();
+        let backend = &self.upstream.backends[index];
+        trace.chose(index);
         let method = req.method().clone();
-        match self.exchange(req, client.addr, backend).await {
-            Ok(resp) => resp,
+        match self.exchange(req, client.addr, backend, &mut trace).await {
+            Ok(resp) => trace.respond(resp),
             Err(e) => {
                 tracing::warn!(
                     upstream = %e.upstream, backend = %e.backend, method = %method,
                     reused = e.reused, status = e.status().as_u16(), reason = e.kind.as_str(),
                     "{}", e.kind
                 );
-                e.to_response()
+                trace.failed(e.kind.as_str());
+                trace.respond(e.to_response())
             }
         }
     }
@@ -85,6 +90,7 @@ impl Proxy {
         req: Request<Incoming>,
         client: SocketAddr,
         backend: &Backend,
+        trace: &mut Trace,
     ) -> Result<Response<ClientBody>, ProxyError> {
         let mut req = req;
         let upgrade = (req.version() == Version::HTTP_11)
@@ -98,7 +104,7 @@ impl Proxy {
         }
         let (body, upload) = self.request_body(&parts.method, incoming, backend).await?;
         let (resp, lease, upload) =
-            self.send(Request::from_parts(parts, body), upload, backend).await?;
+            self.send(Request::from_parts(parts, body), upload, backend, trace).await?;
         match client_upgrade {
             Some(on_client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 Ok(splice_upgrade(resp, lease, on_client))
@@ -150,11 +156,14 @@ impl Proxy {
         req: Request<RequestBody>,
         upload: Arc<Upload>,
         backend: &Backend,
+        trace: &mut Trace,
     ) -> Result<(Response<Incoming>, Lease, Arc<Upload>), ProxyError> {
+        let asked = Instant::now();
         let mut lease = backend
             .lease(self.timeouts.connect)
             .await
             .map_err(|e| self.error(backend, e.into(), false))?;
+        trace.connected(asked.elapsed());
         let (mut req, mut upload) = (req, upload);
         // At most two rounds: a retry goes out on a new connection, which `may_replay`
         // never retries.
@@ -163,9 +172,13 @@ impl Proxy {
             let method = req.method().clone();
             let body = req.body().replay();
             let copy = if reused { Replay::copy_if_replayable(&req) } else { None };
+            trace.sending(reused);
             let sent = lease.conn().sender.try_send_request(req);
             let mut failed = match self.await_response_head(sent, &upload).await {
-                Ok(Ok(resp)) => return Ok((resp, lease, upload)),
+                Ok(Ok(resp)) => {
+                    trace.response_head(resp.status().as_u16());
+                    return Ok((resp, lease, upload));
+                }
                 Ok(Err(failed)) => failed,
                 Err(_) => {
                     let kind = ProxyErrorKind::HeaderTimeout(self.timeouts.response_header);
@@ -200,10 +213,12 @@ impl Proxy {
                 outcome = ?outcome, error = %error, "pooled connection failed, retrying on a new one"
             );
             lease.discard(CloseReason::UpstreamClosed);
+            let asked = Instant::now();
             lease = backend
                 .connect_fresh(self.timeouts.connect)
                 .await
                 .map_err(|e| self.error(backend, e.into(), false))?;
+            trace.connected(asked.elapsed());
         }
     }
 
@@ -218,10 +233,12 @@ impl Proxy {
 
     /// Counts a retry decision for `backend`.
     fn record(&self, backend: &Backend, decision: Decision) {
-        // Backends are few and retries rare, so a scan is cheaper than an index to keep.
-        if let Some(i) = self.upstream.backends.iter().position(|b| std::ptr::eq(b, backend)) {
-            self.retries.record(i, decision);
-        }
+        let counter = match decision {
+            Decision::Retry => &backend.metrics.retries,
+            Decision::Refuse(_) => &backend.metrics.retries_refused,
+            Decision::Fail => return,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits for the response head. The `response_header` timeout counts from the end

@@ -4,16 +4,14 @@
 //! (Node.js after `keepAliveTimeout`, servers that close after N requests). A request sent
 //! on such a connection just as it closes fails with a reset or an early EOF. [`may_replay`]
 //! decides, in one place, whether holdfast hides that from the client by sending the
-//! request once more on a fresh connection; [`RetryStats`] counts what it decided; and
-//! [`Replay`] is the copy of a request that makes a second send possible after hyper has
-//! consumed the first.
+//! request once more on a fresh connection; [`Replay`] is the copy of a request that
+//! makes a second send possible after hyper has consumed the first.
 //!
 //! It does not retry anything else: not a failed connect, not a timeout, not a failure on
 //! a connection that was new (the backend itself is failing then, and a retry would only
 //! add load), and never more than once.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -161,47 +159,6 @@ impl Replay {
     }
 }
 
-/// Replay counters of one upstream group: one slot per backend, in the order of
-/// `Upstream::backends`.
-#[derive(Debug)]
-pub struct RetryStats {
-    backends: Box<[BackendRetries]>,
-}
-
-#[derive(Debug, Default)]
-struct BackendRetries {
-    retried: AtomicU64,
-    refused: AtomicU64,
-}
-
-impl RetryStats {
-    /// Counters for a group of `backends` backends, all zero.
-    pub fn new(backends: usize) -> Self {
-        RetryStats { backends: (0..backends).map(|_| BackendRetries::default()).collect() }
-    }
-
-    /// Requests sent again on a new connection after a pooled one failed under them.
-    pub fn retries(&self, backend: usize) -> u64 {
-        self.backends.get(backend).map_or(0, |b| b.retried.load(Ordering::Relaxed))
-    }
-
-    /// Requests that failed on a pooled connection after they may have reached the
-    /// origin and were not sent again ([`Decision::Refuse`]).
-    pub fn unsafe_to_retry(&self, backend: usize) -> u64 {
-        self.backends.get(backend).map_or(0, |b| b.refused.load(Ordering::Relaxed))
-    }
-
-    /// Counts one decision of [`may_replay`] for `backend`.
-    pub fn record(&self, backend: usize, decision: Decision) {
-        let Some(b) = self.backends.get(backend) else { return };
-        match decision {
-            Decision::Retry => b.retried.fetch_add(1, Ordering::Relaxed),
-            Decision::Refuse(_) => b.refused.fetch_add(1, Ordering::Relaxed),
-            Decision::Fail => return,
-        };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,19 +271,5 @@ mod tests {
     fn nothing_is_copied_for_a_request_that_could_not_be_replayed_once_sent() {
         assert!(Replay::copy_if_replayable(&request(Method::POST, b"order")).is_none());
         assert!(Replay::copy_if_replayable(&request(Method::GET, b"")).is_some());
-    }
-
-    #[test]
-    fn counters_count_retries_and_refusals_per_backend() {
-        let stats = RetryStats::new(2);
-        stats.record(1, Decision::Retry);
-        stats.record(1, Decision::Retry);
-        stats.record(1, Decision::Refuse(NotReplayed::NotIdempotent));
-        stats.record(1, Decision::Fail);
-        stats.record(0, Decision::Refuse(NotReplayed::BodyStreamed));
-        // Out of range: ignored, not a panic.
-        stats.record(2, Decision::Retry);
-        assert_eq!((stats.retries(0), stats.unsafe_to_retry(0)), (0, 1));
-        assert_eq!((stats.retries(1), stats.unsafe_to_retry(1)), (2, 1));
     }
 }

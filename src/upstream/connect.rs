@@ -34,6 +34,21 @@ pub enum ConnectError {
     Handshake(hyper::Error),
 }
 
+impl ConnectError {
+    /// A stable snake_case name for logs and metric labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ConnectError::Refused => "connect_refused",
+            ConnectError::Timeout(_) => "connect_timeout",
+            ConnectError::PortsExhausted(_) => "ports_exhausted",
+            ConnectError::SourceAddress { .. } => "source_address",
+            ConnectError::Unreachable(_) => "unreachable",
+            ConnectError::Io(_) => "connect_failed",
+            ConnectError::Handshake(_) => "handshake_failed",
+        }
+    }
+}
+
 /// A live HTTP/1.1 client connection to one backend.
 ///
 /// hyper's connection task runs beside it and reads the socket while the connection is

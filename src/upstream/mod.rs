@@ -17,6 +17,7 @@ use tokio::time::Instant;
 pub use connect::{ConnectError, UpstreamConn};
 
 use crate::config::UpstreamConfig;
+use crate::metrics::{BackendMetrics, UpstreamMetrics};
 
 /// One address of an upstream group, with the pool of connections to it.
 pub struct Backend {
@@ -24,6 +25,7 @@ pub struct Backend {
     pub pool: Pool<UpstreamConn>,
     /// Local address connections are made from (`None`: the kernel picks).
     pub source_address: Option<IpAddr>,
+    pub metrics: BackendMetrics,
 }
 
 /// A connection ready to carry one request.
@@ -36,7 +38,8 @@ impl Backend {
         source_address: Option<IpAddr>,
         budget: Option<Arc<IdleBudget>>,
     ) -> Self {
-        Backend { addr, pool: Pool::with_budget(config, budget), source_address }
+        let pool = Pool::with_budget(config, budget);
+        Backend { addr, pool, source_address, metrics: BackendMetrics::default() }
     }
 
     /// The most recently used idle connection that is ready for a request, or a new
@@ -74,8 +77,11 @@ impl Backend {
         permit: ConnectPermit<UpstreamConn>,
         connect_timeout: Duration,
     ) -> Result<Lease, LeaseError> {
+        let started = Instant::now();
         let conn = connect::connect(self.addr, self.source_address, connect_timeout).await?;
-        Ok(self.pool.adopt(conn, permit, Instant::now()))
+        let now = Instant::now();
+        self.metrics.connect.observe(now - started);
+        Ok(self.pool.adopt(conn, permit, now))
     }
 
     fn queue_error(&self, e: Exhausted) -> LeaseError {
@@ -106,6 +112,7 @@ pub enum LeaseError {
 pub struct Upstream {
     pub name: Arc<str>,
     pub backends: Vec<Backend>,
+    pub metrics: UpstreamMetrics,
     next: AtomicUsize,
 }
 
@@ -121,13 +128,17 @@ impl Upstream {
                 Backend::new(*addr, config.pool.clone(), config.source_address, budget)
             })
             .collect();
-        Upstream { name: config.name.as_str().into(), backends, next: AtomicUsize::new(0) }
+        Upstream {
+            name: config.name.as_str().into(),
+            backends,
+            metrics: UpstreamMetrics::default(),
+            next: AtomicUsize::new(0),
+        }
     }
 
-    /// The next backend in round-robin order.
-    pub fn pick(&self) -> &Backend {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        &self.backends[i % self.backends.len()]
+    /// The index in `backends` of the next backend in round-robin order.
+    pub fn pick(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed) % self.backends.len()
     }
 
     /// Closes idle connections past their limits, on every backend.

@@ -30,3 +30,5 @@ mod ports;
 mod shutdown;
 // The binary: check, quick mode, --config.
 mod cli;
+// The admin listener: /metrics matches the origin, /status, /healthz while draining.
+mod metrics;

@@ -9,6 +9,7 @@ pub mod client;
 pub mod node;
 pub mod origin;
 pub mod proxy;
+pub mod scrape;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,7 +25,8 @@ use tokio::time::Instant;
 
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
 pub use origin::{Origin, OriginOptions, RawOrigin};
-pub use proxy::{config_for, config_to, ChildProxy, Proxy};
+pub use proxy::{config_for, config_to, config_with_admin, ChildProxy, Proxy};
+pub use scrape::{admin_get, Metrics};
 
 /// The longest any single step of a test may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(10);

@@ -23,6 +23,13 @@ pub fn config_to(addr: SocketAddr) -> Config {
     Config::quick(loopback_any_port(), vec![addr])
 }
 
+/// [`config_for`] with an admin listener on `127.0.0.1:0`.
+pub fn config_with_admin(origin: &Origin) -> Config {
+    let mut config = config_for(origin);
+    config.admin = Some(loopback_any_port());
+    config
+}
+
 fn loopback_any_port() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -43,6 +50,16 @@ impl Proxy {
     /// The listener's bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener's bound address (the config must ask for one).
+    pub fn admin(&self) -> SocketAddr {
+        self.server().admin_addr().expect("config has an admin listener")
+    }
+
+    /// A scrape of `/metrics`.
+    pub async fn metrics(&self) -> super::Metrics {
+        super::Metrics::scrape(self.admin()).await
     }
 
     fn server(&self) -> &holdfast::Server {

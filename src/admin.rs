@@ -1,0 +1,140 @@
+//! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool) and
+//! `/healthz` (200 while serving, 503 while draining), on an address of its own so
+//! that proxy traffic and its limits never reach it.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::listener;
+use crate::metrics::export::{self, Exporter};
+use crate::upstream::{Backend, Upstream};
+
+/// What the admin endpoints read.
+pub struct AdminState {
+    pub exporter: Exporter,
+    pub upstreams: Vec<Arc<Upstream>>,
+    /// Set when shutdown begins; `/healthz` answers 503 from then on.
+    pub draining: Arc<AtomicBool>,
+    pub started: Instant,
+}
+
+/// Serves admin requests on `listener` until `stop` turns true.
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut stop: watch::Receiver<bool>) {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
+    let http = Arc::new(http);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = listener::stopped(&mut stop) => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            continue;
+        };
+        let (state, http, mut stop) = (Arc::clone(&state), Arc::clone(&http), stop.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, Infallible>(answer(&req, &state)) }
+            });
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = listener::stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+fn answer(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
+        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return resp;
+    }
+    match req.uri().path() {
+        "/metrics" => with_type(state.exporter.render(), export::CONTENT_TYPE),
+        "/status" => with_type(status(state).to_string() + "\n", "application/json"),
+        "/healthz" if state.draining.load(Ordering::Acquire) => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/" => text(StatusCode::OK, "holdfast admin: /metrics /status /healthz\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found; try /metrics, /status or /healthz\n"),
+    }
+}
+
+/// Every pool at this moment, as JSON.
+pub fn status(state: &AdminState) -> Value {
+    let draining = state.draining.load(Ordering::Acquire);
+    let upstreams: Vec<Value> = state
+        .upstreams
+        .iter()
+        .map(|u| {
+            let servers: Vec<Value> = u.backends.iter().map(server_status).collect();
+            json!({ "name": &*u.name, "servers": servers })
+        })
+        .collect();
+    json!({
+        "state": if draining { "draining" } else { "serving" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": state.started.elapsed().as_secs_f64(),
+        "upstreams": upstreams,
+    })
+}
+
+fn server_status(b: &Backend) -> Value {
+    let pool = b.pool.stats().snapshot();
+    let m = &b.metrics;
+    let reused = m.sent_reused.load(Ordering::Relaxed);
+    let requests = reused + m.sent_new.load(Ordering::Relaxed);
+    let closed: serde_json::Map<String, Value> = holdfast_pool::CloseReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), pool.closed(*r).into()))
+        .collect();
+    json!({
+        "server": b.addr.to_string(),
+        "idle": pool.idle,
+        "active": pool.active,
+        "opened": pool.opened,
+        "closed": closed,
+        "requests": requests,
+        "reused": reused,
+        // Share of requests sent on a pooled connection; null before the first one.
+        "reuse_ratio": (requests > 0).then(|| reused as f64 / requests as f64),
+        "waiting": pool.waiting,
+        "retries": m.retries.load(Ordering::Relaxed),
+        "errors": m.errors.snapshot().iter().map(|(_, n)| n).sum::<u64>(),
+    })
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = with_type(body.to_string(), "text/plain; charset=utf-8");
+    *resp.status_mut() = status;
+    resp
+}
+
+fn with_type(body: String, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}

@@ -1,0 +1,302 @@
+//! Prometheus text for `/metrics`: reads every counter at scrape time (pool stats,
+//! [`BackendMetrics`](super::BackendMetrics), [`UpstreamMetrics`](super::UpstreamMetrics)
+//! and process gauges) and writes it with `prometheus-client`'s OpenMetrics encoder.
+//!
+//! Metric names are documented in the README ("Metrics"); keep the two in step.
+
+use std::sync::Arc;
+
+use holdfast_pool::CloseReason;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::{HistogramSnapshot, STATUS_CLASSES};
+use crate::upstream::{Backend, Upstream};
+
+/// The content type of [`Exporter::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Process-wide numbers, read at each scrape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessSnapshot {
+    pub client_connections: usize,
+    pub client_connections_accepted: u64,
+    pub access_log_dropped: u64,
+    pub draining: bool,
+}
+
+/// Reads process-wide numbers for a scrape.
+pub type ProcessReader = Box<dyn Fn() -> ProcessSnapshot + Send + Sync>;
+
+/// Everything `/metrics` shows.
+pub struct Exporter {
+    registry: Registry,
+}
+
+impl Exporter {
+    pub fn new(upstreams: Vec<Arc<Upstream>>, process: ProcessReader) -> Self {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Sources { upstreams, process }));
+        Exporter { registry }
+    }
+
+    /// The current value of every metric, in OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+struct Sources {
+    upstreams: Vec<Arc<Upstream>>,
+    process: ProcessReader,
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources").field("upstreams", &self.upstreams.len()).finish()
+    }
+}
+
+/// One server of one group, with the labels every per-server metric carries.
+struct Server<'a> {
+    upstream: &'a str,
+    server: String,
+    backend: &'a Backend,
+}
+
+impl Server<'_> {
+    fn labels(&self) -> [(&str, &str); 2] {
+        [("upstream", self.upstream), ("server", &self.server)]
+    }
+
+    fn labels_with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 3] {
+        [("upstream", self.upstream), ("server", &self.server), (key, value)]
+    }
+}
+
+impl Collector for Sources {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let servers: Vec<Server<'_>> = self
+            .upstreams
+            .iter()
+            .flat_map(|u| {
+                u.backends.iter().map(|b| Server {
+                    upstream: &u.name,
+                    server: b.addr.to_string(),
+                    backend: b,
+                })
+            })
+            .collect();
+        let pools: Vec<_> = servers.iter().map(|s| s.backend.pool.stats().snapshot()).collect();
+        let rows = || servers.iter().zip(&pools);
+
+        let responses: Vec<_> =
+            servers.iter().map(|s| s.backend.metrics.responses.snapshot()).collect();
+        counter(
+            &mut enc,
+            "holdfast_requests",
+            "Responses to clients for requests sent to a server, by status class (holdfast's own 502/503/504 included).",
+            servers.iter().zip(&responses).flat_map(|(s, counts)| {
+                STATUS_CLASSES.iter().zip(counts).map(|(class, n)| (s.labels_with("class", class), *n))
+            }),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_requests",
+            "Requests sent upstream, by whether the connection was reused from the pool or new.",
+            servers.iter().flat_map(|s| {
+                let m = &s.backend.metrics;
+                [
+                    (s.labels_with("connection", "reused"), load(&m.sent_reused)),
+                    (s.labels_with("connection", "new"), load(&m.sent_new)),
+                ]
+            }),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_connections_opened",
+            "Upstream connections opened.",
+            rows().map(|(s, p)| (s.labels(), p.opened)),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_connections_closed",
+            "Upstream connections closed, by reason.",
+            rows().flat_map(|(s, p)| {
+                CloseReason::ALL.iter().map(|r| (s.labels_with("reason", r.as_str()), p.closed(*r)))
+            }),
+        )?;
+        gauge(
+            &mut enc,
+            "holdfast_upstream_connections",
+            "Upstream connections now, idle in the pool or active (carrying a request).",
+            rows().flat_map(|(s, p)| {
+                [(s.labels_with("state", "idle"), p.idle), (s.labels_with("state", "active"), p.active)]
+            }),
+        )?;
+        gauge(
+            &mut enc,
+            "holdfast_upstream_queue_depth",
+            "Requests waiting for a connection because max_connections_per_server are busy.",
+            rows().map(|(s, p)| (s.labels(), p.waiting)),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_queue_rejections",
+            "Requests answered 503 by the connection queue: it was full, or the wait timed out.",
+            rows().flat_map(|(s, p)| {
+                [
+                    (s.labels_with("reason", "full"), p.queue_full),
+                    (s.labels_with("reason", "timeout"), p.queue_timeouts),
+                ]
+            }),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_retries",
+            "Requests sent again on a new connection after a pooled one failed under them.",
+            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.retries))),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_upstream_retries_refused",
+            "Requests that failed on a pooled connection after they may have reached the server, answered 502 rather than sent twice.",
+            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.retries_refused))),
+        )?;
+        let errors: Vec<_> = servers.iter().map(|s| s.backend.metrics.errors.snapshot()).collect();
+        counter(
+            &mut enc,
+            "holdfast_upstream_errors",
+            "Requests holdfast answered itself because of this server, by reason.",
+            servers.iter().zip(&errors).flat_map(|(s, errors)| {
+                errors.iter().map(|(reason, n)| (s.labels_with("reason", reason), *n))
+            }),
+        )?;
+        let histograms: [(&str, &str, fn(&Backend) -> HistogramSnapshot); 3] = [
+            ("holdfast_upstream_connect_duration", "Time to open a new upstream connection.", |b| {
+                b.metrics.connect.snapshot()
+            }),
+            (
+                "holdfast_upstream_header_duration",
+                "From asking for an upstream connection to the response head.",
+                |b| b.metrics.header.snapshot(),
+            ),
+            (
+                "holdfast_upstream_response_duration",
+                "From asking for an upstream connection to the end of the response body.",
+                |b| b.metrics.response.snapshot(),
+            ),
+        ];
+        for (name, help, read) in histograms {
+            histogram(&mut enc, name, help, servers.iter().map(|s| (s.labels(), read(s.backend))))?;
+        }
+
+        let groups = || self.upstreams.iter().map(|u| [("upstream", &*u.name)]);
+        counter(
+            &mut enc,
+            "holdfast_downstream_requests",
+            "Responses to clients, by upstream group and status class (refused requests included).",
+            self.upstreams.iter().flat_map(|u| {
+                let counts = u.metrics.requests.snapshot();
+                STATUS_CLASSES
+                    .iter()
+                    .zip(counts)
+                    .map(move |(class, n)| ([("upstream", &*u.name), ("class", *class)], n))
+            }),
+        )?;
+        histogram(
+            &mut enc,
+            "holdfast_downstream_request_duration",
+            "From a client's request head arriving to the end of the response to it.",
+            groups().zip(&self.upstreams).map(|(l, u)| (l, u.metrics.duration.snapshot())),
+        )?;
+
+        let process = (self.process)();
+        let none: [(&str, &str); 0] = [];
+        gauge(
+            &mut enc,
+            "holdfast_client_connections",
+            "Client connections open now.",
+            [(none, process.client_connections as u64)],
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_client_connections_accepted",
+            "Client connections accepted.",
+            [(none, process.client_connections_accepted)],
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_access_log_dropped",
+            "Access log lines dropped because the writer was behind.",
+            [(none, process.access_log_dropped)],
+        )?;
+        gauge(
+            &mut enc,
+            "holdfast_draining",
+            "1 while holdfast is shutting down and draining requests in flight.",
+            [(none, u64::from(process.draining))],
+        )?;
+        let mut info = enc.encode_descriptor(
+            "holdfast_build",
+            "The running holdfast version.",
+            None,
+            MetricType::Info,
+        )?;
+        info.encode_info(&[("version", env!("CARGO_PKG_VERSION"))])?;
+        Ok(())
+    }
+}
+
+fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn counter<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_counter::<NoLabelSet, u64, u64>(&value, None)?;
+    }
+    Ok(())
+}
+
+fn gauge<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        metric.encode_family(&labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}
+
+fn histogram<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (L, HistogramSnapshot)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in series {
+        metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+            h.sum_seconds,
+            h.count,
+            &h.buckets,
+            None,
+        )?;
+    }
+    Ok(())
+}

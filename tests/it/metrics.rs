@@ -1,0 +1,138 @@
+//! The admin listener: `/metrics` counts exactly what the origin saw, `/status` shows
+//! each pool, `/healthz` turns 503 while draining, and none of it is on the proxy port.
+
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+
+use crate::support::{admin_get, config_with_admin, wait_until, within, Origin, Proxy, DEADLINE};
+
+#[tokio::test]
+async fn counters_match_what_the_origin_saw() {
+    let origin = Origin::start().await;
+    let mut config = config_with_admin(&origin);
+    config.upstreams[0].pool.max_requests = 4;
+    config.upstreams[0].pool.idle_timeout = Duration::from_millis(300);
+    let proxy = Proxy::start(config).await;
+    let mut client = proxy.client().await;
+    // Ten requests, four per connection: connections of 4, 4 and 2 requests; the
+    // first two close for max_requests.
+    for i in 0..10 {
+        assert_eq!(client.get(&format!("/a/{i}")).await.status, 200);
+    }
+    // On the third connection; the origin closes it after answering.
+    assert_eq!(client.get("/close").await.status, 200);
+    // On a fourth connection, which then idles out.
+    assert_eq!(client.get("/status/503").await.status, 503);
+    let m = proxy.metrics().await;
+    let server = origin.addr().to_string();
+    let this = [("upstream", "default"), ("server", server.as_str())];
+    assert_eq!((origin.request_count(), origin.accepted()), (12, 4));
+    let requests = |class| m.count("holdfast_requests_total", &[this[0], this[1], ("class", class)]);
+    assert_eq!((requests("2xx"), requests("5xx"), requests("4xx")), (11, 1, 0));
+    let sent = |kind| {
+        m.count("holdfast_upstream_requests_total", &[this[0], this[1], ("connection", kind)])
+    };
+    assert_eq!((sent("reused"), sent("new")), (8, 4));
+    assert_eq!(m.count("holdfast_upstream_connections_opened_total", &this), 4);
+    let closed = |reason| {
+        m.count("holdfast_upstream_connections_closed_total", &[this[0], this[1], ("reason", reason)])
+    };
+    assert_eq!((closed("max_requests"), closed("upstream_closed")), (2, 1));
+    assert_eq!(m.count("holdfast_upstream_connections_closed_total", &this), 3);
+    let open = |state| m.count("holdfast_upstream_connections", &[this[0], this[1], ("state", state)]);
+    assert_eq!((open("idle"), open("active")), (1, 0));
+    assert_eq!(m.count("holdfast_upstream_connect_duration_seconds_count", &this), 4);
+    assert_eq!(m.count("holdfast_upstream_header_duration_seconds_count", &this), 12);
+    assert_eq!(m.count("holdfast_upstream_response_duration_seconds_count", &this), 12);
+    let all = [("upstream", "default")];
+    assert_eq!(m.count("holdfast_downstream_requests_total", &all), 12);
+    assert_eq!(m.count("holdfast_downstream_request_duration_seconds_count", &all), 12);
+    assert_eq!(m.count("holdfast_upstream_retries_total", &this), 0);
+    assert_eq!(m.count("holdfast_client_connections_accepted_total", &[]), 1);
+    assert_eq!(m.count("holdfast_upstream_queue_depth", &this), 0);
+
+    // The last connection closes for its idle timeout, with nobody asking.
+    let admin = proxy.admin();
+    let mut idle_closed = 0;
+    let start = tokio::time::Instant::now();
+    // Bounded by DEADLINE; each round scrapes once and waits 50 ms.
+    while idle_closed == 0 && start.elapsed() < DEADLINE {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let m = crate::support::Metrics::scrape(admin).await;
+        idle_closed = m.count(
+            "holdfast_upstream_connections_closed_total",
+            &[this[0], this[1], ("reason", "idle_timeout")],
+        );
+    }
+    assert_eq!(idle_closed, 1);
+    wait_until("the origin sees every connection closed", DEADLINE, || origin.closed() == 4).await;
+    let m = proxy.metrics().await;
+    assert_eq!(m.count("holdfast_upstream_connections_closed_total", &this), 4);
+    assert_eq!(m.count("holdfast_upstream_connections", &this), 0);
+}
+
+#[tokio::test]
+async fn status_shows_each_pool_and_its_reuse_ratio() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_with_admin(&origin)).await;
+    let mut client = proxy.client().await;
+    for _ in 0..4 {
+        client.get("/").await;
+    }
+    let (code, body) = admin_get(proxy.admin(), "/status").await;
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status is JSON");
+    assert_eq!(status["state"], "serving");
+    let server = &status["upstreams"][0]["servers"][0];
+    assert_eq!(status["upstreams"][0]["name"], "default");
+    assert_eq!(server["server"], origin.addr().to_string());
+    assert_eq!((server["opened"].as_u64(), server["idle"].as_u64()), (Some(1), Some(1)));
+    assert_eq!((server["requests"].as_u64(), server["reused"].as_u64()), (Some(4), Some(3)));
+    assert_eq!(server["reuse_ratio"].as_f64(), Some(0.75));
+    assert_eq!(server["active"].as_u64(), Some(0));
+}
+
+#[tokio::test]
+async fn healthz_turns_503_while_draining_and_the_admin_stays_up_until_the_end() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_with_admin(&origin)).await;
+    let admin = proxy.admin();
+    assert_eq!(admin_get(admin, "/healthz").await, (200, "ok\n".to_string()));
+    let mut client = proxy.client().await;
+    let slow = tokio::spawn(async move { client.get("/slow/800").await });
+    wait_until("the slow request reaches the origin", DEADLINE, || origin.request_count() == 1)
+        .await;
+    let shutdown = tokio::spawn(proxy.shutdown(Duration::from_secs(5)));
+    let mut health = (0, String::new());
+    let start = tokio::time::Instant::now();
+    // Bounded by DEADLINE; each round asks once.
+    while health.0 != 503 && start.elapsed() < DEADLINE {
+        health = admin_get(admin, "/healthz").await;
+    }
+    assert_eq!(health, (503, "draining\n".to_string()));
+    let (_, status) = admin_get(admin, "/status").await;
+    assert!(status.contains("\"state\":\"draining\""), "{status}");
+    let m = crate::support::Metrics::scrape(admin).await;
+    assert_eq!(m.count("holdfast_draining", &[]), 1);
+    // The request in flight still completes.
+    assert_eq!(within("the slow request", slow).await.unwrap().status, 200);
+    within("shutdown", shutdown).await.unwrap();
+    assert!(tokio::net::TcpStream::connect(admin).await.is_err(), "admin closed after shutdown");
+}
+
+#[tokio::test]
+async fn admin_paths_are_not_served_on_the_proxy_port() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_with_admin(&origin)).await;
+    let mut client = proxy.client().await;
+    let reply = client.get("/metrics").await;
+    assert_eq!(reply.header("x-path"), Some("/metrics"), "the origin answered");
+    assert_eq!(admin_get(proxy.admin(), "/nope").await.0, 404);
+    let empty = http_body_util::Empty::new().map_err(Into::into).boxed();
+    let reply = crate::support::HttpClient::connect(proxy.admin())
+        .await
+        .request(http::Method::POST, "/healthz", empty)
+        .await;
+    assert_eq!(reply.status, 405);
+}

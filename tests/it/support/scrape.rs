@@ -1,0 +1,79 @@
+//! Reading holdfast's admin listener: `/metrics` parsed into series, `/status` as JSON.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::HttpClient;
+
+/// One scrape of `/metrics`.
+#[derive(Debug)]
+pub struct Metrics {
+    /// `(name, labels)` -> value, for every sample line.
+    series: Vec<(String, BTreeMap<String, String>, f64)>,
+    pub text: String,
+}
+
+impl Metrics {
+    /// Scrapes `http://admin/metrics`.
+    pub async fn scrape(admin: SocketAddr) -> Metrics {
+        let reply = HttpClient::connect(admin).await.get("/metrics").await;
+        assert_eq!(reply.status, 200, "GET /metrics: {}", reply.text());
+        let content_type = reply.header("content-type").unwrap_or("");
+        assert!(content_type.contains("openmetrics-text"), "content type {content_type}");
+        Metrics::parse(reply.text())
+    }
+
+    fn parse(text: String) -> Metrics {
+        let series = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|line| {
+                let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+                let (name, labels) = match series.split_once('{') {
+                    Some((name, rest)) => (name, labels(rest.trim_end_matches('}'))),
+                    None => (series, BTreeMap::new()),
+                };
+                let value = value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}"));
+                (name.to_string(), labels, value)
+            })
+            .collect();
+        Metrics { series, text }
+    }
+
+    /// The sum of every series named `name` whose labels include all of `labels`;
+    /// panics if there is none (a misspelt name must not read as zero).
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let matching: Vec<f64> = self
+            .series
+            .iter()
+            .filter(|(n, l, _)| {
+                n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
+            })
+            .map(|(_, _, v)| *v)
+            .collect();
+        assert!(!matching.is_empty(), "no series {name} with {labels:?} in:\n{}", self.text);
+        matching.iter().sum()
+    }
+
+    /// Like [`Metrics::sum`], as a count.
+    pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.sum(name, labels) as u64
+    }
+}
+
+/// `a="x",b="y"` (values without escapes, as holdfast's labels are) into a map.
+fn labels(text: &str) -> BTreeMap<String, String> {
+    text.split("\",")
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("label is key=value");
+            (k.to_string(), v.trim_matches('"').to_string())
+        })
+        .collect()
+}
+
+/// `GET path` on the admin listener: status and body.
+pub async fn admin_get(admin: SocketAddr, path: &str) -> (u16, String) {
+    let reply = HttpClient::connect(admin).await.get(path).await;
+    (reply.status.as_u16(), reply.text())
+}
