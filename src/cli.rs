@@ -1,13 +1,14 @@
-//! Command line: run the proxy (quick mode or a config file), `check`, and `demo`.
+//! Command line: run the proxy (quick mode or a config file), `check`, `demo`, and
+//! `stats`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use crate::config::{AccessLogFormat, AccessLogTarget, Config};
 use crate::server::Server;
 
 #[derive(Debug, Parser)]
@@ -38,6 +39,44 @@ pub struct RunArgs {
     /// Worker threads (default: the CPUs this process may run on).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// Address of the admin listener (GET /metrics), e.g. 127.0.0.1:9901; overrides the
+    /// config file's admin address.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// Access log: `off`, `stdout`, or a file path (`./off` for a file named off);
+    /// overrides the config file's access_log.target.
+    #[arg(long, value_name = "TARGET", value_parser = parse_access_log_target)]
+    pub access_log: Option<AccessLogTarget>,
+    /// Access log line format; overrides the config file's access_log.format.
+    #[arg(long, value_name = "FORMAT")]
+    pub access_log_format: Option<AccessLogFormatArg>,
+}
+
+/// `--access-log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AccessLogFormatArg {
+    /// One JSON object per line.
+    Json,
+    /// Combined-log-like text with upstream fields appended.
+    Text,
+}
+
+impl From<AccessLogFormatArg> for AccessLogFormat {
+    fn from(arg: AccessLogFormatArg) -> AccessLogFormat {
+        match arg {
+            AccessLogFormatArg::Json => AccessLogFormat::Json,
+            AccessLogFormatArg::Text => AccessLogFormat::Text,
+        }
+    }
+}
+
+fn parse_access_log_target(text: &str) -> Result<AccessLogTarget, String> {
+    match text {
+        "off" => Ok(AccessLogTarget::Off),
+        "stdout" => Ok(AccessLogTarget::Stdout),
+        "" => Err("is empty: use off, stdout or a file path".into()),
+        path => Ok(AccessLogTarget::File(PathBuf::from(path))),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,6 +88,9 @@ pub enum Command {
     },
     /// Run an origin with holdfast in front of it and show how reuse pays off.
     Demo(crate::demo::DemoArgs),
+    /// Show a live table of requests, reuse and latency per server, from a running
+    /// holdfast's admin listener.
+    Stats(crate::live::StatsArgs),
 }
 
 /// Runs the parsed command line; the exit code says whether it worked.
@@ -58,6 +100,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Demo(args)) => {
             let runtime = runtime(None)?;
             runtime.block_on(crate::demo::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        // Blocking scrapes on this thread: no runtime.
+        Some(Command::Stats(args)) => {
+            crate::live::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
         None => serve(cli.run),
@@ -95,8 +142,22 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
     }
 }
 
+/// Applies the run flags that override the config file (or quick mode's defaults).
+fn apply_overrides(config: &mut Config, args: &RunArgs) {
+    if let Some(admin) = args.admin {
+        config.admin = Some(admin);
+    }
+    if let Some(target) = &args.access_log {
+        config.access_log.target = target.clone();
+    }
+    if let Some(format) = args.access_log_format {
+        config.access_log.format = format.into();
+    }
+}
+
 fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = config_from(&args)?;
+    apply_overrides(&mut config, &args);
     if let Some(n) = args.threads {
         config.threads = Some(n.into());
     }
@@ -106,11 +167,38 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         // default action (an immediate exit).
         let signal = ShutdownSignal::install().context("installing signal handlers")?;
         let server = Server::start(&config).await.context("starting holdfast")?;
-        signal.recv().await;
+        serve_until(&server, signal).await.context("installing signal handlers")?;
         tracing::info!(drain = ?config.timeouts.drain, "shutting down");
         server.shutdown(config.timeouts.drain).await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Waits for the shutdown signal; meanwhile SIGUSR1 makes the access log reopen its
+/// file (after log rotation), as with nginx.
+async fn serve_until(server: &Server, signal: ShutdownSignal) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal as unix_signal, SignalKind};
+        let mut reopen = unix_signal(SignalKind::user_defined1())?;
+        let stop = signal.recv();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return Ok(()),
+                _ = reopen.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access log");
+                    server.reopen_access_log();
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = server;
+        signal.recv().await;
+        Ok(())
+    }
 }
 
 /// A multi-threaded runtime with `threads` workers (default: available parallelism).
@@ -170,5 +258,114 @@ impl ShutdownSignal {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::config::DEFAULT_ADMIN_ADDR;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("holdfast").chain(args.iter().copied()))
+    }
+
+    fn quick() -> Config {
+        let addr = |s: &str| s.parse().expect("an ip:port");
+        Config::quick(addr("127.0.0.1:8000"), vec![addr("127.0.0.1:9000")])
+    }
+
+    const QUICK: [&str; 4] = ["--listen", "127.0.0.1:8000", "--upstream", "127.0.0.1:9000"];
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_flags_parse_admin_and_access_log() {
+        let flags = ["--admin", "127.0.0.1:9902", "--access-log", "stdout"];
+        let cli = parse(&[&QUICK[..], &flags, &["--access-log-format", "text"]].concat())
+            .expect("valid flags");
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.admin, Some("127.0.0.1:9902".parse().expect("addr")));
+        assert_eq!(cli.run.access_log, Some(AccessLogTarget::Stdout));
+        assert_eq!(cli.run.access_log_format, Some(AccessLogFormatArg::Text));
+    }
+
+    #[test]
+    fn access_log_target_is_off_stdout_or_a_path() {
+        let target = |value: &str| parse(&["--access-log", value]).map(|cli| cli.run.access_log);
+        assert_eq!(target("off").expect("off"), Some(AccessLogTarget::Off));
+        assert_eq!(target("stdout").expect("stdout"), Some(AccessLogTarget::Stdout));
+        let file = AccessLogTarget::File(PathBuf::from("/var/log/holdfast/access.log"));
+        assert_eq!(target("/var/log/holdfast/access.log").expect("path"), Some(file));
+        assert!(target("").is_err());
+    }
+
+    #[test]
+    fn access_log_format_is_json_or_text() {
+        let format = |value: &str| parse(&["--access-log-format", value]);
+        let json = format("json").expect("json").run.access_log_format;
+        assert_eq!(json, Some(AccessLogFormatArg::Json));
+        assert!(format("xml").is_err());
+    }
+
+    #[test]
+    fn admin_and_access_log_flags_combine_with_a_config_file() {
+        let cli = parse(&["--config", "holdfast.toml", "--admin", "127.0.0.1:9901"])
+            .expect("--admin with --config");
+        assert_eq!(cli.run.admin, Some(DEFAULT_ADMIN_ADDR));
+        assert!(parse(&["--config", "holdfast.toml", "--access-log", "off"]).is_ok());
+        assert!(parse(&["--config", "holdfast.toml", "--admin", "localhost"]).is_err());
+    }
+
+    #[test]
+    fn overrides_replace_config_values() {
+        let flags = ["--admin", "127.0.0.1:9901", "--access-log", "access.log"];
+        let cli = parse(&[&QUICK[..], &flags, &["--access-log-format", "text"]].concat())
+            .expect("valid flags");
+        let mut config = quick();
+        config.access_log.target = AccessLogTarget::Stdout;
+        apply_overrides(&mut config, &cli.run);
+        assert_eq!(config.admin, Some(DEFAULT_ADMIN_ADDR));
+        assert_eq!(config.access_log.target, AccessLogTarget::File(PathBuf::from("access.log")));
+        assert_eq!(config.access_log.format, AccessLogFormat::Text);
+    }
+
+    #[test]
+    fn without_flags_the_config_is_unchanged() {
+        let cli = parse(&QUICK).expect("quick mode");
+        let mut config = quick();
+        config.admin = Some("127.0.0.1:7000".parse().expect("addr"));
+        config.access_log.format = AccessLogFormat::Text;
+        let before = (config.admin, config.access_log.clone());
+        apply_overrides(&mut config, &cli.run);
+        assert_eq!((config.admin, config.access_log), before);
+    }
+
+    #[test]
+    fn stats_parses_admin_interval_and_count() {
+        let cli = parse(&["stats", "--admin", "127.0.0.1:9902", "--interval", "250ms"])
+            .expect("stats flags");
+        let Some(Command::Stats(args)) = cli.command else { panic!("not stats: {cli:?}") };
+        assert_eq!(args.admin, "127.0.0.1:9902".parse().expect("addr"));
+        assert_eq!(args.interval, Duration::from_millis(250));
+        assert_eq!(args.count, None);
+    }
+
+    #[test]
+    fn stats_defaults_to_the_default_admin_address_every_second() {
+        let cli = parse(&["stats", "--count", "3"]).expect("stats");
+        let Some(Command::Stats(args)) = cli.command else { panic!("not stats: {cli:?}") };
+        assert_eq!(args.admin, DEFAULT_ADMIN_ADDR);
+        assert_eq!(args.interval, Duration::from_secs(1));
+        assert_eq!(args.count, Some(3));
+        assert!(parse(&["stats", "--interval", "10ms"]).is_err());
+        assert!(parse(&["stats", "--count", "0"]).is_err());
     }
 }

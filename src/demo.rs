@@ -100,7 +100,9 @@ impl Mode {
     }
 
     fn config(self, origin: SocketAddr) -> Config {
-        let mut config = Config::quick(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), vec![origin]);
+        let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        let mut config = Config::quick(any_port, vec![origin]);
+        config.admin = Some(any_port);
         if self == Mode::NoReuse {
             for upstream in &mut config.upstreams {
                 upstream.pool.max_idle = 0;
@@ -145,7 +147,17 @@ async fn serve(paths: &[DemoPath]) {
     println!();
     println!("Repeat a request: the origin's reply says which upstream connection carried it.");
     println!("With reuse the number stays the same (holdfast closes a connection idle for 4 s);");
-    println!("without it every request gets a new one. Ctrl-C to stop.");
+    println!("without it every request gets a new one.");
+    println!();
+    println!("Each holdfast has an admin listener; watch it while you send requests:");
+    for path in paths {
+        if let Some(admin) = path.server.admin_addr() {
+            println!("  {:<9} holdfast stats --admin {admin}", path.mode.label());
+            println!("  {:<9} curl http://{admin}/metrics   (or /status)", "");
+        }
+    }
+    println!();
+    println!("Ctrl-C to stop.");
     crate::cli::shutdown_signal().await;
     println!();
     for path in paths {

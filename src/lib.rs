@@ -12,12 +12,13 @@
 //! connection to its pool when the exchange ends cleanly. `config` builds the settings
 //! each part takes; `server` wires them together; `demo` shows it working.
 
-pub mod cli;
 pub mod admin;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod framing;
 pub mod listener;
+pub mod live;
 pub mod metrics;
 pub mod proxy;
 pub mod server;

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use super::{AccessLogFormat, AccessLogTarget};
+
 /// Upstream TCP connect. A backend on the same host or network answers a SYN in
 /// milliseconds; 5 s covers a loaded kernel and a retransmitted SYN (1 s, then 3 s).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,3 +32,11 @@ pub const MAX_REQUEST_HEADER_BYTES: usize = 32 * 1024;
 /// After SIGTERM, how long requests in flight get to finish before holdfast exits
 /// anyway. 30 s is Kubernetes' default termination grace period.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where access log lines go when `[access_log]` names no target: stdout. Writing the
+/// table asks for a log, and stdout is where systemd and container runtimes collect it.
+pub const ACCESS_LOG_TARGET: AccessLogTarget = AccessLogTarget::Stdout;
+
+/// Access log lines are JSON unless `format` says otherwise: log pipelines parse JSON
+/// without a pattern, and every field stays present and typed.
+pub const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Json;

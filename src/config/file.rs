@@ -17,6 +17,9 @@ pub struct FileConfig {
     pub pool: Option<FilePool>,
     pub timeouts: Option<FileTimeouts>,
     pub limits: Option<FileLimits>,
+    /// Present (even empty): the admin listener is on.
+    pub admin: Option<FileAdmin>,
+    pub access_log: Option<FileAccessLog>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,4 +66,19 @@ pub struct FileTimeouts {
 pub struct FileLimits {
     pub max_request_headers: Option<Spanned<i64>>,
     pub max_request_header_bytes: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAdmin {
+    pub address: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAccessLog {
+    /// `"off"`, `"stdout"` or a file path.
+    pub target: Option<Spanned<String>>,
+    /// `"json"` or `"text"`.
+    pub format: Option<Spanned<String>>,
 }

@@ -18,7 +18,7 @@ use holdfast_pool::PoolConfig;
 use toml::Spanned;
 
 pub use error::{ConfigError, ConfigProblem};
-use file::{FileConfig, FilePool};
+use file::{FileAccessLog, FileAdmin, FileConfig, FilePool};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -157,11 +157,13 @@ impl Config {
         Config::parse(&text, path)
     }
 
-    /// Validates config text; `path` is only used to name the file in errors.
+    /// Validates config text read from `path`, which names the file in errors and is
+    /// where relative paths in it (the access log file) are resolved from.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let raw: FileConfig = toml::from_str(text)
             .map_err(|e| ConfigError::single(path.to_path_buf(), problem_from_toml(text, &e)))?;
-        let mut v = Validator { text, problems: Vec::new() };
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut v = Validator { text, dir, problems: Vec::new() };
         let config = v.config(raw);
         if v.problems.is_empty() {
             Ok(config)
@@ -194,6 +196,8 @@ fn line_of(text: &str, offset: usize) -> usize {
 /// Walks a `FileConfig`, collecting every problem rather than stopping at the first.
 struct Validator<'a> {
     text: &'a str,
+    /// The config file's directory: relative paths in the file are relative to it.
+    dir: &'a Path,
     problems: Vec<ConfigProblem>,
 }
 
@@ -238,9 +242,44 @@ impl Validator<'_> {
             client_limits: self.limits(raw.limits.unwrap_or_default()),
             threads,
             max_idle_total,
-            admin: None,
-            access_log: AccessLogConfig::default(),
+            admin: raw.admin.map(|admin| self.admin(admin)),
+            access_log: raw.access_log.map(|log| self.access_log(log)).unwrap_or_default(),
         }
+    }
+
+    fn admin(&mut self, raw: FileAdmin) -> SocketAddr {
+        raw.address
+            .and_then(|address| self.socket_addr(&address, "admin.address"))
+            .unwrap_or(DEFAULT_ADMIN_ADDR)
+    }
+
+    fn access_log(&mut self, raw: FileAccessLog) -> AccessLogConfig {
+        let target = match &raw.target {
+            None => defaults::ACCESS_LOG_TARGET,
+            Some(v) => match v.get_ref().as_str() {
+                "off" => AccessLogTarget::Off,
+                "stdout" => AccessLogTarget::Stdout,
+                blank if blank.trim().is_empty() => {
+                    let message = "is empty: use \"off\", \"stdout\" or a file path";
+                    self.problem(v.span(), "access_log.target", message);
+                    defaults::ACCESS_LOG_TARGET
+                }
+                path => AccessLogTarget::File(self.dir.join(path)),
+            },
+        };
+        let format = match &raw.format {
+            None => defaults::ACCESS_LOG_FORMAT,
+            Some(v) => match v.get_ref().as_str() {
+                "json" => AccessLogFormat::Json,
+                "text" => AccessLogFormat::Text,
+                other => {
+                    let message = format!("{other:?} is not a format: use \"json\" or \"text\"");
+                    self.problem(v.span(), "access_log.format", message);
+                    defaults::ACCESS_LOG_FORMAT
+                }
+            },
+        };
+        AccessLogConfig { target, format }
     }
 
     fn listeners(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<ListenerConfig> {

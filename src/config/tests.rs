@@ -1,7 +1,7 @@
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Config;
+use super::{AccessLogConfig, AccessLogFormat, AccessLogTarget, Config, DEFAULT_ADMIN_ADDR};
 
 fn parse(text: &str) -> Result<Config, super::ConfigError> {
     Config::parse(text, Path::new("holdfast.toml"))
@@ -107,4 +107,100 @@ fn negative_and_zero_values_are_rejected() {
 fn missing_file_is_named() {
     let err = Config::load(Path::new("/nonexistent/holdfast.toml")).unwrap_err();
     assert!(err.to_string().starts_with("/nonexistent/holdfast.toml: "), "{err}");
+}
+
+/// A minimal valid config (one listener, one upstream on lines 1 to 5), then `extra`.
+fn with(extra: &str) -> String {
+    let base = "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\
+                [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n";
+    format!("{base}{extra}")
+}
+
+#[test]
+fn admin_and_access_log_are_off_without_their_sections() {
+    let config = parse(GOOD).unwrap();
+    assert_eq!(config.admin, None);
+    assert_eq!(config.access_log, AccessLogConfig::default());
+    assert_eq!(config.access_log.target, AccessLogTarget::Off);
+}
+
+#[test]
+fn admin_and_access_log_sections_are_parsed() {
+    let text = with(
+        "[admin]\naddress = \"127.0.0.1:9000\"\n\
+         [access_log]\ntarget = \"/var/log/holdfast/access.log\"\nformat = \"text\"\n",
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(config.admin, Some("127.0.0.1:9000".parse().unwrap()));
+    assert_eq!(
+        config.access_log,
+        AccessLogConfig {
+            target: AccessLogTarget::File(PathBuf::from("/var/log/holdfast/access.log")),
+            format: AccessLogFormat::Text,
+        }
+    );
+}
+
+#[test]
+fn empty_sections_turn_on_admin_and_access_log_with_defaults() {
+    let config = parse(&with("[admin]\n[access_log]\n")).unwrap();
+    assert_eq!(config.admin, Some(DEFAULT_ADMIN_ADDR));
+    assert_eq!(
+        config.access_log,
+        AccessLogConfig { target: AccessLogTarget::Stdout, format: AccessLogFormat::Json }
+    );
+}
+
+#[test]
+fn access_log_target_can_be_off_or_stdout() {
+    let config = parse(&with("[access_log]\ntarget = \"off\"\nformat = \"text\"\n")).unwrap();
+    assert_eq!(config.access_log.target, AccessLogTarget::Off);
+    let config = parse(&with("[access_log]\ntarget = \"stdout\"\n")).unwrap();
+    assert_eq!(config.access_log.target, AccessLogTarget::Stdout);
+}
+
+#[test]
+fn relative_access_log_path_is_resolved_from_the_config_directory() {
+    let text = with("[access_log]\ntarget = \"logs/access.log\"\n");
+    let config = Config::parse(&text, Path::new("/etc/holdfast/holdfast.toml")).unwrap();
+    let expected = PathBuf::from("/etc/holdfast/logs/access.log");
+    assert_eq!(config.access_log.target, AccessLogTarget::File(expected));
+
+    // A config named relative to the working directory keeps the path relative to it too.
+    let config = Config::parse(&text, Path::new("conf/holdfast.toml")).unwrap();
+    let expected = PathBuf::from("conf/logs/access.log");
+    assert_eq!(config.access_log.target, AccessLogTarget::File(expected));
+    let config = parse(&text).unwrap();
+    assert_eq!(config.access_log.target, AccessLogTarget::File("logs/access.log".into()));
+}
+
+#[test]
+fn bad_admin_and_access_log_values_name_line_and_key() {
+    let text = with(
+        "[admin]\naddress = \"localhost\"\n\
+         [access_log]\ntarget = \"\"\nformat = \"xml\"\n",
+    );
+    let message = errors(&text);
+    assert!(message.contains("holdfast.toml:7: admin.address: \"localhost\" is not an ip:port"));
+    assert!(
+        message.contains("holdfast.toml:9: access_log.target: is empty: use \"off\", \"stdout\""),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "holdfast.toml:10: access_log.format: \"xml\" is not a format: use \"json\" or \"text\""
+        ),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 3, "{message}");
+}
+
+#[test]
+fn unknown_keys_in_admin_and_access_log_are_rejected() {
+    let message = errors(&with("[admin]\nadress = \"127.0.0.1:9901\"\n"));
+    assert!(message.starts_with("holdfast.toml:7:"), "{message}");
+    assert!(message.contains("adress"), "{message}");
+    let message = errors(&with("[access_log]\npath = \"access.log\"\n"));
+    assert!(message.starts_with("holdfast.toml:7:"), "{message}");
+    assert!(message.contains("path"), "{message}");
 }

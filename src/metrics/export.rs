@@ -136,7 +136,10 @@ impl Collector for Sources {
             "holdfast_upstream_connections",
             "Upstream connections now, idle in the pool or active (carrying a request).",
             rows().flat_map(|(s, p)| {
-                [(s.labels_with("state", "idle"), p.idle), (s.labels_with("state", "active"), p.active)]
+                [
+                    (s.labels_with("state", "idle"), p.idle),
+                    (s.labels_with("state", "active"), p.active),
+                ]
             }),
         )?;
         gauge(
@@ -177,10 +180,12 @@ impl Collector for Sources {
                 errors.iter().map(|(reason, n)| (s.labels_with("reason", reason), *n))
             }),
         )?;
-        let histograms: [(&str, &str, fn(&Backend) -> HistogramSnapshot); 3] = [
-            ("holdfast_upstream_connect_duration", "Time to open a new upstream connection.", |b| {
-                b.metrics.connect.snapshot()
-            }),
+        let histograms: [(&str, &str, ReadHistogram); 3] = [
+            (
+                "holdfast_upstream_connect_duration",
+                "Time to open a new upstream connection.",
+                |b| b.metrics.connect.snapshot(),
+            ),
             (
                 "holdfast_upstream_header_duration",
                 "From asking for an upstream connection to the response head.",
@@ -253,6 +258,9 @@ impl Collector for Sources {
     }
 }
 
+/// Reads one of a server's histograms.
+type ReadHistogram = fn(&Backend) -> HistogramSnapshot;
+
 fn load(counter: &std::sync::atomic::AtomicU64) -> u64 {
     counter.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -289,7 +297,8 @@ fn histogram<L: EncodeLabelSet>(
     help: &str,
     series: impl IntoIterator<Item = (L, HistogramSnapshot)>,
 ) -> Result<(), std::fmt::Error> {
-    let mut metric = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let mut metric =
+        enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
     for (labels, h) in series {
         metric.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
             h.sum_seconds,

@@ -32,3 +32,5 @@ mod shutdown;
 mod cli;
 // The admin listener: /metrics matches the origin, /status, /healthz while draining.
 mod metrics;
+// Access log lines (JSON, text, reopened on SIGUSR1) and the `holdfast stats` view.
+mod access_log;

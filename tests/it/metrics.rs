@@ -28,7 +28,8 @@ async fn counters_match_what_the_origin_saw() {
     let server = origin.addr().to_string();
     let this = [("upstream", "default"), ("server", server.as_str())];
     assert_eq!((origin.request_count(), origin.accepted()), (12, 4));
-    let requests = |class| m.count("holdfast_requests_total", &[this[0], this[1], ("class", class)]);
+    let requests =
+        |class| m.count("holdfast_requests_total", &[this[0], this[1], ("class", class)]);
     assert_eq!((requests("2xx"), requests("5xx"), requests("4xx")), (11, 1, 0));
     let sent = |kind| {
         m.count("holdfast_upstream_requests_total", &[this[0], this[1], ("connection", kind)])
@@ -36,11 +37,15 @@ async fn counters_match_what_the_origin_saw() {
     assert_eq!((sent("reused"), sent("new")), (8, 4));
     assert_eq!(m.count("holdfast_upstream_connections_opened_total", &this), 4);
     let closed = |reason| {
-        m.count("holdfast_upstream_connections_closed_total", &[this[0], this[1], ("reason", reason)])
+        m.count(
+            "holdfast_upstream_connections_closed_total",
+            &[this[0], this[1], ("reason", reason)],
+        )
     };
     assert_eq!((closed("max_requests"), closed("upstream_closed")), (2, 1));
     assert_eq!(m.count("holdfast_upstream_connections_closed_total", &this), 3);
-    let open = |state| m.count("holdfast_upstream_connections", &[this[0], this[1], ("state", state)]);
+    let open =
+        |state| m.count("holdfast_upstream_connections", &[this[0], this[1], ("state", state)]);
     assert_eq!((open("idle"), open("active")), (1, 0));
     assert_eq!(m.count("holdfast_upstream_connect_duration_seconds_count", &this), 4);
     assert_eq!(m.count("holdfast_upstream_header_duration_seconds_count", &this), 12);

@@ -150,6 +150,10 @@ impl TempDir {
         TempDir(dir)
     }
 
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
     /// Writes `text` to `name` in this directory and returns its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);

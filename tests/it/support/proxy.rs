@@ -188,10 +188,16 @@ impl ChildProxy {
     /// Sends SIGTERM, as a service manager does to stop the process.
     #[cfg(unix)]
     pub fn terminate(&self) {
-        use nix::sys::signal::{kill, Signal};
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+    }
+
+    /// Sends `signal` to the process.
+    #[cfg(unix)]
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        use nix::sys::signal::kill;
         use nix::unistd::Pid;
         let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits in i32"));
-        kill(pid, Signal::SIGTERM).expect("send SIGTERM to holdfast");
+        kill(pid, signal).unwrap_or_else(|e| panic!("send {signal} to holdfast: {e}"));
     }
 
     /// Waits for the child to exit; panics if it is still running after `deadline`.
