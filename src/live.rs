@@ -2,8 +2,8 @@
 //! a running holdfast's admin listener.
 //!
 //! Each frame scrapes `GET /metrics` over a blocking HTTP/1.1 connection and parses the
-//! OpenMetrics text into samples (the `scrape` submodule), then shows one row per (upstream, server) with rates
-//! over the time since the previous scrape. A rate needs two scrapes, so the first
+//! OpenMetrics text into samples (the `scrape` submodule), then shows one row per
+//! (upstream, server) with rates over the time since the previous scrape. A rate needs two scrapes, so the first
 //! frame appears one interval after start. Latency percentiles come from the
 //! histogram buckets' increase over the same interval, interpolated linearly inside a
 //! bucket as Prometheus' `histogram_quantile` does: they are estimates bounded by the
