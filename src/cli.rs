@@ -201,15 +201,20 @@ async fn serve_until(server: &Server, signal: ShutdownSignal) -> std::io::Result
     }
 }
 
-/// A multi-threaded runtime with `threads` workers (default: available parallelism).
+/// The async runtime: `threads` workers (default: available parallelism). One worker
+/// gets tokio's single-threaded scheduler, which skips the work-stealing machinery a
+/// lone worker has no use for.
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     let threads =
         threads.or_else(|| std::thread::available_parallelism().ok().map(usize::from)).unwrap_or(1);
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .context("building the async runtime")
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    builder.enable_all().build().context("building the async runtime")
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

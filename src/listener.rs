@@ -117,7 +117,7 @@ async fn serve_client(
 ) {
     let _ = stream.set_nodelay(true);
     let (guarded, framing) = FramingGuard::new(stream, limits.max_header_bytes);
-    let context = Arc::new(ClientContext { addr, framing });
+    let context = Arc::new(ClientContext::new(addr, framing));
     let service = service_fn(move |req| {
         let proxy = Arc::clone(&proxy);
         let context = Arc::clone(&context);

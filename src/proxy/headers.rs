@@ -1,12 +1,14 @@
 //! Header rewriting on the proxy path: hop-by-hop removal and X-Forwarded-*.
 
-use std::net::SocketAddr;
-
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Headers that describe one connection, never forwarded (RFC 9110 7.6.1), plus the
 /// names a `Connection` header lists.
-const HOP_BY_HOP: [HeaderName; 7] = [
+static HOP_BY_HOP: [HeaderName; 7] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -18,14 +20,29 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 
 /// Removes hop-by-hop headers and those named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names (cheap comparisons for standard headers) finds the few
+    // hop-by-hop headers a message carries, usually none or `Connection` alone.
+    let mut present = [false; 7];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    if !present.contains(&true) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .map(str::trim)
+        // `keep-alive` is removed anyway and `close` names no header.
+        .filter(|t| !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close"))
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    let hop = HOP_BY_HOP.iter().zip(present).filter_map(|(name, here)| here.then_some(name));
+    for name in named.iter().chain(hop) {
         headers.remove(name);
     }
 }
@@ -53,19 +70,20 @@ pub fn set_upgrade(headers: &mut HeaderMap, protocol: HeaderValue) {
 }
 
 /// Adds `X-Forwarded-For` (appending to a client-sent list), `-Proto` and `-Host`.
-pub fn add_forwarded(headers: &mut HeaderMap, client: SocketAddr, host: Option<&HeaderValue>) {
-    let ip = client.ip().to_string();
-    let xff = HeaderName::from_static("x-forwarded-for");
-    let value = match headers.get(&xff).and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {ip}"),
-        None => ip,
+/// `client_ip` is the client's IP address as text.
+pub fn add_forwarded(headers: &mut HeaderMap, client_ip: &HeaderValue, host: Option<&HeaderValue>) {
+    let value = match headers.get(X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prior) => {
+            HeaderValue::try_from(format!("{prior}, {}", client_ip.to_str().unwrap_or("")))
+        }
+        None => Ok(client_ip.clone()),
     };
-    if let Ok(value) = HeaderValue::try_from(value) {
-        headers.insert(xff, value);
+    if let Ok(value) = value {
+        headers.insert(X_FORWARDED_FOR, value);
     }
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     if let Some(host) = host {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
+        headers.insert(X_FORWARDED_HOST, host.clone());
     }
 }
 
@@ -105,7 +123,7 @@ mod tests {
     fn forwarded_for_appends_to_existing_list() {
         let mut h = map(&[("x-forwarded-for", "10.0.0.1")]);
         let host = HeaderValue::from_static("example.com");
-        add_forwarded(&mut h, "127.0.0.9:1234".parse().unwrap(), Some(&host));
+        add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.9"), Some(&host));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "example.com");

@@ -44,7 +44,17 @@ pub struct Proxy {
 /// What the proxy knows about the client connection a request came on.
 pub struct ClientContext {
     pub addr: SocketAddr,
+    /// The client's IP as a header value, made once per connection for
+    /// `X-Forwarded-For`.
+    pub ip: HeaderValue,
     pub framing: Arc<FramingState>,
+}
+
+impl ClientContext {
+    pub fn new(addr: SocketAddr, framing: Arc<FramingState>) -> Self {
+        let ip = HeaderValue::try_from(addr.ip().to_string()).expect("an IP is a valid header");
+        ClientContext { addr, ip, framing }
+    }
 }
 
 impl Proxy {
@@ -69,9 +79,9 @@ impl Proxy {
         }
         let index = self.upstream.pick();
         let backend = &self.upstream.backends[index];
-        trace.chose(index);
         let method = req.method().clone();
-        match self.exchange(req, client.addr, backend, &mut trace).await {
+        trace.chose(index);
+        match self.exchange(req, client, backend, &mut trace).await {
             Ok(resp) => trace.respond(resp),
             Err(e) => {
                 tracing::warn!(
@@ -88,7 +98,7 @@ impl Proxy {
     async fn exchange(
         &self,
         req: Request<Incoming>,
-        client: SocketAddr,
+        client: &ClientContext,
         backend: &Backend,
         trace: &mut Trace,
     ) -> Result<Response<ClientBody>, ProxyError> {
@@ -158,7 +168,7 @@ impl Proxy {
         backend: &Backend,
         trace: &mut Trace,
     ) -> Result<(Response<Incoming>, Lease, Arc<Upload>), ProxyError> {
-        let asked = Instant::now();
+        let asked = trace.asking();
         let mut lease = backend
             .lease(self.timeouts.connect)
             .await
@@ -282,7 +292,11 @@ impl Proxy {
 
 /// Rewrites a client request head for the upstream: origin-form target, HTTP/1.1,
 /// hop-by-hop headers removed, Host kept (or supplied), X-Forwarded-* added.
-fn rewrite_request_head(parts: &mut http::request::Parts, client: SocketAddr, backend: SocketAddr) {
+fn rewrite_request_head(
+    parts: &mut http::request::Parts,
+    client: &ClientContext,
+    backend: SocketAddr,
+) {
     headers::strip_hop_by_hop(&mut parts.headers);
     // We answered `Expect: 100-continue` ourselves (hyper sends 100 when the body is
     // first read); the origin receives the body straight away.
@@ -293,7 +307,7 @@ fn rewrite_request_head(parts: &mut http::request::Parts, client: SocketAddr, ba
         .get(header::HOST)
         .cloned()
         .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::try_from(a.as_str()).ok()));
-    headers::add_forwarded(&mut parts.headers, client, client_host.as_ref());
+    headers::add_forwarded(&mut parts.headers, &client.ip, client_host.as_ref());
     if !parts.headers.contains_key(header::HOST) {
         // HTTP/1.1 requires Host upstream; an HTTP/1.0 client may not have sent one.
         let host = client_host.unwrap_or_else(|| {

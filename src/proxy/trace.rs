@@ -86,10 +86,16 @@ impl Trace {
         }
     }
 
-    /// The request goes to server `backend` of the group; the upstream clock starts.
+    /// The request goes to server `backend` of the group.
     pub fn chose(&mut self, backend: usize) {
         self.backend = Some(backend);
-        self.upstream_started = Some(Instant::now());
+    }
+
+    /// The upstream clock starts: a connection is asked for. Returns the time.
+    pub fn asking(&mut self) -> Instant {
+        let now = Instant::now();
+        self.upstream_started = Some(now);
+        now
     }
 
     /// A connection is ready for the request after `waited` (queue, connect); a retry
@@ -136,7 +142,9 @@ impl Trace {
     /// Records the finished request. `ended`: when the last byte of the response was
     /// handed on (`None`: it never was; the client left or the upstream body failed).
     fn report(self, bytes: u64, ended: Option<Instant>) {
-        let now = Instant::now();
+        // The response ended when its last frame was handed on; the drop follows at
+        // once, so only a response that did not end needs the clock read again.
+        let now = ended.unwrap_or_else(Instant::now);
         let request_time = now - self.started;
         let response_time = match (self.upstream_started, self.upstream_status) {
             (Some(start), Some(_)) => Some(ended.unwrap_or(now) - start),
@@ -237,7 +245,7 @@ impl Drop for Traced {
     fn drop(&mut self) {
         let Some(trace) = self.trace.take() else { return };
         // hyper need not poll a body it knows is complete (empty from the start, or a
-        // HEAD response): that counts as ended.
+        // HEAD response): that counts as ended, now.
         if self.ended.is_none() && !self.failed && self.body.is_end_stream() {
             self.ended = Some(Instant::now());
         }

@@ -1,0 +1,222 @@
+//! `bench-load [--threads N] rate|mixed|hold|burst ...`: load shapes wrk cannot produce
+//! (logic in `holdfast_bench_tools::load`). Each prints one JSON object on stdout at the end
+//! and exits 0, failed requests included; progress and errors go to stderr. Non-zero exit
+//! only for bad arguments (2) or when the run could not start at all (1).
+
+use std::io::Write;
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{CommandFactory, Parser, Subcommand};
+use holdfast_bench_tools::load::exchange::ErrorKind;
+use holdfast_bench_tools::load::target::{Target, TargetError};
+use holdfast_bench_tools::load::{burst, hold, mixed, rate};
+use holdfast_bench_tools::{fd_limit, runtime};
+use serde::Serialize;
+
+/// Longest `--duration`, `--warmup` or `--hold` accepted: every run is bounded.
+const MAX_DURATION: Duration = Duration::from_secs(3_600);
+/// How long `hold` holds without `--hold`, unless a signal comes first.
+const DEFAULT_HOLD: Duration = Duration::from_secs(600);
+/// Most connections or workers one run may ask for.
+const MAX_CONNECTIONS: u64 = 1_000_000;
+/// Highest `--rate` accepted, requests per second.
+const MAX_RATE: f64 = 10_000_000.0;
+
+#[derive(Debug, Parser)]
+#[command(name = "bench-load", about = "Load shapes for holdfast's benchmarks (loopback only)")]
+struct Cli {
+    /// Tokio worker threads (1: a current-thread runtime).
+    #[arg(long, global = true, default_value = "1")]
+    threads: NonZeroUsize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Open-loop fixed rate over keep-alive connections; latency from the due time.
+    Rate {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        /// Requests per second over all connections.
+        #[arg(long, value_parser = parse_rate)]
+        rate: f64,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// Sent like the rest but not recorded.
+        #[arg(long, value_parser = parse_duration, default_value = "0s")]
+        warmup: Duration,
+    },
+    /// Closed loop: keep-alive workers next to workers that close after every request.
+    Mixed {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_CONNECTIONS))]
+        keepalive: u64,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_CONNECTIONS))]
+        closing: u64,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        /// Width of one timeline entry.
+        #[arg(long, value_parser = parse_interval, default_value = "1s")]
+        interval: Duration,
+    },
+    /// Open N connections, proxy one request on each, hold them idle.
+    Hold {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// How long to hold; default until SIGTERM/SIGINT, at most 10 minutes.
+        #[arg(long, value_parser = parse_duration)]
+        hold: Option<Duration>,
+    },
+    /// N requests in flight at once, each on its own new connection.
+    Burst {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+    },
+}
+
+fn parse_target(url: &str) -> Result<Target, TargetError> {
+    Target::parse(url)
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration > MAX_DURATION {
+        return Err(format!("at most {}", humantime::format_duration(MAX_DURATION)));
+    }
+    Ok(duration)
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < Duration::from_millis(10) {
+        return Err("at least 10ms".to_owned());
+    }
+    Ok(interval)
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if !(rate > 0.0 && rate <= MAX_RATE) {
+        return Err(format!("must be above 0 and at most {MAX_RATE}"));
+    }
+    Ok(rate)
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Command::Mixed { keepalive: 0, closing: 0, .. } = cli.command {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                "--keepalive + --closing must be at least 1",
+            )
+            .exit();
+    }
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("bench-load: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match fd_limit::raise_nofile_limit() {
+        Ok(limit) => eprintln!("bench-load: open-file limit {}", limit.soft),
+        Err(error) => eprintln!("bench-load: could not raise the open-file limit: {error}"),
+    }
+    let runtime = runtime::build(cli.threads).context("building the tokio runtime")?;
+    runtime.block_on(run_command(cli.command))
+}
+
+async fn run_command(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Rate { url, rate, duration, connections, warmup } => {
+            let config = rate::RateConfig {
+                target: url,
+                rate,
+                duration,
+                connections: to_usize(connections),
+                warmup,
+                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+            };
+            let report = rate::run(config).await;
+            finish(&report, &report.first_errors)
+        }
+        Command::Mixed { url, keepalive, closing, duration, interval } => {
+            let config = mixed::MixedConfig {
+                target: url,
+                keepalive_workers: to_usize(keepalive),
+                closing_workers: to_usize(closing),
+                duration,
+                interval,
+            };
+            let report = mixed::run(config).await;
+            finish(&report, &report.first_errors)
+        }
+        Command::Hold { url, connections, hold } => {
+            let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
+            let release = async {
+                tokio::select! {
+                    () = tokio::time::sleep(hold.unwrap_or(DEFAULT_HOLD)) => {}
+                    () = stop => eprintln!("bench-load: signal received, releasing"),
+                }
+            };
+            let config = hold::HoldConfig {
+                target: url,
+                connections: to_usize(connections),
+                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+            };
+            let report = hold::run(config, print_holding_event, release).await;
+            finish(&report, &report.first_errors)
+        }
+        Command::Burst { url, connections } => {
+            let config = burst::BurstConfig {
+                target: url,
+                connections: to_usize(connections),
+                connects_in_flight: burst::DEFAULT_CONNECTS_IN_FLIGHT,
+                deadline: burst::DEFAULT_DEADLINE,
+            };
+            let report = burst::run(config).await;
+            finish(&report, &report.first_errors)
+        }
+    }
+}
+
+fn to_usize(count: u64) -> usize {
+    usize::try_from(count).expect("counts are capped at MAX_CONNECTIONS, which fits a usize")
+}
+
+/// The `holding` line must reach the harness as soon as it is printed; a failed write is
+/// reported but does not abort the hold (the final JSON may still get through).
+fn print_holding_event(event: &hold::HoldingEvent) {
+    if let Err(error) = print_json_line(event) {
+        eprintln!("bench-load: writing the holding event: {error:#}");
+    }
+}
+
+/// Reports the first failure of each kind on stderr, then the result on stdout.
+fn finish(report: &impl Serialize, first_errors: &[(ErrorKind, String)]) -> anyhow::Result<()> {
+    for (kind, message) in first_errors {
+        eprintln!("bench-load: first {}: {message}", kind.as_str());
+    }
+    print_json_line(report)
+}
+
+fn print_json_line(value: &impl Serialize) -> anyhow::Result<()> {
+    let json = serde_json::to_string(value).context("encoding the result as JSON")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{json}").context("writing to stdout")?;
+    stdout.flush().context("writing to stdout")
+}

@@ -1,0 +1,39 @@
+//! The load shapes `bench-load` runs, each a function from a config to a report:
+//!
+//! - [`rate`]: open-loop fixed rate over keep-alive connections (no coordinated omission);
+//! - [`mixed`]: closed loop, keep-alive workers next to workers that close after each request;
+//! - [`hold`]: many connections, each proxied once, then held idle;
+//! - [`burst`]: many requests in flight at once, each on its own new connection.
+//!
+//! They share [`target`] (where to send), [`exchange`] (one request on one connection, with
+//! its failure classified) and [`tally`] (what the workers counted).
+
+pub mod burst;
+pub mod exchange;
+pub mod hold;
+pub mod mixed;
+pub mod rate;
+pub mod tally;
+pub mod target;
+pub mod timeline;
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use exchange::Connection;
+
+/// Connects allowed in flight at once while opening many connections (`hold`, `rate`).
+pub const DEFAULT_CONNECTS_IN_FLIGHT: usize = 256;
+
+/// A semaphore that bounds connects in flight, with at least one permit.
+fn connect_limit(permits: usize) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(permits.max(1)))
+}
+
+/// Closes every connection at once and waits until all are shut down.
+async fn close_all(connections: Vec<Connection>) {
+    let mut closing: JoinSet<()> = connections.into_iter().map(Connection::close).collect();
+    while closing.join_next().await.is_some() {}
+}

@@ -1,0 +1,254 @@
+//! Open-loop load at a fixed rate: request `n` is due at `start + n / rate` and goes out on
+//! connection `n % connections`, whatever happened to earlier requests.
+//!
+//! Each connection is HTTP/1.1 keep-alive without pipelining: a connection still busy when a
+//! request falls due sends it as soon as the previous response is in, and that request's
+//! latency counts from its *due* time, so a proxy that stalls shows up in every request that
+//! queued behind the stall (no coordinated omission, as in wrk2). A request whose connection
+//! was idle when it fell due counts from when it was actually sent: the gap between the two is
+//! our own timer's lateness (tokio timers tick in whole milliseconds), not the proxy's, and is
+//! reported separately as `max_send_lag_us`.
+//!
+//! Bounded: nothing is sent for due times past `warmup + duration`, and everything stops
+//! [`DRAIN`] after that; requests due in the window but never sent by then are `unsent`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::exchange::{self, ErrorKind, ExchangeError, KeepAliveSlot};
+use super::tally::{ErrorCounts, Tally};
+use super::target::Target;
+use crate::histogram::LatencySummary;
+
+/// How long requests due before the end may take to finish after it.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct RateConfig {
+    pub target: Target,
+    /// Requests per second over all connections.
+    pub rate: f64,
+    /// How long requests are recorded, after the warm-up.
+    pub duration: Duration,
+    pub connections: usize,
+    /// Requests due in this first stretch go out as usual but are not recorded.
+    pub warmup: Duration,
+    /// Connects in flight at once while opening the connections up front.
+    pub connects_in_flight: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RateReport {
+    pub mode: &'static str,
+    /// Recorded requests that finished: `ok + non_2xx + socket_errors`.
+    pub requests: u64,
+    pub ok: u64,
+    pub non_2xx: u64,
+    /// Connect failures, broken connections and requests cut off by the drain deadline.
+    pub socket_errors: u64,
+    /// Due in the recorded window but never sent before the drain deadline.
+    pub unsent: u64,
+    /// TCP connections opened over the whole run (warm-up included).
+    pub connects: u64,
+    /// Largest delay between due time and send on an idle connection: this generator's own
+    /// timer and CPU lateness. Milliseconds here mean the generator is saturated.
+    pub max_send_lag_us: u64,
+    /// The recorded window: `duration`, or longer if the last requests finished later.
+    pub duration_s: f64,
+    pub rps: f64,
+    pub target_rate: f64,
+    pub latency_us: LatencySummary,
+    pub errors_by_kind: ErrorCounts,
+    #[serde(skip)]
+    pub first_errors: Vec<(ErrorKind, String)>,
+}
+
+/// When each request is due, and which of them are recorded.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    start: Instant,
+    rate: f64,
+    connections: u64,
+    /// Requests due before this offset are warm-up.
+    recorded_from: Duration,
+    /// Requests due at or after this offset are not sent.
+    end: Duration,
+}
+
+impl Schedule {
+    fn due_offset(&self, n: u64) -> Duration {
+        Duration::from_secs_f64(n as f64 / self.rate)
+    }
+
+    fn is_recorded(&self, n: u64) -> bool {
+        self.due_offset(n) >= self.recorded_from
+    }
+
+    /// Requests of connection `worker` from `n` on (stepping by `connections`) that are due
+    /// in the recorded window.
+    fn recorded_from_n(&self, mut n: u64) -> u64 {
+        let mut count = 0;
+        while self.due_offset(n) < self.end {
+            count += u64::from(self.is_recorded(n));
+            n += self.connections;
+        }
+        count
+    }
+}
+
+pub async fn run(config: RateConfig) -> RateReport {
+    let tally = Arc::new(Tally::new());
+    let slots = open_slots(&config, &tally).await;
+    let schedule = Schedule {
+        start: Instant::now(),
+        rate: config.rate,
+        connections: slots.len() as u64,
+        recorded_from: config.warmup,
+        end: config.warmup + config.duration,
+    };
+    let drain_deadline = schedule.start + schedule.end + DRAIN;
+    let mut workers = JoinSet::new();
+    for (worker, slot) in slots.into_iter().enumerate() {
+        let (target, tally) = (config.target.clone(), Arc::clone(&tally));
+        workers.spawn(send_due_requests(
+            schedule,
+            worker as u64,
+            slot,
+            target,
+            tally,
+            drain_deadline,
+        ));
+    }
+    let mut total = WorkerResult::default();
+    while let Some(joined) = workers.join_next().await {
+        let result = joined.expect("rate workers do not panic");
+        total.unsent += result.unsent;
+        total.max_send_lag = total.max_send_lag.max(result.max_send_lag);
+    }
+    let recorded_for = (Instant::now() - schedule.start).saturating_sub(config.warmup);
+    report(&config, &tally, total, recorded_for.max(config.duration))
+}
+
+/// Opens every connection before the clock starts, so the first recorded requests do not
+/// pay for connects. A connection that fails to open is opened again by its first request.
+async fn open_slots(config: &RateConfig, tally: &Arc<Tally>) -> Vec<KeepAliveSlot> {
+    let limit = super::connect_limit(config.connects_in_flight);
+    let mut connecting = JoinSet::new();
+    for index in 0..config.connections.max(1) {
+        let (addr, limit) = (config.target.addr, Arc::clone(&limit));
+        connecting.spawn(async move {
+            let _permit = limit.acquire_owned().await.expect("the semaphore is never closed");
+            (index, exchange::connect(addr).await.ok())
+        });
+    }
+    let mut slots: Vec<Option<KeepAliveSlot>> =
+        (0..config.connections.max(1)).map(|_| None).collect();
+    while let Some(joined) = connecting.join_next().await {
+        let (index, connection) = joined.expect("connect tasks do not panic");
+        tally.add_connects(u64::from(connection.is_some()));
+        slots[index] = Some(KeepAliveSlot::new(config.target.addr, connection));
+    }
+    slots.into_iter().map(|slot| slot.expect("every index was filled")).collect()
+}
+
+/// What one connection's worker reports besides the shared tally.
+#[derive(Debug, Default, Clone, Copy)]
+struct WorkerResult {
+    /// Recorded requests never sent (the drain deadline came first).
+    unsent: u64,
+    /// See [`RateReport::max_send_lag_us`]; recorded requests only.
+    max_send_lag: Duration,
+}
+
+/// Sends the requests of connection `worker` (`worker`, `worker + connections`, ...) at their
+/// due times.
+async fn send_due_requests(
+    schedule: Schedule,
+    worker: u64,
+    mut slot: KeepAliveSlot,
+    target: Target,
+    tally: Arc<Tally>,
+    drain_deadline: Instant,
+) -> WorkerResult {
+    let mut result = WorkerResult::default();
+    let mut n = worker;
+    loop {
+        let due_offset = schedule.due_offset(n);
+        if due_offset >= schedule.end {
+            break;
+        }
+        let due = schedule.start + due_offset;
+        let was_idle = Instant::now() <= due;
+        tokio::time::sleep_until(due).await;
+        let sent = Instant::now();
+        let outcome = slot.send(target.request(false), drain_deadline).await;
+        if schedule.is_recorded(n) {
+            let latency_from = if was_idle { sent } else { due };
+            tally.record(&outcome, latency_from.elapsed());
+            if was_idle {
+                result.max_send_lag = result.max_send_lag.max(sent - due);
+            }
+        }
+        n += schedule.connections;
+        if matches!(outcome, Err(ExchangeError::Timeout)) {
+            result.unsent = schedule.recorded_from_n(n);
+            break;
+        }
+    }
+    tally.add_connects(slot.connects());
+    slot.close().await;
+    result
+}
+
+fn report(
+    config: &RateConfig,
+    tally: &Tally,
+    workers: WorkerResult,
+    recorded_for: Duration,
+) -> RateReport {
+    let errors = tally.error_counts();
+    let requests = tally.ok() + errors.total();
+    let duration_s = recorded_for.as_secs_f64();
+    RateReport {
+        mode: "rate",
+        requests,
+        ok: tally.ok(),
+        non_2xx: errors.non_2xx(),
+        socket_errors: errors.socket_errors(),
+        unsent: workers.unsent,
+        connects: tally.connects(),
+        max_send_lag_us: u64::try_from(workers.max_send_lag.as_micros()).unwrap_or(u64::MAX),
+        duration_s,
+        rps: requests as f64 / duration_s.max(f64::EPSILON),
+        target_rate: config.rate,
+        latency_us: tally.latency(),
+        errors_by_kind: errors,
+        first_errors: tally.first_errors(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn schedule_spreads_requests_evenly_and_skips_warmup() {
+        let schedule = Schedule {
+            start: Instant::now(),
+            rate: 100.0,
+            connections: 4,
+            recorded_from: Duration::from_millis(500),
+            end: Duration::from_millis(1_500),
+        };
+        assert_eq!(schedule.due_offset(50), Duration::from_millis(500));
+        assert!(!schedule.is_recorded(49));
+        assert!(schedule.is_recorded(50));
+        // Due in [0.5 s, 1.5 s): n = 50..150, a quarter of them on each connection.
+        let per_connection: u64 = (0..4).map(|worker| schedule.recorded_from_n(worker)).sum();
+        assert_eq!(per_connection, 100);
+    }
+}

@@ -1,0 +1,102 @@
+//! Parses `http://IP:PORT/path` into where to connect and what to request.
+//!
+//! Only loopback addresses are accepted: these tools are for benchmarks on one machine and
+//! must not put load on anything else. No DNS: the host is an IP literal.
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONNECTION, HOST};
+use http::{Request, Uri};
+use http_body_util::Empty;
+
+/// Where the load goes: one loopback address and one request target.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    path_and_query: Uri,
+    host: HeaderValue,
+}
+
+/// Why a `--url` was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("invalid URL {url:?}: {source}")]
+    Syntax { url: String, source: http::uri::InvalidUri },
+    #[error("URL {url:?} must start with http://")]
+    Scheme { url: String },
+    #[error("URL {url:?} must name an IP address (no DNS), e.g. http://127.0.0.1:8080/tiny")]
+    NotAnIp { url: String },
+    #[error("URL {url:?} is not a loopback address; bench-load only sends to 127.0.0.0/8 or ::1")]
+    NotLoopback { url: String },
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Self, TargetError> {
+        let uri: Uri =
+            url.parse().map_err(|source| TargetError::Syntax { url: url.to_owned(), source })?;
+        if uri.scheme_str() != Some("http") {
+            return Err(TargetError::Scheme { url: url.to_owned() });
+        }
+        let authority = uri.authority().ok_or(TargetError::Scheme { url: url.to_owned() })?;
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        let ip: IpAddr = host.parse().map_err(|_| TargetError::NotAnIp { url: url.to_owned() })?;
+        if !ip.is_loopback() {
+            return Err(TargetError::NotLoopback { url: url.to_owned() });
+        }
+        let addr = SocketAddr::new(ip, authority.port_u16().unwrap_or(80));
+        let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
+        Ok(Self {
+            addr,
+            path_and_query: path_and_query.parse().expect("a part of a valid URI is a valid URI"),
+            host: HeaderValue::from_str(authority.as_str())
+                .expect("a valid authority is a valid header value"),
+        })
+    }
+
+    /// The same target with another path, e.g. `/__origin/stats`.
+    pub fn with_path(&self, path_and_query: &str) -> Result<Self, TargetError> {
+        Self::parse(&format!("http://{}{path_and_query}", self.addr))
+    }
+
+    /// A GET for this target; `close` adds `Connection: close`.
+    pub fn request(&self, close: bool) -> Request<Empty<Bytes>> {
+        let mut request = Request::new(Empty::new());
+        *request.uri_mut() = self.path_and_query.clone();
+        let headers = request.headers_mut();
+        headers.insert(HOST, self.host.clone());
+        if close {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        request
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_loopback_url_with_path_and_query() {
+        let target = Target::parse("http://127.0.0.1:8080/slow?ms=20").expect("valid");
+        assert_eq!(target.addr, "127.0.0.1:8080".parse().expect("addr"));
+        let request = target.request(true);
+        assert_eq!(request.uri(), "/slow?ms=20");
+        assert_eq!(request.headers()[HOST], "127.0.0.1:8080");
+        assert_eq!(request.headers()[CONNECTION], "close");
+    }
+
+    #[test]
+    fn defaults_to_port_80_and_root_path() {
+        let target = Target::parse("http://[::1]").expect("valid");
+        assert_eq!(target.addr, "[::1]:80".parse().expect("addr"));
+        assert_eq!(target.request(false).uri(), "/");
+    }
+
+    #[test]
+    fn rejects_names_other_schemes_and_remote_addresses() {
+        assert!(matches!(Target::parse("http://localhost:80/"), Err(TargetError::NotAnIp { .. })));
+        assert!(matches!(Target::parse("https://127.0.0.1/"), Err(TargetError::Scheme { .. })));
+        assert!(matches!(Target::parse("http://10.0.0.1/"), Err(TargetError::NotLoopback { .. })));
+    }
+}

@@ -1,0 +1,208 @@
+//! The benchmark origin: answers HTTP/1.1 from static bodies as fast as it can, so the proxy
+//! in front of it is what a benchmark measures.
+//!
+//! Routes (method ignored): `/tiny` (100 bytes), `/50k` (51,200 bytes), `/slow?ms=N` (the tiny
+//! body after N ms, N ≤ 60,000), `/__origin/stats` (JSON counters), anything else: tiny.
+//! Connections are kept alive with no idle timeout: the origin never closes one first, so
+//! every close a benchmark sees comes from the proxy.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+/// Body of `/tiny`, `/slow` and unknown paths.
+pub const TINY_BODY_BYTES: usize = 100;
+/// Body of `/50k`.
+pub const LARGE_BODY_BYTES: usize = 51_200;
+/// Upper bound of `/slow?ms=N`; larger values are clamped to it.
+pub const MAX_SLOW: Duration = Duration::from_secs(60);
+/// Requested accept queue length; Linux clamps it to `net.core.somaxconn` (4096 by default).
+const LISTEN_BACKLOG: u32 = 65_535;
+/// Pause after a failed accept (EMFILE and friends), so the loop never spins.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
+
+static TINY_BODY: [u8; TINY_BODY_BYTES] = [b'a'; TINY_BODY_BYTES];
+static LARGE_BODY: [u8; LARGE_BODY_BYTES] = [b'b'; LARGE_BODY_BYTES];
+
+/// What the origin counted since it started, in plain atomics.
+#[derive(Debug, Default)]
+pub struct OriginStats {
+    connections: AtomicU64,
+    open: AtomicU64,
+    requests: AtomicU64,
+    accept_errors: AtomicU64,
+}
+
+/// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StatsSnapshot {
+    /// TCP connections accepted since start.
+    pub connections: u64,
+    /// Connections open now.
+    pub open: u64,
+    /// Requests answered since start, `/__origin/stats` not included.
+    pub requests: u64,
+    /// Failed `accept` calls (EMFILE when the fd limit is reached).
+    pub accept_errors: u64,
+}
+
+impl OriginStats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            connections: self.connections.load(Ordering::Relaxed),
+            open: self.open.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so a
+/// burst of thousands of connects is not dropped at the listen queue.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// Accepts connections on `listener` and serves them until `shutdown` resolves.
+///
+/// Connections already open keep being served by their own tasks after this returns; they
+/// end with the runtime (the binary exits right after).
+pub async fn serve(
+    listener: TcpListener,
+    stats: Arc<OriginStats>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => spawn_connection(stream, Arc::clone(&stats)),
+                Err(_) => {
+                    stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                }
+            },
+        }
+    }
+}
+
+/// Decrements the open-connection gauge when the connection's task ends, however it ends.
+struct OpenConnection(Arc<OriginStats>);
+
+impl OpenConnection {
+    fn count(stats: Arc<OriginStats>) -> Self {
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        Self(stats)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn spawn_connection(stream: TcpStream, stats: Arc<OriginStats>) {
+    let open = OpenConnection::count(stats);
+    // Small responses must not wait for Nagle; failure only costs latency.
+    let _ = stream.set_nodelay(true);
+    tokio::spawn(async move {
+        let stats = Arc::clone(&open.0);
+        let service = service_fn(move |request| respond(request, Arc::clone(&stats)));
+        // No timer is set, so hyper has no header-read or idle timeout: the connection
+        // lives until the client closes it. Errors are client resets; nothing to do.
+        let _ = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+        drop(open);
+    });
+}
+
+async fn respond(
+    request: Request<Incoming>,
+    stats: Arc<OriginStats>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let uri = request.uri();
+    let response = match uri.path() {
+        "/__origin/stats" => return Ok(stats_response(&stats)),
+        "/50k" => body_response(&LARGE_BODY, HeaderValue::from_static("51200")),
+        "/slow" => {
+            tokio::time::sleep(slow_delay(uri.query())).await;
+            tiny_response()
+        }
+        _ => tiny_response(),
+    };
+    stats.requests.fetch_add(1, Ordering::Relaxed);
+    Ok(response)
+}
+
+/// The delay `/slow?ms=N` asks for: N milliseconds, at most [`MAX_SLOW`]; 0 if absent.
+pub fn slow_delay(query: Option<&str>) -> Duration {
+    let ms = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("ms="))
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(0);
+    Duration::from_millis(ms).min(MAX_SLOW)
+}
+
+fn tiny_response() -> Response<Full<Bytes>> {
+    body_response(&TINY_BODY, HeaderValue::from_static("100"))
+}
+
+fn body_response(body: &'static [u8], length: HeaderValue) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(CONTENT_LENGTH, length);
+    response
+}
+
+fn stats_response(stats: &OriginStats) -> Response<Full<Bytes>> {
+    let json = serde_json::to_vec(&stats.snapshot()).expect("a struct of integers serializes");
+    let mut response = Response::new(Full::new(Bytes::from(json)));
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_delay_reads_ms_and_clamps_to_a_minute() {
+        assert_eq!(slow_delay(Some("ms=250")), Duration::from_millis(250));
+        assert_eq!(slow_delay(Some("x=1&ms=5")), Duration::from_millis(5));
+        assert_eq!(slow_delay(Some("ms=999999")), MAX_SLOW);
+        assert_eq!(slow_delay(Some("ms=abc")), Duration::ZERO);
+        assert_eq!(slow_delay(None), Duration::ZERO);
+    }
+
+    #[test]
+    fn bodies_have_the_advertised_sizes() {
+        assert_eq!(tiny_response().headers()[CONTENT_LENGTH], TINY_BODY_BYTES.to_string());
+        let large = body_response(&LARGE_BODY, HeaderValue::from_static("51200"));
+        assert_eq!(large.headers()[CONTENT_LENGTH], LARGE_BODY_BYTES.to_string());
+    }
+}

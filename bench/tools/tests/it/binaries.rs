@@ -1,0 +1,114 @@
+//! `bench-origin` and `bench-load` end to end, with the command lines the harness uses.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// Starts `bench-origin` on port 0 and returns it with the address it printed.
+fn start_origin() -> (Child, String) {
+    let mut origin = Command::new(env!("CARGO_BIN_EXE_bench-origin"))
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start bench-origin");
+    let mut line = String::new();
+    BufReader::new(origin.stdout.as_mut().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    (origin, addr)
+}
+
+fn bench_load(args: &[&str]) -> Vec<serde_json::Value> {
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_bench-load")).args(args).output().expect("run bench-load");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{args:?}: {:?}\n{stderr}", output.status);
+    String::from_utf8(output.stdout)
+        .expect("UTF-8")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect()
+}
+
+#[test]
+fn binaries_run_as_the_harness_drives_them() {
+    let (mut origin, addr) = start_origin();
+
+    let rate = bench_load(&[
+        "rate",
+        "--url",
+        &format!("http://{addr}/tiny"),
+        "--rate",
+        "100",
+        "--duration",
+        "300ms",
+        "--connections",
+        "2",
+        "--warmup",
+        "100ms",
+    ]);
+    assert_eq!(rate.len(), 1);
+    assert_eq!((rate[0]["mode"].as_str(), rate[0]["ok"].as_u64()), (Some("rate"), Some(30)));
+
+    let hold = bench_load(&[
+        "--threads",
+        "2",
+        "hold",
+        "--url",
+        &format!("http://{addr}/tiny"),
+        "--connections",
+        "5",
+        "--hold",
+        "50ms",
+    ]);
+    assert_eq!(hold.len(), 2, "the holding line, then the result");
+    assert_eq!(hold[0]["event"], "holding");
+    assert_eq!((hold[1]["mode"].as_str(), hold[1]["failed"].as_u64()), (Some("hold"), Some(0)));
+
+    let pid = Pid::from_raw(i32::try_from(origin.id()).expect("pid fits"));
+    kill(pid, Signal::SIGTERM).expect("SIGTERM");
+    let status = origin.wait().expect("bench-origin exits");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bad_arguments_exit_with_status_2() {
+    for args in [
+        &[
+            "rate",
+            "--url",
+            "http://10.1.2.3/",
+            "--rate",
+            "1",
+            "--duration",
+            "1s",
+            "--connections",
+            "1",
+        ][..],
+        &[
+            "mixed",
+            "--url",
+            "http://127.0.0.1:1/",
+            "--keepalive",
+            "0",
+            "--closing",
+            "0",
+            "--duration",
+            "1s",
+        ],
+        &["burst", "--url", "http://127.0.0.1:1/", "--connections", "0"],
+    ] {
+        let status = Command::new(env!("CARGO_BIN_EXE_bench-load"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run bench-load");
+        assert_eq!(status.code(), Some(2), "{args:?}");
+    }
+}
