@@ -1,0 +1,1 @@
+"""The modules behind bench/run; cli.py describes the order of a session."""

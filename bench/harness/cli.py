@@ -1,0 +1,387 @@
+"""The `bench/run` command: reads the flags, prepares binaries and packages, runs every
+scenario for every contender in interleaved rounds, and writes the results.
+
+Order of a session: build (cargo, release) -> find or install nginx, haproxy, wrk, node ->
+pick loopback ports -> start the origins -> rounds (each round runs every scenario, and within
+a scenario every contender, in an order rotated per round) -> medians, targets, JSON, charts,
+BENCHMARKS.md. Children and namespaces are cleaned up in `finally` whatever happens.
+"""
+
+import argparse
+import dataclasses
+import os
+import re
+import resource
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import (build, contenders, install, machine, netns, origins, procs, report, scenarios,
+               sockets)
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+WRK_SCRIPT = REPO / "bench" / "configs" / "wrk-summary.lua"
+NODE_ORIGIN = REPO / "bench" / "origins" / "node_origin.js"
+
+NOFILE = 200_000
+
+
+@dataclasses.dataclass
+class Context:
+    """What a scenario needs: binaries, ports, origins, timings, and where to put logs."""
+
+    bins: dict
+    log_dir: Path
+    wrk_script: str
+    ports: dict
+    origins: dict
+    duration_s: float
+    warmup_s: float
+    settle_s: float  # pause between warm-up and window
+    rate: int
+    exhaustion_s: float
+    nofile: int
+    idle_clients: int
+    pool_connections: int
+
+    def for_run(self, run_dir):
+        return dataclasses.replace(self, log_dir=Path(run_dir))
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(
+        prog="bench/run",
+        description="Benchmark holdfast against nginx and HAProxy, side by side, on loopback.",
+    )
+    p.add_argument("--smoke", action="store_true",
+                   help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
+                        "rate-latency), installed contenders only; writes bench/results/smoke.json")
+    p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds per measured window (default 10; port-exhaustion runs 3x this)")
+    p.add_argument("--rate", type=int, default=5000,
+                   help="requests/s of the rate-latency scenario (default 5000)")
+    p.add_argument("--scenarios", help="comma-separated subset, e.g. keepalive-tiny,closing-tiny")
+    p.add_argument("--contenders", help="comma-separated subset, e.g. nginx-tuned,holdfast")
+    p.add_argument("--install", action="store_true",
+                   help="install missing packages also in --smoke mode")
+    p.add_argument("--no-install", action="store_true",
+                   help="never install packages; skip contenders and scenarios that lack them")
+    p.add_argument("--no-build", action="store_true",
+                   help="use the release binaries already in the target directory")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the session directory (configs, logs, raw output) for debugging")
+    opts = p.parse_args(argv)
+    if opts.install and opts.no_install:
+        p.error("--install and --no-install exclude each other")
+    opts.runs = opts.runs or (1 if opts.smoke else 3)
+    opts.duration = opts.duration or (2.0 if opts.smoke else 10.0)
+    opts.duration = max(1.0, float(int(opts.duration)))  # wrk takes whole seconds
+    opts.warmup = 1.0 if opts.smoke else 2.0
+    if opts.runs < 1:
+        p.error("--runs must be at least 1")
+
+    def subset(text, known, default):
+        if not text:
+            return list(default)
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            p.error(f"unknown name(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        return [n for n in known if n in names]
+
+    scenario_names = [s.name for s in scenarios.SCENARIOS]
+    contender_names = [c.name for c in contenders.CONTENDERS]
+    opts.scenarios = subset(opts.scenarios, scenario_names,
+                            scenarios.SMOKE if opts.smoke else scenario_names)
+    opts.contenders = subset(opts.contenders, contender_names, contender_names)
+    opts.is_subset = (set(opts.scenarios) != set(scenario_names)
+                      or set(opts.contenders) != set(contender_names))
+    return opts
+
+
+def log(message):
+    print(message, flush=True)
+
+
+def _raise_exit(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv):
+    opts = parse(argv)
+    if os.geteuid() != 0:
+        log("note: bench/run expects root (network namespaces, sysctl, apt, raising "
+            "the open-file limit); some scenarios may fail")
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
+    session = Path(tempfile.mkdtemp(prefix="holdfast-bench-"))
+    session.chmod(0o755)  # nginx workers (user nobody) write temp files below it
+    started = time.monotonic()
+    try:
+        return _session(opts, session, argv)
+    finally:
+        procs.stop_all()
+        netns.delete_all()
+        if opts.keep:
+            log(f"kept session directory {session}")
+        else:
+            shutil.rmtree(session, ignore_errors=True)
+        log(f"bench/run took {time.monotonic() - started:.0f} s")
+
+
+def _raise_nofile():
+    """Raises the open-file limit (inherited by every child) to NOFILE, or as far as allowed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(NOFILE, soft), max(NOFILE, hard)))
+    except (ValueError, OSError) as err:
+        log(f"note: cannot raise the open-file limit to {NOFILE} ({err}); using {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _programs(opts):
+    """Finds (and maybe installs) the programs; returns {program: path} for those present."""
+    wanted = {"taskset", "ss"}
+    for name in opts.contenders:
+        if contenders.BY_NAME[name].program in ("nginx", "haproxy"):
+            wanted.add(contenders.BY_NAME[name].program)
+    for name in opts.scenarios:
+        wanted.update(scenarios.BY_NAME[name].needs)
+    may_install = (opts.install or not opts.smoke) and not opts.no_install
+    absent = install.missing(sorted(wanted))
+    if absent and may_install:
+        if os.geteuid() == 0:
+            absent = install.install(absent, log)
+        else:
+            log(f"note: not root, so not installing {', '.join(absent)}")
+    for program in absent:
+        log(f"note: {program} is not installed; skipping what needs it"
+            + ("" if may_install else " (pass --install to install it)"))
+    return {p: install.which(p) for p in wanted if install.which(p)}
+
+
+def _session(opts, session, argv):
+    bins = build.build(REPO, session / "bin", compile=not opts.no_build, log=log)
+    tools = _programs(opts)
+    bins.update(tools)
+    bins["node-origin"] = str(NODE_ORIGIN)
+    for required in ("taskset", "ss"):
+        if required not in bins:
+            log(f"error: {required} is required")
+            return 2
+
+    plan_contenders = []
+    for name in opts.contenders:
+        program = contenders.BY_NAME[name].program
+        if program in (None, "holdfast") or program in bins:
+            plan_contenders.append(contenders.BY_NAME[name])
+    plan_scenarios = []
+    for name in opts.scenarios:
+        scenario = scenarios.BY_NAME[name]
+        missing = [n for n in scenario.needs if n not in bins]
+        if missing:
+            log(f"note: skipping scenario {name}: needs {', '.join(missing)}")
+            continue
+        plan_scenarios.append(scenario)
+
+    _raise_nofile()
+    proxy_cpu, load_cpu = procs.pin_cpus()
+    if proxy_cpu == load_cpu:
+        log("note: only one CPU is available; proxy and load share it")
+    ports = dict(zip(("origin", "node", "proxy", "admin", "pool_origin"), sockets.free_ports(5)))
+    log(f"ports: {ports}; proxy on CPU {proxy_cpu}, load and origins on CPU {load_cpu}")
+
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    idle_clients, pool_connections = scenarios.idle_counts(nofile)
+    if idle_clients < scenarios.IDLE_CONNECTIONS or pool_connections < scenarios.IDLE_CONNECTIONS:
+        log(f"note: the open-file limit is {nofile}; idle-clients holds {idle_clients} "
+            f"connections and pool-memory pools {pool_connections}")
+    ctx = Context(
+        bins=bins, log_dir=session, wrk_script=str(WRK_SCRIPT), ports=ports, origins={},
+        duration_s=opts.duration, warmup_s=opts.warmup, rate=opts.rate,
+        settle_s=0.0 if opts.smoke else 1.2,
+        exhaustion_s=3 * opts.duration, nofile=nofile, idle_clients=idle_clients,
+        pool_connections=pool_connections,
+    )
+    ctx.origins["rust"] = origins.start("rust", port=ports["origin"], bins=bins, log_dir=session)
+    if any(s.origin == "node" for s in plan_scenarios):
+        ctx.origins["node"] = origins.start("node", port=ports["node"], bins=bins,
+                                            log_dir=session)
+
+    info = machine.describe(bins)
+    commit = machine.git_commit(REPO)
+    records = []
+    total = sum(len(_contenders_for(s, plan_contenders)) for s in plan_scenarios) * opts.runs
+    done = 0
+    for round_no in range(1, opts.runs + 1):
+        for scenario in plan_scenarios:
+            order = _contenders_for(scenario, plan_contenders)
+            shift = (round_no - 1) % max(1, len(order))
+            order = order[shift:] + order[:shift]
+            for contender in order:
+                done += 1
+                record = scenarios.run(ctx, scenario, contender, round_no)
+                records.append(record)
+                log(f"[{done}/{total}] round {round_no} {scenario.name:15} "
+                    f"{contender.name:13} {_one_line(record)}")
+        for kind, origin in ctx.origins.items():
+            if not origin.child.is_alive():
+                log(f"{kind} origin died; restarting it")
+                port = ports["origin" if kind == "rust" else "node"]
+                ctx.origins[kind] = origins.start(kind, port=port, bins=bins, log_dir=session)
+
+    origin_argvs = [origin.child.argv for origin in ctx.origins.values()]
+    for origin in ctx.origins.values():
+        origin.stop()
+    medians = report.aggregate(records)
+    checks = report.targets(medians, records)
+    document = {
+        "generated_by": "bench/run",
+        "command": "bench/run" + ("" if not argv else " " + shlex.join(argv)),
+        "mode": "smoke" if opts.smoke else ("partial" if opts.is_subset else "full"),
+        "options": {"runs": opts.runs, "duration_s": opts.duration, "warmup_s": opts.warmup,
+                    "rate": opts.rate, "exhaustion_s": ctx.exhaustion_s,
+                    "scenarios": [s.name for s in plan_scenarios],
+                    "contenders": [c.name for c in plan_contenders],
+                    "proxy_cpu": proxy_cpu, "load_cpu": load_cpu, "nofile": nofile,
+                    "idle_clients": idle_clients, "pool_connections": pool_connections},
+        "machine": info,
+        "holdfast_commit": commit,
+        "ports": ports,
+        "commands": _commands(records, origin_argvs, session, argv),
+        "medians": medians,
+        "targets": checks,
+        "runs": records,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if opts.smoke:
+        out = RESULTS / "smoke.json"
+    elif opts.is_subset:
+        out = RESULTS / "partial.json"
+    else:
+        out = RESULTS / "latest.json"
+    report.write_json(out, document)
+    log(f"wrote {out.relative_to(REPO)}")
+    if document["mode"] == "full":
+        subtitle = (f"{info['cpu_model']}, {info['cores']} cores; holdfast {commit or '?'}; "
+                    f"median of {opts.runs} runs of {opts.duration:g} s")
+        files = report.charts(RESULTS, medians, records, [c.name for c in plan_contenders],
+                              subtitle)
+        generated = report.markdown(document, files, image_prefix="bench/results/")
+        report.splice(REPO / "BENCHMARKS.md", generated)
+        log("wrote BENCHMARKS.md and bench/results/*.svg")
+    log("")
+    log(report.targets_table(checks))
+    return _exit_status(opts, records, plan_contenders)
+
+
+def _contenders_for(scenario, plan_contenders):
+    if scenario.name == "pool-memory":
+        return [c for c in plan_contenders if c.name == "holdfast"]
+    return list(plan_contenders)
+
+
+def _one_line(record):
+    if not record["ok"]:
+        return f"FAILED: {(record['error'] or '').splitlines()[0][:200]}"
+    m = record["metrics"]
+    if record["scenario"] == "pool-memory":
+        per = m.get("bytes_per_idle_connection")
+        return (f"{m.get('idle_connections')} idle, RSS kept {m.get('rss_kb_kept')} kB, "
+                f"not kept {m.get('rss_kb_not_kept')} kB, "
+                f"{per:,.0f} B per idle connection" if per is not None else "no idle count")
+    parts = [f"{m.get('rps') or 0:>9,.0f} req/s"]
+    if m.get("cpu_us_per_request") is not None:
+        parts.append(f"{m['cpu_us_per_request']:6.2f} µs/req")
+    if m.get("reuse") is not None:
+        parts.append(f"reuse {m['reuse'] * 100:6.2f}%")
+    lat = m.get("latency_us") or {}
+    if lat.get("p99") is not None:
+        parts.append(f"p99 {lat['p99']:,} µs")
+    parts.append(f"errors {m.get('errors')}")
+    if m.get("rss_kb"):
+        parts.append(f"RSS {m['rss_kb'] / 1024:.1f} MB")
+    if (m.get("proxy_core_other") or 0) > 0.15:
+        parts.append(f"(other processes used {m['proxy_core_other'] * 100:.0f}% of the proxy core)")
+    return "  ".join(parts)
+
+
+def _commands(records, origin_argvs, session, argv):
+    """The exact commands of a session: origins, each contender once, each scenario's load.
+
+    Paths in the session directory are written as $RUN (a run's directory), network
+    namespaces as $NS; ports are the session's (see `ports` in the JSON).
+    """
+    replacements = [
+        (str(session / "bin") + "/", "target/release/"),
+        (str(WRK_SCRIPT), "bench/configs/wrk-summary.lua"),
+        (str(NODE_ORIGIN), "bench/origins/node_origin.js"),
+    ]
+
+    def shorten(cmd):
+        text = shlex.join(cmd)
+        for old, new in replacements:
+            text = text.replace(old, new)
+        text = re.sub(r"hfbench-\d+-\d+", "$NS", text)
+        return re.sub(re.escape(str(session)) + r"(/[^ /']+)+", "$RUN", text)
+
+    lines = ["bench/run" + ("" if not argv else " " + shlex.join(argv)), "", "# origins"]
+    lines += [shorten(a) for a in origin_argvs]
+    lines += ["", "# contenders (config files: bench/configs/, rendered into $RUN)"]
+    seen = set()
+    for rec in records:
+        cmd = rec.get("command")
+        if cmd and rec["scenario"] != "port-exhaustion" and rec["contender"] not in seen:
+            seen.add(rec["contender"])
+            lines.append(shorten(cmd))
+    pool = next((r for r in records if r["scenario"] == "pool-memory" and r.get("command")), None)
+    if pool:
+        lines.append(shorten(pool["command"]) + "   # pool-memory")
+    lines += ["", "# load, per scenario (URL: the proxy, or the origin for direct)"]
+    for scenario in scenarios.SCENARIOS:
+        recs = [r for r in records if r["scenario"] == scenario.name]
+        rec = next((r for r in recs if r["contender"] == "holdfast" and r.get("load")), None)
+        rec = rec or next((r for r in recs if r.get("load")), None)
+        if not rec:
+            continue
+        lines.append(f"# {scenario.name}")
+        if scenario.name == "port-exhaustion":
+            lines.append("ip netns add $NS; ip -n $NS link set lo up; ip netns exec $NS sysctl "
+                         f"-w net.ipv4.ip_local_port_range='{netns.PORT_RANGE}' "
+                         "net.ipv4.tcp_tw_reuse=0   # origin and contender also run in $NS")
+        for key in ("warmup_argv", "hold_argv"):
+            if rec.get(key):
+                lines.append(shorten(rec[key]))
+        if rec["load"].get("argv"):
+            lines.append(shorten(rec["load"]["argv"]))
+    return lines
+
+
+def _exit_status(opts, records, plan_contenders):
+    failed = [r for r in records if not r["ok"]]
+    empty = [r for r in records if r["ok"] and r["scenario"] != "pool-memory"
+             and not r["metrics"].get("requests")]
+    holdfast_errors = [r for r in records if r["contender"] == "holdfast" and r["ok"]
+                       and r["scenario"] not in ("pool-memory",)
+                       and r["metrics"].get("errors")]
+    if "holdfast" in opts.contenders and not any(c.name == "holdfast" for c in plan_contenders):
+        failed.append({"scenario": "-", "contender": "holdfast", "error": "not run"})
+    problems = []
+    problems += [f"{r['scenario']}/{r['contender']} failed: {r['error']}" for r in failed]
+    problems += [f"{r['scenario']}/{r['contender']} produced no requests" for r in empty]
+    if opts.smoke:
+        problems += [f"{r['scenario']}/{r['contender']}: holdfast had "
+                     f"{r['metrics']['errors']} errors" for r in holdfast_errors]
+    for problem in problems:
+        log(f"problem: {problem.splitlines()[0][:300]}")
+    return 1 if problems else 0
+
+
+def entry():
+    sys.exit(main(sys.argv[1:]))

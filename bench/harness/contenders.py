@@ -1,0 +1,150 @@
+"""The contenders: renders each one's config from `bench/configs/`, starts it pinned to the
+proxy core in front of a given origin, and stops it.
+
+Every proxy gets the same budget (one worker process or thread, pinned with `taskset` to
+the proxy core) and the same address scheme: it listens on the session's proxy port and forwards to the
+origin's port. `direct` has no proxy; its load goes straight to the origin.
+"""
+
+import json
+import re
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import procs, sockets
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    program: str | None  # the program it needs ("nginx", "haproxy", "holdfast"), None for direct
+    config: str | None  # template in bench/configs/
+    about: str
+
+
+CONTENDERS = [
+    Contender("direct", None, None, "no proxy: the load generator talks to the origin"),
+    Contender("nginx-default", "nginx", "nginx-default.conf",
+              "nginx 1.22, upstream without keepalive, HTTP/1.0 upstream, Connection copied"),
+    Contender("nginx-recipe", "nginx", "nginx-recipe.conf",
+              "nginx 1.22, keepalive 16, HTTP/1.1, Connection \"\""),
+    Contender("nginx-tuned", "nginx", "nginx-tuned.conf",
+              "nginx 1.22, keepalive 1024, keepalive_requests 100000, keepalive_timeout 60s"),
+    Contender("haproxy", "haproxy", "haproxy.cfg",
+              "HAProxy 2.6 defaults (http-reuse safe), nbthread 1"),
+    Contender("holdfast", "holdfast", None, "holdfast, no tuning, --threads 1"),
+]
+
+BY_NAME = {c.name: c for c in CONTENDERS}
+
+# The better of these two, per metric, is the "best peer" the targets compare against.
+PEERS = ("nginx-tuned", "haproxy")
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def render(template, values):
+    """The template with every `{name}` replaced; nginx's own braces are left alone."""
+    text = (CONFIG_DIR / template).read_text()
+
+    def substitute(match):
+        key = match.group(1)
+        if key not in values:
+            raise KeyError(f"{template}: no value for placeholder {{{key}}}")
+        return str(values[key])
+
+    return _PLACEHOLDER.sub(substitute, text)
+
+
+class StartError(RuntimeError):
+    """A contender did not come up; the run is recorded as failed."""
+
+
+class Running:
+    """A started contender: its process (None for direct) and the URL the load goes to."""
+
+    def __init__(self, contender, child, base_url, admin_url=None):
+        self.contender = contender
+        self.child = child
+        self.base_url = base_url
+        self.admin_url = admin_url
+
+    def pids(self):
+        return self.child.pids() if self.child else []
+
+    def is_alive(self):
+        return self.child is None or self.child.is_alive()
+
+    def status(self):
+        """holdfast's /status JSON (read between windows only), else None."""
+        if not self.admin_url:
+            return None
+        try:
+            with urllib.request.urlopen(self.admin_url + "/status", timeout=10) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            return None
+
+    def stop(self):
+        if self.child:
+            self.child.stop()
+
+
+def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfast_config=None):
+    """Starts `contender` in front of `origin`; raises StartError if it does not listen."""
+    if contender.name == "direct":
+        return Running(contender, None, f"http://{origin.address}")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    listen = f"127.0.0.1:{ports['proxy']}"
+    admin = f"127.0.0.1:{ports['admin']}"
+    values = {"run_dir": run_dir, "listen": listen, "origin": origin.address, "admin": admin,
+              "nofile": nofile, "maxconn": min(50_000, max(1000, nofile - 100))}
+    admin_url = None
+    if contender.program == "nginx":
+        for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (run_dir / "temp" / sub).mkdir(parents=True, exist_ok=True)
+            (run_dir / "temp" / sub).chmod(0o777)
+        conf = run_dir / contender.config
+        conf.write_text(render(contender.config, values))
+        argv = [bins["nginx"], "-p", run_dir, "-c", conf, "-e", run_dir / "error.log"]
+    elif contender.program == "haproxy":
+        conf = run_dir / contender.config
+        conf.write_text(render(contender.config, values))
+        argv = [bins["haproxy"], "-f", conf, "-db"]
+    elif contender.program == "holdfast":
+        if holdfast_config:
+            conf = run_dir / "holdfast.toml"
+            conf.write_text(render(holdfast_config["template"], values | holdfast_config["values"]))
+            argv = [bins["holdfast"], "--config", conf, "--threads", "1"]
+        else:
+            argv = [bins["holdfast"], "--listen", listen, "--upstream", origin.address,
+                    "--threads", "1", "--admin", admin]
+        admin_url = f"http://{admin}"
+    else:
+        raise ValueError(f"unknown contender {contender.name}")
+    child = procs.spawn(contender.name, argv, log_dir=run_dir, cpu=procs.PROXY_CPU, netns=netns)
+    if not sockets.wait_listening(ports["proxy"], timeout_s=15, netns=netns, child=child):
+        tail = child.stderr_tail()
+        log = run_dir / "error.log"
+        if log.exists():
+            tail += log.read_text(errors="replace")[-1000:]
+        child.stop()
+        raise StartError(f"{contender.name} did not start listening on {listen}: {tail.strip()}")
+    if admin_url and netns is None:
+        _wait_admin(admin_url, child)
+    return Running(contender, child, f"http://{listen}", admin_url if netns is None else None)
+
+
+def _wait_admin(admin_url, child, timeout_s=10):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and child.is_alive():
+        try:
+            with urllib.request.urlopen(admin_url + "/healthz", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.05)

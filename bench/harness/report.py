@@ -1,0 +1,502 @@
+"""Turns run records into results: medians with min-max, the target checks, the JSON file,
+the markdown tables and charts, and the generated part of BENCHMARKS.md."""
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+from . import contenders, scenarios, svg
+
+MARK_START = "<!-- results:start -->"
+MARK_END = "<!-- results:end -->"
+
+# Metric keys aggregated per (scenario, contender); latency percentiles are flattened.
+METRICS = (
+    "rps", "requests", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
+    "cpu_us_per_request", "proxy_cpu_share", "origin_cpu_share", "loadgen_cpu_share",
+    "rss_kb", "rss_kb_max", "hwm_kb", "upstream_requests", "upstream_connections", "reuse",
+    "requests_per_upstream_connection", "time_wait_client", "time_wait_upstream",
+    "idle_rss_kb", "idle_clients_open_after", "first_error_s",
+    "idle_connections", "rss_kb_kept", "rss_kb_not_kept", "bytes_per_idle_connection",
+    "bytes_per_idle_connection_upper", "hwm_kb_kept", "proxy_core_other",
+)
+
+
+def _flat(metrics):
+    flat = dict(metrics)
+    for key, value in (metrics.get("latency_us") or {}).items():
+        flat[f"{key}_us"] = value
+    return flat
+
+
+def aggregate(records):
+    """{scenario: {contender: {metric: {median, min, max, n}, "runs": n_ok, "failed": n}}}."""
+    out = {}
+    for rec in records:
+        cell = out.setdefault(rec["scenario"], {}).setdefault(
+            rec["contender"], {"runs": 0, "failed": 0, "_values": {}})
+        if not rec["ok"]:
+            cell["failed"] += 1
+            continue
+        cell["runs"] += 1
+        for key, value in _flat(rec["metrics"]).items():
+            if key in METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                cell["_values"].setdefault(key, []).append(value)
+    for per_contender in out.values():
+        for cell in per_contender.values():
+            for key, values in cell.pop("_values").items():
+                cell[key] = {"median": statistics.median(values), "min": min(values),
+                             "max": max(values), "n": len(values)}
+    return out
+
+
+def _median(medians, scenario, contender, metric):
+    return medians.get(scenario, {}).get(contender, {}).get(metric, {}).get("median")
+
+
+def _best_peer(medians, scenario, metric, lower_is_better):
+    found = [(v, name) for name in contenders.PEERS
+             if (v := _median(medians, scenario, name, metric)) is not None]
+    if not found:
+        return None, None
+    return min(found) if lower_is_better else max(found)
+
+
+def targets(medians, records):
+    """The issue's targets, each with holdfast's value, the reference and pass/fail/None."""
+    checks = []
+
+    def ratio_check(name, scenario, metric, lower_is_better, limit, unit):
+        mine = _median(medians, scenario, "holdfast", metric)
+        ref, ref_name = _best_peer(medians, scenario, metric, lower_is_better)
+        ratio = mine / ref if mine is not None and ref else None
+        if ratio is None:
+            passed = None
+        else:
+            passed = ratio <= limit if lower_is_better else ratio >= limit
+        checks.append({"target": name, "scenario": scenario, "holdfast": mine,
+                       "reference": ref, "reference_from": ref_name, "ratio": ratio,
+                       "limit": (f"<= {limit:g}x" if lower_is_better else f">= {limit:g}x"),
+                       "unit": unit, "pass": passed})
+
+    ratio_check("CPU per request <= 0.75x best peer", "keepalive-tiny", "cpu_us_per_request",
+                True, 0.75, "µs/req")
+    ratio_check("CPU per request <= 1.0x best peer", "keepalive-50k", "cpu_us_per_request",
+                True, 1.0, "µs/req")
+    ratio_check("requests/s >= 1.15x best peer", "keepalive-tiny", "rps", False, 1.15, "req/s")
+    ratio_check("p99 no worse than best peer", "rate-latency", "p99_us", True, 1.0, "µs")
+
+    for scenario in ("keepalive-tiny", "closing-tiny"):
+        reuse = _median(medians, scenario, "holdfast", "reuse")
+        checks.append({"target": "reuse >= 99.9% of requests on a reused upstream connection",
+                       "scenario": scenario, "holdfast": reuse, "reference": None,
+                       "reference_from": None, "ratio": None, "limit": ">= 0.999",
+                       "unit": "share", "pass": None if reuse is None else reuse >= 0.999})
+
+    def worst_errors(contender):
+        values = [r["metrics"].get("errors") for r in records
+                  if r["scenario"] == "port-exhaustion" and r["contender"] == contender and r["ok"]]
+        values = [v for v in values if v is not None]
+        return values
+
+    mine = worst_errors("holdfast")
+    others = {name: worst_errors(name) for name in ("nginx-default", "nginx-recipe")}
+    if mine and all(others.values()):
+        passed = max(mine) == 0 and all(statistics.median(v) > 0 for v in others.values())
+    else:
+        passed = None
+    checks.append({
+        "target": "port exhaustion: 0 errors for holdfast (every run), errors for nginx-default "
+                  "and nginx-recipe (median)",
+        "scenario": "port-exhaustion", "holdfast": max(mine) if mine else None,
+        "reference": {k: statistics.median(v) if v else None for k, v in others.items()},
+        "reference_from": "nginx-default, nginx-recipe", "ratio": None, "limit": "0 vs > 0",
+        "unit": "errors", "pass": passed})
+
+    per_conn = _median(medians, "pool-memory", "holdfast", "bytes_per_idle_connection")
+    checks.append({"target": "memory per idle pooled upstream connection < 20 kB",
+                   "scenario": "pool-memory", "holdfast": per_conn, "reference": None,
+                   "reference_from": None, "ratio": None, "limit": "< 20000 bytes",
+                   "unit": "bytes", "pass": None if per_conn is None else per_conn < 20000})
+    return checks
+
+
+def write_json(path, document):
+    Path(path).write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
+
+
+# ---- markdown -------------------------------------------------------------------------------
+
+def _num(value, digits=0):
+    if value is None:
+        return "–"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def _cell(stat, fmt):
+    """'median (min–max)' when runs differ, else just the median."""
+    if not stat:
+        return "–"
+    med, lo, hi = fmt(stat["median"]), fmt(stat["min"]), fmt(stat["max"])
+    if stat["n"] > 1 and lo != hi:
+        return f"{med} ({lo}–{hi})"
+    return med
+
+
+def _us(v):
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+
+
+def _mb(v):
+    return f"{v / 1024:.1f}"
+
+
+def _pct(v):
+    return f"{v * 100:.2f}%"
+
+
+def _share(v):
+    return f"{v * 100:.0f}%"
+
+
+COLUMNS = {
+    "rps": ("req/s", lambda v: _num(v)),
+    "p50_us": ("p50", _us),
+    "p90_us": ("p90", _us),
+    "p99_us": ("p99", _us),
+    "p999_us": ("p99.9", _us),
+    "max_us": ("max", _us),
+    "cpu_us_per_request": ("CPU µs/req", lambda v: _num(v, 2)),
+    "proxy_cpu_share": ("proxy core busy", _share),
+    "loadgen_cpu_share": ("load gen CPU", _share),
+    "origin_cpu_share": ("origin CPU", _share),
+    "rss_kb": ("RSS MB (end)", _mb),
+    "hwm_kb": ("peak RSS MB", _mb),
+    "idle_rss_kb": ("RSS MB, 10k idle", _mb),
+    "idle_clients_open_after": ("idle clients still open after", lambda v: _num(v)),
+    "upstream_connections": ("upstream conns opened", lambda v: _num(v)),
+    "requests_per_upstream_connection": ("req per upstream conn", lambda v: _num(v)),
+    "reuse": ("reuse", _pct),
+    "errors": ("errors", lambda v: _num(v)),
+    "time_wait_client": ("TIME_WAIT client side", lambda v: _num(v)),
+    "time_wait_upstream": ("TIME_WAIT upstream side", lambda v: _num(v)),
+    "requests": ("requests", lambda v: _num(v)),
+    "first_error_s": ("first error at s", lambda v: _num(v)),
+    "idle_connections": ("idle pooled conns", lambda v: _num(v)),
+    "rss_kb_kept": ("RSS MB, kept", _mb),
+    "rss_kb_not_kept": ("RSS MB, not kept", _mb),
+    "bytes_per_idle_connection": ("bytes per idle conn", lambda v: _num(v)),
+    "bytes_per_idle_connection_upper": ("upper bound, bytes", lambda v: _num(v)),
+    "hwm_kb_kept": ("peak RSS MB", _mb),
+    "proxy_core_other": ("other load on proxy core", _share),
+}
+
+SCENARIO_COLUMNS = {
+    "rate-latency": ("rps", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
+                     "cpu_us_per_request", "proxy_cpu_share", "upstream_connections", "reuse",
+                     "errors", "proxy_core_other"),
+    "idle-clients": ("rps", "p50_us", "p99_us", "cpu_us_per_request", "proxy_cpu_share",
+                     "idle_rss_kb", "rss_kb", "hwm_kb", "idle_clients_open_after", "errors",
+                     "proxy_core_other"),
+    "port-exhaustion": ("requests", "rps", "errors", "first_error_s", "p99_us",
+                        "upstream_connections", "reuse", "time_wait_upstream",
+                        "time_wait_client"),
+    "pool-memory": ("idle_connections", "rss_kb_kept", "rss_kb_not_kept",
+                    "bytes_per_idle_connection", "bytes_per_idle_connection_upper",
+                    "hwm_kb_kept"),
+}
+DEFAULT_COLUMNS = ("rps", "p50_us", "p99_us", "p999_us", "cpu_us_per_request",
+                   "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
+                   "hwm_kb", "upstream_connections", "requests_per_upstream_connection",
+                   "reuse", "errors", "time_wait_client", "time_wait_upstream",
+                   "proxy_core_other")
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def scenario_table(name, per_contender, order):
+    keys = SCENARIO_COLUMNS.get(name, DEFAULT_COLUMNS)
+    header = ["contender"] + [COLUMNS[k][0] for k in keys]
+    rows = []
+    for contender in order:
+        cell = per_contender.get(contender)
+        if cell is None:
+            continue
+        label = f"**{contender}**" if contender == "holdfast" else contender
+        if cell["runs"] == 0:
+            rows.append([label] + ["failed"] + ["–"] * (len(keys) - 1))
+            continue
+        if cell["failed"]:
+            label += f" ({cell['failed']} failed)"
+        rows.append([label] + [_cell(cell.get(k), COLUMNS[k][1]) for k in keys])
+    return _table(header, rows)
+
+
+def matrix(medians, metric, fmt, scenario_order, contender_order):
+    """Contenders down, scenarios across, one metric's medians."""
+    cols = [s for s in scenario_order if s in medians and s != "pool-memory"]
+    rows = []
+    for contender in contender_order:
+        if not any(contender in medians[s] for s in cols):
+            continue
+        label = f"**{contender}**" if contender == "holdfast" else contender
+        row = [label]
+        for s in cols:
+            stat = medians[s].get(contender, {}).get(metric)
+            row.append(fmt(stat["median"]) if stat else "–")
+        rows.append(row)
+    return _table(["contender"] + cols, rows)
+
+
+def _target_value(value, unit):
+    if value is None:
+        return "–"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_num(v)}" for k, v in value.items())
+    if unit == "share":
+        return _pct(value)
+    if unit == "µs/req":
+        return _num(value, 2)
+    return _num(value)
+
+
+def targets_table(checks):
+    rows = []
+    for c in checks:
+        verdict = {True: "**pass**", False: "**FAIL**", None: "not measured"}[c["pass"]]
+        ref = _target_value(c["reference"], c["unit"])
+        if c["reference_from"] and not isinstance(c["reference"], dict) and c["reference"]:
+            ref += f" ({c['reference_from']})"
+        ratio = f"{c['ratio']:.2f}x" if c["ratio"] is not None else "–"
+        rows.append([c["target"], c["scenario"], _target_value(c["holdfast"], c["unit"]), ref,
+                     ratio, c["limit"], verdict])
+    return _table(["target", "scenario", "holdfast", "reference", "ratio", "limit", "result"],
+                  rows)
+
+
+# ---- charts ---------------------------------------------------------------------------------
+
+CHART_PANELS = {
+    "rate-latency": (("p99_us", "p99 latency, µs (lower is better)"),
+                     ("cpu_us_per_request", "proxy CPU µs per request (lower is better)")),
+    "idle-clients": (("rps", "requests/s (higher is better)"),
+                     ("rss_kb_max", "RSS MB during the window (lower is better)")),
+}
+DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
+                  ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
+
+
+def charts(results_dir, medians, records, contender_order, subtitle):
+    """Writes one SVG per scenario (plus the port-exhaustion timeline); returns {scenario: file}."""
+    written = {}
+    for name, per_contender in medians.items():
+        if name == "pool-memory":
+            continue
+        if name == "port-exhaustion":
+            file = "port-exhaustion.svg"
+            (Path(results_dir) / file).write_text(_exhaustion_chart(records, contender_order,
+                                                                   subtitle))
+            written[name] = file
+            continue
+        panels = []
+        for metric, heading in CHART_PANELS.get(name, DEFAULT_PANELS):
+            rows = []
+            for contender in contender_order:
+                cell = per_contender.get(contender)
+                if cell is None:
+                    continue
+                stat = cell.get(metric)
+                scale = 1 / 1024 if metric.startswith("rss") else 1
+                if stat:
+                    rows.append((contender, stat["median"] * scale, stat["min"] * scale,
+                                 stat["max"] * scale, contender == "holdfast"))
+                else:
+                    rows.append((contender, None, None, None, contender == "holdfast"))
+            panels.append((heading, rows))
+        file = f"{name}.svg"
+        (Path(results_dir) / file).write_text(svg.bars(name, panels, subtitle=subtitle))
+        written[name] = file
+    return written
+
+
+def _exhaustion_chart(records, contender_order, subtitle):
+    """ok/s and errors/s over time, from each contender's median run by error count."""
+    ok_series, err_series = [], []
+    for contender in contender_order:
+        runs = [r for r in records if r["scenario"] == "port-exhaustion"
+                and r["contender"] == contender and r["ok"] and r.get("load")]
+        if not runs:
+            continue
+        runs.sort(key=lambda r: r["metrics"].get("errors") or 0)
+        timeline = runs[len(runs) // 2]["load"].get("timeline", [])
+        ok_series.append((contender, [(p["t_s"], p.get("ok", 0)) for p in timeline]))
+        err_series.append((contender, [(p["t_s"], p.get("errors", 0)) for p in timeline]))
+    return svg.lines("port-exhaustion: 1000 local ports, tcp_tw_reuse=0",
+                     [("successful requests per second", ok_series),
+                      ("errors per second", err_series)], subtitle=subtitle)
+
+
+# ---- BENCHMARKS.md --------------------------------------------------------------------------
+
+BENCHMARKS_SKELETON = """# Benchmarks
+
+holdfast against nginx and HAProxy, side by side in one run, on one machine: same origin,
+same CPU budget (one pinned core per proxy), bounded load on loopback. What each scenario
+measures, and how to run it, is in [bench/README.md](bench/README.md); run it with
+
+```sh
+bench/run
+```
+
+{start}
+{end}
+
+## Optimisation log
+
+"""
+
+
+def splice(path, generated):
+    """Replaces the text between the markers in BENCHMARKS.md; the rest of the file stays."""
+    path = Path(path)
+    block = f"{MARK_START}\n{generated.strip()}\n{MARK_END}"
+    if path.exists():
+        text = path.read_text()
+    else:
+        text = BENCHMARKS_SKELETON.format(start=MARK_START, end=MARK_END)
+    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text, count=1)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def markdown(document, chart_files, *, image_prefix):
+    """The generated results section: machine, versions, commands, targets and tables."""
+    m = document["machine"]
+    opts = document["options"]
+    medians = document["medians"]
+    scenario_order = [s.name for s in scenarios.SCENARIOS if s.name in medians]
+    contender_order = [c.name for c in contenders.CONTENDERS]
+    v = m["versions"]
+    out = [
+        "## Results",
+        "",
+        f"Generated by `{document['command']}` on {m['date']}; the text between the "
+        "`results` markers is rewritten on every run.",
+        "",
+        f"- **Machine:** {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+        f"Linux {m['kernel']} ({m['os']}); `ip_local_port_range` "
+        f"{m['sysctl']['net.ipv4.ip_local_port_range']}, `tcp_tw_reuse` "
+        f"{m['sysctl']['net.ipv4.tcp_tw_reuse']}.",
+        f"- **Versions:** holdfast `{document['holdfast_commit']}`; {v.get('nginx')}; "
+        f"{v.get('haproxy')}; {v.get('wrk')}; node {v.get('node')}; {v.get('rustc')}.",
+        f"- **Method:** {opts['runs']} run(s) per scenario and contender, contenders interleaved "
+        f"within each round (order rotated per round); {opts['duration_s']:g} s windows after a "
+        f"{opts['warmup_s']:g} s warm-up; port-exhaustion {opts['exhaustion_s']:g} s from a cold "
+        "start. Cells show the median and, when runs differ, (min–max). Proxies run on core 0 "
+        "(`taskset -c 0`, one worker or thread); wrk, bench-load and the origin share core 1.",
+        f"- **rate-latency** runs at {opts['rate']:,} req/s over 64 connections. "
+        + _saturation_note(document),
+        "",
+        "### Targets",
+        "",
+        "Best peer is the better of nginx-tuned and HAProxy for each metric, from the medians.",
+        "",
+        targets_table(document["targets"]),
+        "",
+        "### Summary",
+        "",
+        "Requests per second (median):",
+        "",
+        matrix(medians, "rps", lambda x: _num(x), scenario_order, contender_order),
+        "",
+        "Proxy CPU microseconds per request (median; `direct` has no proxy):",
+        "",
+        matrix(medians, "cpu_us_per_request", lambda x: _num(x, 2), scenario_order,
+               contender_order),
+        "",
+        "Requests on a reused upstream connection, 1 − connections opened / requests, counted "
+        "by the origin (median):",
+        "",
+        matrix(medians, "reuse", _pct, scenario_order, contender_order),
+        "",
+        "Errors, non-2xx and socket errors as the load generator saw them (median):",
+        "",
+        matrix(medians, "errors", lambda x: _num(x), scenario_order, contender_order),
+        "",
+    ]
+    out += ["### Reading the tables", ""] + _notes(document) + [""]
+    for name in scenario_order:
+        scenario = scenarios.BY_NAME[name]
+        out += [f"### {name}", "", scenario.about + ".", ""]
+        out.append(scenario_table(name, medians[name], contender_order))
+        out.append("")
+        if name in chart_files:
+            out += [f"![{name}]({image_prefix}{chart_files[name]})", ""]
+    out += ["### Commands", "", "```sh"]
+    out += document["commands"]
+    out += ["```", ""]
+    failures = [r for r in document["runs"] if not r["ok"]]
+    if failures:
+        out += ["### Failed runs", ""]
+        for r in failures:
+            out.append(f"- round {r['round']}, {r['scenario']}, {r['contender']}: "
+                       f"{r['error'].splitlines()[0] if r['error'] else 'unknown'}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _notes(document):
+    """What a reader needs to interpret this run: columns, limits, and the environment."""
+    opts = document["options"]
+    notes = [
+        "- *CPU µs/req*: on-CPU time of all the proxy's processes and threads (schedstat) "
+        "over the window, divided by the requests served in it. *proxy core busy*: that CPU "
+        "time over the window (100% = one saturated core). *load gen CPU* and *origin CPU*: "
+        "the same for wrk or bench-load and for the origin, which share the other core; when "
+        "they add up to about 100% while the proxy core is not saturated, the load side "
+        "limited requests/s, not the proxy.",
+        "- *other load on proxy core*: busy time of the proxy's core not spent in the proxy "
+        "(from /proc/stat), i.e. other processes on the host; high values mean the run was "
+        "disturbed.",
+        "- *upstream conns opened* and *reuse* come from the origin's own counters, read "
+        "before and after the window (after a warm-up, except port-exhaustion, which starts "
+        "cold). *TIME_WAIT*: sockets that entered TIME_WAIT during the window, on the "
+        "client side (the proxy's listening port) and the upstream side (the origin's port).",
+        "- *errors*: non-2xx responses plus socket errors (connect, read, write, timeout) as "
+        "the load generator counted them.",
+    ]
+    if opts.get("nofile", 0) < 200_000:
+        notes.append(
+            f"- The open-file limit here is {opts.get('nofile')} and cannot be raised "
+            f"(no CAP_SYS_RESOURCE), so idle-clients holds {opts.get('idle_clients'):,} "
+            f"client connections and pool-memory pools {opts.get('pool_connections'):,} "
+            "connections; HAProxy runs with `no strict-limits` below the descriptor count "
+            "it would size for its maxconn.")
+    notes.append(
+        "- pool-memory: holdfast's RSS with the pooled connections kept minus its RSS after "
+        "the same burst with nothing kept, divided by the idle connections holdfast reports. "
+        "Memory the burst's client connections freed stays in the allocator in both "
+        "processes, so this is what keeping the pool adds; the upper bound divides all RSS "
+        "growth since start-up in the kept process by the idle connections.")
+    return notes
+
+
+def _saturation_note(document):
+    runs = [r for r in document["runs"] if r["scenario"] == "rate-latency" and r["ok"]]
+    if not runs:
+        return ""
+    saturated = sorted({r["contender"] for r in runs if r["metrics"].get("saturated")})
+    if saturated:
+        return ("These contenders fell short of the rate in at least one run, so their "
+                f"latency includes queueing: {', '.join(saturated)}.")
+    return "Every contender sustained it in every run, so latency is measured below saturation."

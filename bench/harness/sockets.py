@@ -1,0 +1,88 @@
+"""Picks free loopback ports and counts TCP sockets with `ss`: listening, established,
+TIME_WAIT."""
+
+import re
+import socket
+import subprocess
+import time
+
+# Linux keeps a closed connection in TIME_WAIT for this long (TCP_TIMEWAIT_LEN).
+TIME_WAIT_S = 60.0
+
+
+def free_ports(count, start=23400):
+    """`count` ports on 127.0.0.1 that nothing is bound to, below the ephemeral range."""
+    ports = []
+    port = start
+    while len(ports) < count:
+        if port >= 32768:
+            raise RuntimeError("no free loopback ports between 23400 and 32767")
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                ports.append(port)
+            except OSError:
+                pass
+        port += 1
+    return ports
+
+
+def _ss(args, netns=None):
+    argv = ["ss", "-Htn", *args]
+    if netns:
+        argv = ["ip", "netns", "exec", netns, *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    return out.stdout.splitlines()
+
+
+def _port(endpoint):
+    return int(endpoint.rsplit(":", 1)[1])
+
+
+def is_listening(port, netns=None):
+    return any(_port(line.split()[3]) == port for line in _ss(["-l"], netns))
+
+
+def wait_listening(port, *, timeout_s, netns=None, child=None):
+    """Waits until something listens on `port`; False on timeout or if `child` exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if is_listening(port, netns):
+            return True
+        if child is not None and not child.is_alive():
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def established(local_port, netns=None):
+    """Established connections whose local port is `local_port` (a server's accepted sockets)."""
+    lines = _ss(["state", "established"], netns)
+    return sum(1 for line in lines if _port(line.split()[2]) == local_port)
+
+
+_TIMER = re.compile(r"timer:\(timewait,(\d+)(ms|sec|min)")
+_UNIT_S = {"ms": 0.001, "sec": 1.0, "min": 60.0}
+
+
+def time_wait(ports, *, since_s=None, netns=None):
+    """TIME_WAIT sockets with a local or peer port in `ports`.
+
+    With `since_s`, only those that entered TIME_WAIT in the last `since_s` seconds count,
+    judged by the time they have left (ss prints whole seconds, so one second of slack), so
+    sockets left over from an earlier run do not count against this one.
+    """
+    ports = set(ports)
+    count = 0
+    for line in _ss(["-o", "state", "time-wait"], netns):
+        fields = line.split()
+        if _port(fields[2]) not in ports and _port(fields[3]) not in ports:
+            continue
+        if since_s is not None:
+            match = _TIMER.search(line)
+            if match:
+                left_s = int(match.group(1)) * _UNIT_S[match.group(2)]
+                if left_s < TIME_WAIT_S - since_s - 1.0:
+                    continue
+        count += 1
+    return count
