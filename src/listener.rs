@@ -1,33 +1,13 @@
-//! Accepts client connections and serves them with hyper's HTTP/1 server, until told
-//! to stop; then it stops accepting and lets open connections finish their requests.
+//! Accepts client connections and starts a task serving each (see `client`), until
+//! told to stop; then it stops accepting, and open connections finish their requests.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{ClientLimits, Timeouts};
-use crate::framing::FramingGuard;
-use crate::proxy::{ClientContext, Proxy};
-
-/// hyper's HTTP/1 server settings for client connections.
-pub fn client_http(limits: ClientLimits, timeouts: Timeouts) -> http1::Builder {
-    let mut b = http1::Builder::new();
-    b.timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(timeouts.client_header)
-        .max_headers(limits.max_headers)
-        .max_header_size(limits.max_header_bytes);
-    // Not `pipeline_flush`: with it, hyper holds back a write while unread bytes are
-    // buffered, which swallows the 400/431 for a refused head (its bytes stay unread).
-    b
-}
+use crate::client::{self, ClientSettings};
 
 /// Counts client connections: open now (so shutdown can wait for them) and accepted
 /// since start. Clones share the counts.
@@ -71,9 +51,7 @@ impl Drop for OpenConnection {
 /// Accepts on `listener` until `stop` turns true.
 pub async fn accept_loop(
     listener: TcpListener,
-    proxy: Arc<Proxy>,
-    http: Arc<http1::Builder>,
-    limits: ClientLimits,
+    settings: ClientSettings,
     connections: Connections,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -84,17 +62,10 @@ pub async fn accept_loop(
         };
         match accepted {
             Ok((stream, addr)) => {
-                let task = serve_client(
-                    stream,
-                    addr,
-                    Arc::clone(&proxy),
-                    Arc::clone(&http),
-                    limits,
-                    stop.clone(),
-                );
                 let guard = connections.track();
+                let serve = client::serve(stream, addr, settings.clone(), stop.clone());
                 tokio::spawn(async move {
-                    task.await;
+                    serve.await;
                     drop(guard);
                 });
             }
@@ -104,37 +75,6 @@ pub async fn accept_loop(
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-    }
-}
-
-async fn serve_client(
-    stream: TcpStream,
-    addr: SocketAddr,
-    proxy: Arc<Proxy>,
-    http: Arc<http1::Builder>,
-    limits: ClientLimits,
-    mut stop: watch::Receiver<bool>,
-) {
-    let _ = stream.set_nodelay(true);
-    let (guarded, framing) = FramingGuard::new(stream, limits.max_header_bytes);
-    let context = Arc::new(ClientContext::new(addr, framing));
-    let service = service_fn(move |req| {
-        let proxy = Arc::clone(&proxy);
-        let context = Arc::clone(&context);
-        async move { Ok::<_, Infallible>(proxy.handle(req, &context).await) }
-    });
-    let conn = http.serve_connection(TokioIo::new(guarded), service).with_upgrades();
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        _ = stopped(&mut stop) => {
-            // Finish the request in flight (if any), then close.
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(client = %addr, error = %e, "client connection ended with an error");
     }
 }
 

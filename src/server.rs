@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::admin::{self, AdminState};
+use crate::client::ClientSettings;
 use crate::config::Config;
 use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
@@ -70,7 +71,6 @@ impl Server {
             config.upstreams.iter().map(|u| Arc::new(Upstream::new(u, &budget))).collect();
         let (stop, stop_rx) = watch::channel(false);
         let connections = Connections::default();
-        let http = Arc::new(listener::client_http(config.client_limits, config.timeouts));
         let mut addrs = Vec::new();
         for (tcp, configured, name) in bound {
             let index = upstreams
@@ -84,11 +84,11 @@ impl Server {
             addrs.push(addr);
             let proxy =
                 Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts, access_log.clone()));
+            let settings =
+                ClientSettings { proxy, limits: config.client_limits, timeouts: config.timeouts };
             tokio::spawn(listener::accept_loop(
                 tcp,
-                proxy,
-                Arc::clone(&http),
-                config.client_limits,
+                settings,
                 connections.clone(),
                 stop_rx.clone(),
             ));

@@ -18,12 +18,18 @@ pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest pause between two reads of an upstream response body (nginx: 60 s).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A client must send a complete request head within this time, which bounds what
-/// slow-header clients (slowloris) can hold. nginx's `client_header_timeout` is 60 s;
-/// 10 s is generous for any real client.
+/// A client must send a complete request head within this time, counted from the
+/// first byte of the head (and, on a new connection, from the accept), which bounds
+/// what slow-header clients (slowloris) can hold. nginx's `client_header_timeout` is
+/// 60 s; 10 s is generous for any real client.
 pub const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Request header lines. Browsers send about 20; 100 is hyper's and many servers' limit.
+/// How long a client's keep-alive connection may wait for its next request. nginx
+/// keeps idle clients 75 s, AWS load balancers 60 s; an idle client connection costs
+/// holdfast a socket and a few hundred bytes, no buffer.
+pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Request header lines. Browsers send about 20; 100 is many servers' limit.
 pub const MAX_REQUEST_HEADERS: usize = 100;
 
 /// Bytes of request head (request line and headers). nginx allows 4 x 8 kB buffers.

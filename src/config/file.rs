@@ -58,6 +58,7 @@ pub struct FileTimeouts {
     pub response_header: Option<Spanned<String>>,
     pub read: Option<Spanned<String>>,
     pub client_header: Option<Spanned<String>>,
+    pub client_idle: Option<Spanned<String>>,
     pub drain: Option<Spanned<String>>,
 }
 

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
+
+use crate::http1::request::MAX_HEADERS;
 use toml::Spanned;
 
 pub use error::{ConfigError, ConfigProblem};
@@ -93,6 +95,8 @@ pub struct Timeouts {
     pub response_header: Duration,
     pub read: Duration,
     pub client_header: Duration,
+    /// How long a client connection may sit idle between requests.
+    pub client_idle: Duration,
     /// After SIGTERM or Ctrl-C: how long requests in flight may take to finish.
     pub drain: Duration,
 }
@@ -104,6 +108,7 @@ impl Default for Timeouts {
             response_header: defaults::RESPONSE_HEADER_TIMEOUT,
             read: defaults::READ_TIMEOUT,
             client_header: defaults::CLIENT_HEADER_TIMEOUT,
+            client_idle: defaults::CLIENT_IDLE_TIMEOUT,
             drain: defaults::DRAIN_TIMEOUT,
         }
     }
@@ -363,6 +368,7 @@ impl Validator<'_> {
             (&raw.response_header, "response_header", &mut t.response_header),
             (&raw.read, "read", &mut t.read),
             (&raw.client_header, "client_header", &mut t.client_header),
+            (&raw.client_idle, "client_idle", &mut t.client_idle),
             (&raw.drain, "drain", &mut t.drain),
         ];
         for (value, name, slot) in fields {
@@ -382,8 +388,14 @@ impl Validator<'_> {
     fn limits(&mut self, raw: file::FileLimits) -> ClientLimits {
         let mut l = ClientLimits::default();
         if let Some(v) = &raw.max_request_headers {
-            if let Some(n) = self.positive(v, "limits.max_request_headers") {
-                l.max_headers = n;
+            match self.positive(v, "limits.max_request_headers") {
+                Some(n) if n > MAX_HEADERS => self.problem(
+                    v.span(),
+                    "limits.max_request_headers",
+                    format!("must be at most {MAX_HEADERS}"),
+                ),
+                Some(n) => l.max_headers = n,
+                None => {}
             }
         }
         if let Some(v) = &raw.max_request_header_bytes {

@@ -1,14 +1,15 @@
-//! Why a request could not be proxied, and the status and body the client gets.
+//! Why a request could not be proxied, and the status and text the client gets.
 
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Response, StatusCode};
+use http::Method;
 
-use super::body::ClientBody;
 use super::retry::NotReplayed;
+use crate::http1::request::FramingViolation;
+use crate::http1::response::BadResponse;
 use crate::upstream::{ConnectError, LeaseError};
 
 /// A failure on the way to or from one backend.
@@ -31,16 +32,29 @@ pub enum ProxyErrorKind {
     #[error("no response header within {0:?}")]
     HeaderTimeout(Duration),
     #[error("connection closed before a response: {0}")]
-    Closed(hyper::Error),
+    Closed(io::Error),
     /// A pooled connection failed after the request may have reached the origin, and
     /// `retry::may_replay` would not send it again.
     #[error(
         "connection closed before a response: {error}; the {method} request was not \
          retried because it may have reached the origin and {why}"
     )]
-    NotRetried { error: hyper::Error, method: Method, why: NotReplayed },
+    NotRetried { error: io::Error, method: Method, why: NotReplayed },
+    #[error("{0}")]
+    BadResponse(#[from] BadResponse),
     #[error("reading the client's request body failed: {0}")]
-    ClientBody(hyper::Error),
+    ClientBody(ClientBodyError),
+}
+
+/// Why the client's request body could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    #[error("the client closed the connection before the body ended")]
+    Closed,
+    #[error("{0}")]
+    Io(io::Error),
+    #[error("{}", .0.as_str())]
+    Invalid(FramingViolation),
 }
 
 impl ProxyErrorKind {
@@ -58,6 +72,7 @@ impl ProxyErrorKind {
             ProxyErrorKind::NotRetried { why: NotReplayed::BodyStreamed, .. } => {
                 "not_retried_body_streamed"
             }
+            ProxyErrorKind::BadResponse(_) => "bad_response",
             ProxyErrorKind::ClientBody(_) => "client_body",
         }
     }
@@ -65,31 +80,23 @@ impl ProxyErrorKind {
 
 impl ProxyError {
     /// The status the client gets: 400, 502, 503 or 504.
-    pub fn status(&self) -> StatusCode {
+    pub fn status(&self) -> u16 {
         match &self.kind {
             ProxyErrorKind::Connect(ConnectError::Timeout(_))
-            | ProxyErrorKind::HeaderTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            | ProxyErrorKind::HeaderTimeout(_) => 504,
             ProxyErrorKind::Connect(_)
             | ProxyErrorKind::Closed(_)
-            | ProxyErrorKind::NotRetried { .. } => StatusCode::BAD_GATEWAY,
-            ProxyErrorKind::ClientBody(_) => StatusCode::BAD_REQUEST,
-            ProxyErrorKind::Queue(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | ProxyErrorKind::NotRetried { .. }
+            | ProxyErrorKind::BadResponse(_) => 502,
+            ProxyErrorKind::ClientBody(_) => 400,
+            ProxyErrorKind::Queue(_) => 503,
         }
     }
 
-    /// Short text naming the upstream, backend and reason.
-    pub fn to_response(&self) -> Response<ClientBody> {
-        local_response(self.status(), format!("holdfast: {self}\n"))
+    /// The response body: holdfast's name, then the upstream, backend and reason.
+    pub fn text(&self) -> String {
+        format!("holdfast: {self}\n")
     }
-}
-
-/// A response written by holdfast itself, with a plain-text body.
-pub fn local_response(status: StatusCode, text: String) -> Response<ClientBody> {
-    let mut resp = Response::new(ClientBody::text(Bytes::from(text)));
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    resp
 }
 
 impl From<LeaseError> for ProxyErrorKind {

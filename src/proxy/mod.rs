@@ -1,38 +1,49 @@
 //! The request path: one client request in, one upstream exchange, one response out.
 //!
-//! For each request: refuse it if its framing was bad, pick a backend, lease a
-//! connection (pooled or new), rewrite headers, send (once more on a new connection if
-//! a pooled one failed under the request and `retry` allows it), and stream the response
-//! back with a body that returns the connection to its pool when the exchange ends cleanly.
+//! For each request: pick a backend and rewrite the head for it ([`Proxy::prepare`]),
+//! lease a connection (pooled or new), send the head and body (once more on a new
+//! connection if a pooled one failed under the request and `retry` allows it), read
+//! the response head, and stream the response to the client. The connection goes back
+//! to its pool when the exchange ended cleanly; otherwise it is closed.
+//!
+//! One task does all of it: the client connection's. It owns the upstream connection
+//! for the length of the exchange, so a request costs no channel, no second task and no
+//! wake-up between them.
 
-pub mod body;
 pub mod error;
-pub mod headers;
 pub mod retry;
 pub mod trace;
+pub mod transfer;
 
-use std::future::Future;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-use tokio::time::error::Elapsed;
-use tokio::time::Instant;
+use std::time::Duration;
 
 use holdfast_pool::CloseReason;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use http::Method;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-use body::{ClientBody, KeepError, RequestBody, ResponseBody, Reuse, Upload};
-use error::{local_response, ProxyError, ProxyErrorKind};
-use retry::{Decision, Replay, SendOutcome};
-use trace::{Trace, Traced};
+use error::{ProxyError, ProxyErrorKind};
+use retry::{BodyReplay, Decision, SendOutcome};
+use trace::{Delivery, Trace};
+use transfer::{DownloadError, Upload, UploadError};
 
 use crate::config::Timeouts;
-use crate::framing::FramingState;
+use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding};
+use crate::http1::request::Request;
+use crate::http1::response::{self, BadResponse};
+use crate::http1::{Framing, Version};
+use crate::net::{self, InBuf, Limit, WaitError};
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{keepalive, Backend, Lease, Upstream};
+
+/// Responses whose unread remainder is at most this many bytes are drained after the
+/// client leaves, to keep the connection; 64 KiB is a few milliseconds on any link.
+const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
+/// How long a background drain may take before the connection is closed instead.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Serves requests for one listener: everything goes to one upstream group.
 pub struct Proxy {
@@ -41,20 +52,64 @@ pub struct Proxy {
     access_log: Option<AccessLog>,
 }
 
-/// What the proxy knows about the client connection a request came on.
-pub struct ClientContext {
-    pub addr: SocketAddr,
-    /// The client's IP as a header value, made once per connection for
-    /// `X-Forwarded-For`.
-    pub ip: HeaderValue,
-    pub framing: Arc<FramingState>,
+/// The client side of an exchange: its socket and the bytes read from it that have
+/// not been used (the rest of the request body, pipelined requests).
+pub struct Client<'a> {
+    pub stream: &'a mut TcpStream,
+    pub buf: &'a mut InBuf,
 }
 
-impl ClientContext {
-    pub fn new(addr: SocketAddr, framing: Arc<FramingState>) -> Self {
-        let ip = HeaderValue::try_from(addr.ip().to_string()).expect("an IP is a valid header");
-        ClientContext { addr, ip, framing }
-    }
+/// A request whose head has been read and rewritten for its backend.
+pub struct Outbound {
+    method: Method,
+    version: Version,
+    framing: Framing,
+    expect_continue: bool,
+    upgrade: bool,
+    /// The client's connection may carry another request after this one.
+    keep_alive: bool,
+    backend: usize,
+    /// The request body has been read from the client to its end.
+    body_consumed: bool,
+    trace: Trace,
+}
+
+/// What the client connection does after an exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Read the next request.
+    KeepOpen,
+    Close,
+    /// Close, but first let the client finish sending what it was sending (a request
+    /// body holdfast did not read), so the response is not lost to a reset.
+    Linger,
+}
+
+/// The response head as the client gets it, and how its body travels.
+struct ResponseStart {
+    status: u16,
+    framing: Framing,
+    body_out: BodyOut,
+    /// The origin lets the connection carry another request.
+    reusable: bool,
+    limits: holdfast_pool::ServerLimits,
+    connection: ConnectionOut,
+}
+
+/// A request that reached its origin and got a response head.
+struct Sent {
+    lease: Lease,
+    upload: Upload,
+    start: ResponseStart,
+}
+
+/// Why one attempt on one connection failed.
+enum Attempt {
+    /// The connection failed before any response byte: the stale-connection race,
+    /// or the backend failing; `retry` decides.
+    Closed { outcome: SendOutcome, error: std::io::Error },
+    /// Anything else: no retry.
+    Failed(ProxyErrorKind),
 }
 
 impl Proxy {
@@ -64,171 +119,466 @@ impl Proxy {
         Proxy { upstream, timeouts, access_log }
     }
 
-    /// Answers one client request.
-    pub async fn handle(&self, req: Request<Incoming>, client: &ClientContext) -> Response<Traced> {
-        let mut trace = Trace::begin(&self.upstream, &req, client.addr, self.access_log.as_ref());
-        if let Some(violation) = client.framing.rejection() {
-            tracing::debug!(client = %client.addr, reason = violation.as_str(), "refused request framing");
-            let mut resp = local_response(
-                StatusCode::BAD_REQUEST,
-                format!("holdfast: {}\n", violation.as_str()),
-            );
-            resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            trace.failed(violation.as_str());
-            return trace.respond(resp);
-        }
-        let index = self.upstream.pick();
-        let backend = &self.upstream.backends[index];
-        let method = req.method().clone();
-        trace.chose(index);
-        match self.exchange(req, client, backend, &mut trace).await {
-            Ok(resp) => trace.respond(resp),
-            Err(e) => {
-                tracing::warn!(
-                    upstream = %e.upstream, backend = %e.backend, method = %method,
-                    reused = e.reused, status = e.status().as_u16(), reason = e.kind.as_str(),
-                    "{}", e.kind
-                );
-                trace.failed(e.kind.as_str());
-                trace.respond(e.to_response())
-            }
-        }
-    }
-
-    async fn exchange(
+    /// Starts a request: picks its backend and writes, into `head`, the head the
+    /// origin gets (see [`encode::upstream_request`]).
+    pub fn prepare(
         &self,
-        req: Request<Incoming>,
-        client: &ClientContext,
-        backend: &Backend,
-        trace: &mut Trace,
-    ) -> Result<Response<ClientBody>, ProxyError> {
-        let mut req = req;
-        let upgrade = (req.version() == Version::HTTP_11)
-            .then(|| headers::upgrade_request(req.headers()))
-            .flatten();
-        let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, incoming) = req.into_parts();
-        rewrite_request_head(&mut parts, client, backend.addr);
-        if let Some(protocol) = &upgrade {
-            headers::set_upgrade(&mut parts.headers, protocol.clone());
-        }
-        let (body, upload) = self.request_body(&parts.method, incoming, backend).await?;
-        let (resp, lease, upload) =
-            self.send(Request::from_parts(parts, body), upload, backend, trace).await?;
-        match client_upgrade {
-            Some(on_client) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
-                Ok(splice_upgrade(resp, lease, on_client))
-            }
-            _ => Ok(self.response(resp, lease, upload)),
+        req: &Request<'_, '_>,
+        client: SocketAddr,
+        client_ip: &str,
+        head: &mut Vec<u8>,
+    ) -> Outbound {
+        let trace = Trace::begin(&self.upstream, req, client, self.access_log.as_ref());
+        let backend = self.upstream.pick();
+        head.clear();
+        let fwd = Forwarding { client_ip, backend: self.upstream.backends[backend].addr };
+        encode::upstream_request(req, &fwd, head);
+        Outbound {
+            method: Method::from_bytes(req.method.as_bytes()).unwrap_or(Method::GET),
+            version: req.version,
+            framing: req.framing,
+            expect_continue: req.expect_continue,
+            upgrade: req.upgrade.is_some(),
+            keep_alive: req.keep_alive(),
+            backend,
+            body_consumed: req.framing == Framing::Empty,
+            trace,
         }
     }
 
-    /// The body to send upstream: streamed from the client, except that a small body
-    /// of an idempotent request is read first and kept, so that the request can be sent
-    /// again if a pooled connection fails under it (see [`retry::should_keep_body`]).
-    async fn request_body(
-        &self,
-        method: &Method,
-        incoming: Incoming,
-        backend: &Backend,
-    ) -> Result<(RequestBody, Arc<Upload>), ProxyError> {
-        if incoming.is_end_stream()
-            || !retry::should_keep_body(method, incoming.size_hint().exact())
-        {
-            return Ok(RequestBody::new(incoming));
-        }
-        // A body that stops moving fails as it does while streaming: once it has stalled
-        // for `response_header`, with the same 504.
-        let stall = self.timeouts.response_header;
-        match body::read_to_keep(incoming, stall).await {
-            Ok(bytes) => Ok(RequestBody::kept(bytes)),
-            Err(KeepError::Client(e)) => {
-                Err(self.error(backend, ProxyErrorKind::ClientBody(e), false))
-            }
-            Err(KeepError::Stalled) => {
-                Err(self.error(backend, ProxyErrorKind::HeaderTimeout(stall), false))
-            }
-        }
+    /// Counts and logs a request refused before it could be parsed or forwarded; the
+    /// caller answers it.
+    pub fn refused(&self, client: SocketAddr, status: u16, reason: &'static str) {
+        let mut trace = Trace::refused(&self.upstream, client, self.access_log.as_ref());
+        trace.failed(reason);
+        trace.finish(Delivery { status, bytes: 0, ended: Some(Instant::now()) });
     }
 
-    /// Sends on a leased connection and waits for the response head.
+    /// Carries one request to its backend and the response back to the client.
+    pub async fn forward(&self, mut out: Outbound, head: &[u8], client: Client<'_>) -> Next {
+        out.trace.chose(out.backend);
+        let backend = &self.upstream.backends[out.backend];
+        let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
+        let mut response_head = Vec::with_capacity(512);
+        let sent = self
+            .send(
+                &mut out,
+                backend,
+                head,
+                client.stream,
+                client.buf,
+                &mut upstream_buf,
+                &mut response_head,
+            )
+            .await;
+        let next = match sent {
+            Ok(sent) => self.respond(out, sent, &response_head, client, &mut upstream_buf).await,
+            Err(e) => self.answer_error(out, e, client.stream).await,
+        };
+        upstream_buf.release();
+        next
+    }
+
+    /// Leases a connection, sends the request and reads the response head; once more
+    /// on a new connection when a pooled one failed under the request and
+    /// [`retry::may_replay`] allows it.
     ///
     /// # Races
     /// A pooled connection may be closing at the origin just as the request goes out on
-    /// it (an idle timeout, a limit on requests per connection). hyper then reports a
-    /// failure before any response head. [`retry::may_replay`] decides whether the request
-    /// is sent once more on a new connection: always when hyper hands it back unsent,
-    /// and for idempotent requests whose body is empty or kept even when it may have
-    /// arrived. For the latter a copy ([`Replay`]) is made before sending, as hyper
-    /// consumes the request.
+    /// it (an idle timeout, a limit on requests per connection). The attempt then fails
+    /// before any response byte. The request is sent again when not a byte of it was
+    /// written, and for idempotent requests whose body is empty or kept even when it
+    /// may have arrived.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
-        req: Request<RequestBody>,
-        upload: Arc<Upload>,
+        out: &mut Outbound,
         backend: &Backend,
-        trace: &mut Trace,
-    ) -> Result<(Response<Incoming>, Lease, Arc<Upload>), ProxyError> {
-        let asked = trace.asking();
+        head: &[u8],
+        client: &mut TcpStream,
+        client_buf: &mut InBuf,
+        upstream_buf: &mut InBuf,
+        response_head: &mut Vec<u8>,
+    ) -> Result<Sent, ProxyError> {
+        let kept = self.kept_body(out, backend, client, client_buf).await?;
+        let asked = out.trace.asking();
         let mut lease = backend
             .lease(self.timeouts.connect)
             .await
             .map_err(|e| self.error(backend, e.into(), false))?;
-        trace.connected(asked.elapsed());
-        let (mut req, mut upload) = (req, upload);
+        out.trace.connected(asked.elapsed());
         // At most two rounds: a retry goes out on a new connection, which `may_replay`
         // never retries.
         loop {
             let reused = lease.is_reused();
-            let method = req.method().clone();
-            let body = req.body().replay();
-            let copy = if reused { Replay::copy_if_replayable(&req) } else { None };
-            trace.sending(reused);
-            let sent = lease.conn().sender.try_send_request(req);
-            let mut failed = match self.await_response_head(sent, &upload).await {
-                Ok(Ok(resp)) => {
-                    trace.response_head(resp.status().as_u16());
-                    return Ok((resp, lease, upload));
-                }
-                Ok(Err(failed)) => failed,
-                Err(_) => {
-                    let kind = ProxyErrorKind::HeaderTimeout(self.timeouts.response_header);
-                    return Err(self.error(backend, kind, reused));
-                }
+            out.trace.sending(reused);
+            let attempt = self
+                .attempt(
+                    out,
+                    &mut lease,
+                    head,
+                    kept.as_deref(),
+                    client,
+                    client_buf,
+                    upstream_buf,
+                    response_head,
+                )
+                .await;
+            let (outcome, error) = match attempt {
+                Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
+                Err(Attempt::Failed(kind)) => return Err(self.error(backend, kind, reused)),
+                Err(Attempt::Closed { outcome, error }) => (outcome, error),
             };
-            // Every error of the response future came before a complete response head.
-            let unsent = failed.take_message();
-            let error = failed.into_error();
-            if unsent.is_none() && error.is_user() {
-                // Reading the client's body failed: nothing to do with the connection.
-                return Err(self.error(backend, ProxyErrorKind::ClientBody(error), reused));
-            }
-            let outcome =
-                if unsent.is_some() { SendOutcome::Unsent } else { SendOutcome::MaybeReceived };
-            let decision = retry::may_replay(&method, outcome, reused, body);
-            (req, upload) = match (decision, unsent, copy) {
-                (Decision::Retry, Some(unsent), _) => (unsent, upload),
-                (Decision::Retry, None, Some(copy)) => copy.into_request(),
-                (Decision::Refuse(why), _, _) => {
-                    self.record(backend, decision);
-                    let kind = ProxyErrorKind::NotRetried { error, method, why };
-                    return Err(self.error(backend, kind, reused));
-                }
-                // `Fail`. (`Retry` of a sent request without a copy does not happen:
-                // `copy_if_replayable` copies exactly when `may_replay` allows that.)
-                _ => return Err(self.error(backend, ProxyErrorKind::Closed(error), reused)),
+            let body = match (&kept, out.framing) {
+                (Some(_), _) => BodyReplay::Kept,
+                (None, Framing::Empty) => BodyReplay::Empty,
+                (None, _) => BodyReplay::Streamed,
             };
+            let decision = retry::may_replay(&out.method, outcome, reused, body);
             self.record(backend, decision);
+            match decision {
+                Decision::Retry => {}
+                Decision::Refuse(why) => {
+                    let kind =
+                        ProxyErrorKind::NotRetried { error, method: out.method.clone(), why };
+                    return Err(self.error(backend, kind, reused));
+                }
+                Decision::Fail => {
+                    return Err(self.error(backend, ProxyErrorKind::Closed(error), reused))
+                }
+            }
             tracing::debug!(
-                upstream = %self.upstream.name, backend = %backend.addr, method = %method,
+                upstream = %self.upstream.name, backend = %backend.addr, method = %out.method,
                 outcome = ?outcome, error = %error, "pooled connection failed, retrying on a new one"
             );
             lease.discard(CloseReason::UpstreamClosed);
+            upstream_buf.consume(upstream_buf.len());
             let asked = Instant::now();
             lease = backend
                 .connect_fresh(self.timeouts.connect)
                 .await
                 .map_err(|e| self.error(backend, e.into(), false))?;
-            trace.connected(asked.elapsed());
+            out.trace.connected(asked.elapsed());
+        }
+    }
+
+    /// The body of a small idempotent request, read in full before it is sent so it
+    /// can be sent again (see [`retry::should_keep_body`]); `None` for other requests.
+    async fn kept_body(
+        &self,
+        out: &mut Outbound,
+        backend: &Backend,
+        client: &mut TcpStream,
+        client_buf: &mut InBuf,
+    ) -> Result<Option<Vec<u8>>, ProxyError> {
+        let Framing::Length(len) = out.framing else { return Ok(None) };
+        if !retry::should_keep_body(&out.method, Some(len)) {
+            return Ok(None);
+        }
+        let stall = self.timeouts.response_header;
+        match transfer::read_kept(client, client_buf, len, &mut out.expect_continue, stall).await {
+            Ok(kept) => {
+                out.body_consumed = true;
+                Ok(Some(kept))
+            }
+            Err(e) => {
+                let kind = match self.upload_error(e) {
+                    Attempt::Failed(kind) => kind,
+                    Attempt::Closed { error, .. } => ProxyErrorKind::Closed(error),
+                };
+                Err(self.error(backend, kind, false))
+            }
+        }
+    }
+
+    /// One try on one connection: head (and kept body), streamed body, response head.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempt(
+        &self,
+        out: &mut Outbound,
+        lease: &mut Lease,
+        head: &[u8],
+        kept: Option<&[u8]>,
+        client: &mut TcpStream,
+        client_buf: &mut InBuf,
+        upstream_buf: &mut InBuf,
+        response_head: &mut Vec<u8>,
+    ) -> Result<(Upload, ResponseStart), Attempt> {
+        let limit = self.timeouts.response_header;
+        let stream = &mut lease.conn().stream;
+        let parts = [head, kept.unwrap_or_default()];
+        if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
+            return Err(match error {
+                WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
+                WaitError::Io(error) if written == 0 => {
+                    Attempt::Closed { outcome: SendOutcome::Unsent, error }
+                }
+                WaitError::Io(error) => {
+                    Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+                }
+            });
+        }
+        let upload = if out.body_consumed {
+            Upload::Complete
+        } else {
+            let framing = out.framing;
+            let sent = transfer::upload(
+                client,
+                client_buf,
+                stream,
+                framing,
+                &mut out.expect_continue,
+                limit,
+            )
+            .await;
+            sent.map_err(|e| self.upload_error(e))?
+        };
+        if upload == Upload::Complete {
+            out.body_consumed = true;
+        }
+        let deadline = Instant::now() + limit;
+        let start =
+            self.response_head(out, upload, stream, upstream_buf, deadline, response_head).await?;
+        Ok((upload, start))
+    }
+
+    /// What a failed upload means for the attempt: the origin's side failing is the
+    /// retry policy's to judge; the client's side failing is the client's error.
+    fn upload_error(&self, e: UploadError) -> Attempt {
+        let limit = self.timeouts.response_header;
+        match e {
+            UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
+            // A body that stops moving fails like a response that does not come.
+            UploadError::ClientStalled | UploadError::Upstream(WaitError::TimedOut) => {
+                Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))
+            }
+            UploadError::Upstream(WaitError::Io(error)) => {
+                Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+            }
+        }
+    }
+
+    /// Reads the origin's response head (skipping interim 1xx responses) and writes the
+    /// client's version of it into `response_head`.
+    async fn response_head(
+        &self,
+        out: &Outbound,
+        upload: Upload,
+        stream: &mut TcpStream,
+        buf: &mut InBuf,
+        deadline: Instant,
+        response_head: &mut Vec<u8>,
+    ) -> Result<ResponseStart, Attempt> {
+        let mut received_any = false;
+        loop {
+            if !buf.is_empty() {
+                received_any = true;
+                match self.parse_response(out, upload, buf, response_head) {
+                    Ok(Some(start)) => return Ok(start),
+                    Ok(None) if buf.is_full() && !buf.grow(response::MAX_HEAD_BYTES) => {
+                        return Err(Attempt::Failed(BadResponse::HeadTooLarge.into()));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(Attempt::Failed(e.into())),
+                }
+            }
+            match buf.fill(stream, Limit::Until(deadline)).await {
+                Ok(0) => {
+                    let error = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the origin closed the connection",
+                    );
+                    return Err(closed(received_any, error));
+                }
+                Ok(_) => {}
+                Err(WaitError::TimedOut) => {
+                    let limit = self.timeouts.response_header;
+                    return Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)));
+                }
+                Err(WaitError::Io(error)) => return Err(closed(received_any, error)),
+            }
+        }
+    }
+
+    /// Parses a complete response head in `buf`, if there is one, consuming it.
+    fn parse_response(
+        &self,
+        out: &Outbound,
+        upload: Upload,
+        buf: &mut InBuf,
+        response_head: &mut Vec<u8>,
+    ) -> Result<Option<ResponseStart>, BadResponse> {
+        loop {
+            let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
+            let head_request = out.method == Method::HEAD;
+            let Some(resp) = response::parse(buf.data(), &mut storage, head_request)? else {
+                return Ok(None);
+            };
+            if resp.is_interim() {
+                // 100 Continue and other interim responses are not passed on; holdfast
+                // answered `Expect` itself.
+                let len = resp.head_len;
+                buf.consume(len);
+                if buf.is_empty() {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let upgrade = resp.status == 101;
+            if upgrade && !out.upgrade {
+                return Err(BadResponse::UnrequestedUpgrade);
+            }
+            let body_out = BodyOut::choose(resp.framing, out.version);
+            let close = !out.keep_alive
+                || body_out == BodyOut::CloseDelimited
+                || upload == Upload::Interrupted;
+            let connection = match (upgrade, close, out.version) {
+                (true, _, _) => ConnectionOut::Upgrade,
+                (false, true, _) => ConnectionOut::Close,
+                (false, false, Version::Http10) => ConnectionOut::KeepAlive10,
+                (false, false, Version::Http11) => ConnectionOut::KeepAlive,
+            };
+            response_head.clear();
+            encode::client_response(&resp, body_out, connection, response_head);
+            let start = ResponseStart {
+                status: resp.status,
+                framing: resp.framing,
+                body_out,
+                reusable: resp.is_reusable() && !upgrade,
+                limits: keepalive::server_limits(resp.keep_alive),
+                connection,
+            };
+            let len = resp.head_len;
+            buf.consume(len);
+            return Ok(Some(start));
+        }
+    }
+
+    /// Streams the response to the client and settles the upstream connection:
+    /// back to the pool, drained in the background, or closed.
+    async fn respond(
+        &self,
+        mut out: Outbound,
+        sent: Sent,
+        response_head: &[u8],
+        client: Client<'_>,
+        upstream_buf: &mut InBuf,
+    ) -> Next {
+        let Sent { mut lease, upload, start } = sent;
+        out.trace.response_head(start.status);
+        if start.connection == ConnectionOut::Upgrade {
+            return self.switch(out, lease, response_head, client, upstream_buf).await;
+        }
+        lease.limit_by_server(start.limits);
+        let reusable = start.reusable && upload == Upload::Complete;
+        let stall = self.timeouts.read;
+        let downloaded = transfer::download(
+            &mut lease.conn().stream,
+            upstream_buf,
+            client.stream,
+            response_head,
+            start.framing,
+            start.body_out,
+            stall,
+            stall,
+        )
+        .await;
+        let status = start.status;
+        let keep_client = start.connection != ConnectionOut::Close;
+        match downloaded {
+            Ok(done) => {
+                let now = Instant::now();
+                if reusable && !done.extra {
+                    lease.release(now);
+                } else {
+                    let reason =
+                        if done.extra { CloseReason::Error } else { CloseReason::UpstreamClosed };
+                    lease.discard(reason);
+                }
+                out.trace.finish(Delivery { status, bytes: done.bytes, ended: Some(now) });
+                if keep_client {
+                    Next::KeepOpen
+                } else {
+                    Next::Close
+                }
+            }
+            Err(DownloadError::Client { error, bytes, head_sent, remaining }) => {
+                tracing::debug!(error = %error, "client left before the response ended");
+                match remaining {
+                    Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && upstream_buf.is_empty() => {
+                        drain_in_background(lease, n)
+                    }
+                    _ => lease.discard(CloseReason::Error),
+                }
+                let _ = head_sent;
+                out.trace.finish(Delivery { status, bytes, ended: None });
+                Next::Close
+            }
+            Err(DownloadError::Upstream { error, bytes }) => {
+                tracing::warn!(
+                    upstream = %self.upstream.name, backend = %self.upstream.backends[out.backend].addr,
+                    status, error = %error, "upstream response body failed; client connection closed"
+                );
+                lease.discard(CloseReason::Error);
+                out.trace.failed("upstream_body");
+                out.trace.finish(Delivery { status, bytes, ended: None });
+                Next::Close
+            }
+        }
+    }
+
+    /// Answers 101 to the client and copies bytes both ways until either side ends.
+    /// The upstream connection leaves the pool for good.
+    async fn switch(
+        &self,
+        out: Outbound,
+        lease: Lease,
+        response_head: &[u8],
+        client: Client<'_>,
+        upstream_buf: &mut InBuf,
+    ) -> Next {
+        let upstream = lease.into_inner(CloseReason::Upgraded).stream;
+        let stall = self.timeouts.read;
+        let wrote = net::write_all(client.stream, &[response_head], stall).await;
+        out.trace.finish(Delivery { status: 101, bytes: 0, ended: Some(Instant::now()) });
+        if wrote.is_ok() {
+            if let Err(e) =
+                transfer::tunnel(client.stream, client.buf, upstream, upstream_buf, stall).await
+            {
+                tracing::debug!(error = %e, "upgraded connection ended with an error");
+            }
+        }
+        Next::Close
+    }
+
+    /// Answers a request that failed with holdfast's own response naming the upstream,
+    /// the backend and the reason.
+    async fn answer_error(&self, mut out: Outbound, e: ProxyError, client: &mut TcpStream) -> Next {
+        tracing::warn!(
+            upstream = %e.upstream, backend = %e.backend, method = %out.method,
+            reused = e.reused, status = e.status(), reason = e.kind.as_str(),
+            "{}", e.kind
+        );
+        out.trace.failed(e.kind.as_str());
+        let status = e.status();
+        // Unread body bytes would be taken for the next request: close instead.
+        let keep = out.keep_alive && out.body_consumed;
+        let connection = match (keep, out.version) {
+            (false, _) => ConnectionOut::Close,
+            (true, Version::Http10) => ConnectionOut::KeepAlive10,
+            (true, Version::Http11) => ConnectionOut::KeepAlive,
+        };
+        let text = e.text();
+        let mut response = Vec::with_capacity(256 + text.len());
+        encode::local_response(status, &text, connection, &mut response);
+        let sent = net::write_all(client, &[&response], self.timeouts.read).await;
+        let ended = sent.is_ok().then(Instant::now);
+        out.trace.finish(Delivery { status, bytes: text.len() as u64, ended });
+        match (sent.is_ok(), keep, out.body_consumed) {
+            (false, _, _) => Next::Close,
+            (true, true, _) => Next::KeepOpen,
+            (true, false, true) => Next::Close,
+            (true, false, false) => Next::Linger,
         }
     }
 
@@ -250,100 +600,31 @@ impl Proxy {
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+}
 
-    /// Waits for the response head. The `response_header` timeout counts from the end
-    /// of the request: while the request body is still moving (a slow upload), the
-    /// timer starts over; a body that stops moving does not stop the timer.
-    async fn await_response_head<F: Future>(
-        &self,
-        sent: F,
-        upload: &Upload,
-    ) -> Result<F::Output, Elapsed> {
-        let limit = self.timeouts.response_header;
-        tokio::pin!(sent);
-        let mut frames = upload.frames();
-        loop {
-            match tokio::time::timeout(limit, sent.as_mut()).await {
-                Err(_) if !upload.is_done() && upload.frames() != frames => {
-                    frames = upload.frames();
-                }
-                outcome => return outcome,
-            }
-        }
-    }
-
-    /// Turns an upstream response into the client's, keeping the connection for reuse.
-    fn response(
-        &self,
-        resp: Response<Incoming>,
-        mut lease: Lease,
-        upload: Arc<Upload>,
-    ) -> Response<ClientBody> {
-        let (mut parts, incoming) = resp.into_parts();
-        let keep_alive =
-            parts.version == Version::HTTP_11 && !headers::connection_has(&parts.headers, "close");
-        lease.limit_by_server(keepalive::server_limits(&parts.headers));
-        headers::strip_hop_by_hop(&mut parts.headers);
-        let reuse = Reuse { lease, keep_alive, upload };
-        let body = ResponseBody::new(incoming, reuse, self.timeouts.read);
-        Response::from_parts(parts, ClientBody::Upstream(body))
+/// A connection that failed with `error`: before any response byte, the retry policy
+/// decides; after some, the response is broken and nothing is retried.
+fn closed(received_any: bool, error: std::io::Error) -> Attempt {
+    if received_any {
+        Attempt::Failed(ProxyErrorKind::Closed(error))
+    } else {
+        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
     }
 }
 
-/// Rewrites a client request head for the upstream: origin-form target, HTTP/1.1,
-/// hop-by-hop headers removed, Host kept (or supplied), X-Forwarded-* added.
-fn rewrite_request_head(
-    parts: &mut http::request::Parts,
-    client: &ClientContext,
-    backend: SocketAddr,
-) {
-    headers::strip_hop_by_hop(&mut parts.headers);
-    // We answered `Expect: 100-continue` ourselves (hyper sends 100 when the body is
-    // first read); the origin receives the body straight away.
-    parts.headers.remove(header::EXPECT);
-    // The host the client asked for: its Host header, or an absolute-form target.
-    let client_host = parts
-        .headers
-        .get(header::HOST)
-        .cloned()
-        .or_else(|| parts.uri.authority().and_then(|a| HeaderValue::try_from(a.as_str()).ok()));
-    headers::add_forwarded(&mut parts.headers, &client.ip, client_host.as_ref());
-    if !parts.headers.contains_key(header::HOST) {
-        // HTTP/1.1 requires Host upstream; an HTTP/1.0 client may not have sent one.
-        let host = client_host.unwrap_or_else(|| {
-            HeaderValue::try_from(backend.to_string()).expect("a socket address is a valid header")
-        });
-        parts.headers.insert(header::HOST, host);
-    }
-    if parts.uri.authority().is_some() {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
-    }
-    parts.version = Version::HTTP_11;
-}
-
-/// Answers 101 to the client and copies bytes both ways once both sides have switched.
-/// The upstream connection leaves the pool for good.
-fn splice_upgrade(
-    mut resp: Response<Incoming>,
-    lease: Lease,
-    on_client: hyper::upgrade::OnUpgrade,
-) -> Response<ClientBody> {
-    let on_upstream = hyper::upgrade::on(&mut resp);
-    drop(lease.into_inner(CloseReason::Upgraded));
+/// Reads the rest of a response nobody wants, then returns the connection to its pool.
+fn drain_in_background(mut lease: Lease, remaining: u64) {
     tokio::spawn(async move {
-        let (client, upstream) = match tokio::try_join!(on_client, on_upstream) {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(error = %e, "upgrade did not complete");
-                return;
-            }
-        };
-        let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-        if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            tracing::debug!(error = %e, "upgraded connection ended with an error");
+        if transfer::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
+            lease.release(Instant::now());
+        } else {
+            lease.discard(CloseReason::Error);
         }
     });
-    let (parts, _) = resp.into_parts();
-    Response::from_parts(parts, ClientBody::empty())
+}
+
+impl From<BadResponse> for Attempt {
+    fn from(e: BadResponse) -> Self {
+        Attempt::Failed(e.into())
+    }
 }

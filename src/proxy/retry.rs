@@ -4,20 +4,17 @@
 //! (Node.js after `keepAliveTimeout`, servers that close after N requests). A request sent
 //! on such a connection just as it closes fails with a reset or an early EOF. [`may_replay`]
 //! decides, in one place, whether holdfast hides that from the client by sending the
-//! request once more on a fresh connection; [`Replay`] is the copy of a request that
-//! makes a second send possible after hyper has consumed the first.
+//! request once more on a fresh connection. A second send needs the request again: its
+//! head is the rewritten head holdfast keeps until the response arrives, and its body
+//! is empty or was read in full beforehand ([`should_keep_body`]).
 //!
 //! It does not retry anything else: not a failed connect, not a timeout, not a failure on
 //! a connection that was new (the backend itself is failing then, and a retry would only
 //! add load), and never more than once.
 
 use std::fmt;
-use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{Method, Request};
-
-use super::body::{RequestBody, Upload};
+use http::Method;
 
 /// Idempotent requests whose body has a `Content-Length` of at most this many bytes are
 /// read in full before they are sent and kept, so they can be sent again after a stale
@@ -25,15 +22,15 @@ use super::body::{RequestBody, Upload};
 /// PUT and DELETE calls and bounds the memory held per request in flight; reading such a
 /// body before sending delays the request by no more than the client takes to send it.
 /// Larger and chunked bodies are streamed as they arrive and can only be resent when
-/// hyper hands them back unsent.
+/// not a byte of the request was written.
 pub const KEEP_BODY_MAX_BYTES: u64 = 64 * 1024;
 
-/// How far a failed attempt got before the connection failed, as hyper reports it. Only
-/// failures before a complete response head arrived are considered at all.
+/// How far a failed attempt got before the connection failed. Only failures before any
+/// byte of a response arrived are considered at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
-    /// hyper handed the request back: not a byte of it was written, so the origin
-    /// cannot have received it.
+    /// Not a byte of it was written (the first write failed), so the origin cannot
+    /// have received it.
     Unsent,
     /// The request was written, at least in part; the origin may have received and even
     /// acted on it.
@@ -124,41 +121,6 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// A copy of a request, made before it goes out on a pooled connection, from which it
-/// can be sent a second time after hyper has consumed the first.
-pub struct Replay {
-    /// Method, target, version and headers; the body is `body`.
-    head: Request<()>,
-    body: Bytes,
-}
-
-impl Replay {
-    /// Copies `req` if [`may_replay`] would allow sending it again after a pooled
-    /// connection failed under it; `None` when no replay could happen (so nothing is
-    /// copied for POSTs or streamed bodies).
-    pub fn copy_if_replayable(req: &Request<RequestBody>) -> Option<Replay> {
-        let body = req.body().kept_bytes()?;
-        let allowed =
-            may_replay(req.method(), SendOutcome::MaybeReceived, true, req.body().replay());
-        if allowed != Decision::Retry {
-            return None;
-        }
-        let mut head = Request::new(());
-        *head.method_mut() = req.method().clone();
-        *head.uri_mut() = req.uri().clone();
-        *head.version_mut() = req.version();
-        *head.headers_mut() = req.headers().clone();
-        Some(Replay { head, body })
-    }
-
-    /// The request again, with a new [`Upload`] following its body.
-    pub fn into_request(self) -> (Request<RequestBody>, Arc<Upload>) {
-        let (body, upload) = RequestBody::kept(self.body);
-        let (parts, ()) = self.head.into_parts();
-        (Request::from_parts(parts, body), upload)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,36 +202,5 @@ mod tests {
         for method in not_idempotent() {
             assert!(!should_keep_body(&method, Some(10)), "{method}");
         }
-    }
-
-    fn request(method: Method, body: &'static [u8]) -> Request<RequestBody> {
-        let mut req = Request::new(RequestBody::kept(Bytes::from_static(body)).0);
-        *req.method_mut() = method;
-        *req.uri_mut() = "/doc?v=1".parse().expect("a valid target");
-        req.headers_mut().insert("x-id", http::HeaderValue::from_static("7"));
-        req
-    }
-
-    #[tokio::test]
-    async fn copy_of_a_kept_request_sends_the_same_head_and_body_again() {
-        use http_body_util::BodyExt;
-        let original = request(Method::PUT, b"payload");
-        let copy = Replay::copy_if_replayable(&original).expect("PUT with a kept body");
-        // hyper consumes the original; the copy builds it again, with a fresh upload.
-        drop(original);
-        let (again, upload) = copy.into_request();
-        assert!(!upload.is_done());
-        assert_eq!(again.method(), Method::PUT);
-        assert_eq!(again.uri(), "/doc?v=1");
-        assert_eq!(again.headers()["x-id"], "7");
-        let body = again.into_body().collect().await.expect("a kept body").to_bytes();
-        assert_eq!(&body[..], b"payload");
-        assert!(upload.is_done());
-    }
-
-    #[test]
-    fn nothing_is_copied_for_a_request_that_could_not_be_replayed_once_sent() {
-        assert!(Replay::copy_if_replayable(&request(Method::POST, b"order")).is_none());
-        assert!(Replay::copy_if_replayable(&request(Method::GET, b"")).is_some());
     }
 }

@@ -4,17 +4,13 @@
 //! when there is one.
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, Uri, Version};
-use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::body::{BoxError, ClientBody};
+use crate::http1::request::Request;
+use crate::http1::Version;
 use crate::telemetry::access_log::{AccessEntry, AccessLog};
 use crate::upstream::Upstream;
 
@@ -30,46 +26,81 @@ pub struct Trace {
     upstream_status: Option<u16>,
     reused: Option<bool>,
     retried: bool,
-    status: u16,
     error: Option<&'static str>,
     /// What only the access log needs; not collected when it is off.
     log: Option<Box<LogFields>>,
 }
 
+/// The request's own fields, copied for the access log line.
 struct LogFields {
     sink: AccessLog,
     time: SystemTime,
     client: SocketAddr,
-    method: Method,
-    uri: Uri,
+    method: String,
+    target: String,
     version: Version,
-    host: Option<HeaderValue>,
-    referer: Option<HeaderValue>,
-    user_agent: Option<HeaderValue>,
+    host: Option<String>,
+    referer: Option<String>,
+    user_agent: Option<String>,
+}
+
+/// How a response to the client ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery {
+    /// The status the client got.
+    pub status: u16,
+    /// Response body bytes handed to the client.
+    pub bytes: u64,
+    /// When the last byte went out; `None` when the response did not end (the client
+    /// left, or the upstream body failed).
+    pub ended: Option<Instant>,
 }
 
 impl Trace {
     /// Starts the record of `req`, which has just arrived from `client`.
-    pub fn begin<B>(
+    pub fn begin(
         upstream: &Arc<Upstream>,
-        req: &Request<B>,
+        req: &Request<'_, '_>,
         client: SocketAddr,
         log: Option<&AccessLog>,
     ) -> Trace {
         let log = log.map(|sink| {
-            let header = |name| req.headers().get(name).cloned();
+            let text =
+                |value: Option<&[u8]>| value.map(|v| String::from_utf8_lossy(v).into_owned());
             Box::new(LogFields {
                 sink: sink.clone(),
                 time: SystemTime::now(),
                 client,
-                method: req.method().clone(),
-                uri: req.uri().clone(),
-                version: req.version(),
-                host: header(header::HOST),
-                referer: header(header::REFERER),
-                user_agent: header(header::USER_AGENT),
+                method: req.method.to_owned(),
+                target: req.target.to_owned(),
+                version: req.version,
+                host: text(req.host),
+                referer: text(req.header("referer")),
+                user_agent: text(req.header("user-agent")),
             })
         });
+        Trace::start(upstream, log)
+    }
+
+    /// Starts the record of a request that could not even be parsed.
+    pub fn refused(upstream: &Arc<Upstream>, client: SocketAddr, log: Option<&AccessLog>) -> Trace {
+        let log = log.map(|sink| {
+            Box::new(LogFields {
+                sink: sink.clone(),
+                time: SystemTime::now(),
+                client,
+                method: "-".into(),
+                target: "-".into(),
+                version: Version::Http11,
+                host: None,
+                referer: None,
+                user_agent: None,
+            })
+        });
+        Trace::start(upstream, log)
+    }
+
+    fn start(upstream: &Arc<Upstream>, log: Option<Box<LogFields>>) -> Trace {
         Trace {
             upstream: Arc::clone(upstream),
             started: Instant::now(),
@@ -80,7 +111,6 @@ impl Trace {
             upstream_status: None,
             reused: None,
             retried: false,
-            status: 0,
             error: None,
             log,
         }
@@ -129,32 +159,26 @@ impl Trace {
         }
     }
 
-    /// Wraps the response so that the record is reported when its body ends.
-    pub fn respond(mut self, resp: Response<ClientBody>) -> Response<Traced> {
-        self.status = resp.status().as_u16();
-        resp.map(|body| Traced { body, trace: Some(self), bytes: 0, ended: None, failed: false })
-    }
-
     fn backend_metrics(&self) -> Option<&crate::metrics::BackendMetrics> {
         self.backend.and_then(|i| self.upstream.backends.get(i)).map(|b| &b.metrics)
     }
 
-    /// Records the finished request. `ended`: when the last byte of the response was
-    /// handed on (`None`: it never was; the client left or the upstream body failed).
-    fn report(self, bytes: u64, ended: Option<Instant>) {
-        // The response ended when its last frame was handed on; the drop follows at
-        // once, so only a response that did not end needs the clock read again.
+    /// Records the finished request: in the metrics, and in the access log if any.
+    pub fn finish(self, delivery: Delivery) {
+        let Delivery { status, bytes, ended } = delivery;
+        // The response ended when its last byte went out; the caller reports at once,
+        // so only a response that did not end needs the clock read again.
         let now = ended.unwrap_or_else(Instant::now);
         let request_time = now - self.started;
         let response_time = match (self.upstream_started, self.upstream_status) {
-            (Some(start), Some(_)) => Some(ended.unwrap_or(now) - start),
+            (Some(start), Some(_)) => Some(now - start),
             _ => None,
         };
         let group = &self.upstream.metrics;
-        group.requests.record(self.status);
+        group.requests.record(status);
         group.duration.observe(request_time);
         if let Some(b) = self.backend_metrics() {
-            b.responses.record(self.status);
+            b.responses.record(status);
             if let Some(header) = self.header {
                 b.header.observe(header);
             }
@@ -163,18 +187,20 @@ impl Trace {
             }
         }
         let Some(log) = &self.log else { return };
-        let target = log.uri.path_and_query().map_or_else(|| log.uri.path(), |p| p.as_str());
         let entry = AccessEntry {
             time: log.time,
             client: log.client,
-            method: log.method.as_str(),
-            target,
-            version: log.version,
-            host: text(&log.host),
-            status: self.status,
+            method: &log.method,
+            target: &log.target,
+            version: match log.version {
+                Version::Http10 => http::Version::HTTP_10,
+                Version::Http11 => http::Version::HTTP_11,
+            },
+            host: log.host.as_deref(),
+            status,
             bytes,
-            referer: text(&log.referer),
-            user_agent: text(&log.user_agent),
+            referer: log.referer.as_deref(),
+            user_agent: log.user_agent.as_deref(),
             upstream: Some(&self.upstream.name),
             upstream_addr: self.backend.and_then(|i| self.upstream.backends.get(i)).map(|b| b.addr),
             upstream_status: self.upstream_status,
@@ -188,67 +214,5 @@ impl Trace {
             error: self.error,
         };
         log.sink.log(&entry);
-    }
-}
-
-/// A header's value as text, if it was sent and is visible ASCII.
-fn text(value: &Option<HeaderValue>) -> Option<&str> {
-    value.as_ref().and_then(|v| v.to_str().ok())
-}
-
-/// A response body that reports its request's [`Trace`] when it ends or is dropped.
-pub struct Traced {
-    body: ClientBody,
-    trace: Option<Trace>,
-    bytes: u64,
-    ended: Option<Instant>,
-    /// The body returned an error: the response is incomplete whatever comes after.
-    failed: bool,
-}
-
-impl Body for Traced {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                this.bytes += frame.data_ref().map_or(0, |d| d.len() as u64);
-                if this.body.is_end_stream() {
-                    this.ended.get_or_insert_with(Instant::now);
-                }
-            }
-            Poll::Ready(None) => {
-                this.ended.get_or_insert_with(Instant::now);
-            }
-            Poll::Ready(Some(Err(_))) => this.failed = true,
-            Poll::Pending => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl Drop for Traced {
-    fn drop(&mut self) {
-        let Some(trace) = self.trace.take() else { return };
-        // hyper need not poll a body it knows is complete (empty from the start, or a
-        // HEAD response): that counts as ended, now.
-        if self.ended.is_none() && !self.failed && self.body.is_end_stream() {
-            self.ended = Some(Instant::now());
-        }
-        trace.report(self.bytes, self.ended);
     }
 }

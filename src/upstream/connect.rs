@@ -1,15 +1,15 @@
-//! Opens one HTTP/1.1 connection to a backend: TCP connect (from a chosen source
-//! address, if configured), socket options, handshake.
+//! Opens one connection to a backend (TCP connect from a chosen source address, if
+//! configured, and socket options), and checks a pooled one before it is reused.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpSocket, TcpStream};
+use std::mem::MaybeUninit;
 
-use crate::proxy::body::RequestBody;
+use socket2::SockRef;
+use tokio::io::Interest;
+use tokio::net::{TcpSocket, TcpStream};
 
 /// Why a connection to a backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +30,6 @@ pub enum ConnectError {
     Unreachable(io::Error),
     #[error("connect failed: {0}")]
     Io(io::Error),
-    #[error("HTTP/1.1 handshake failed: {0}")]
-    Handshake(hyper::Error),
 }
 
 impl ConnectError {
@@ -44,28 +42,50 @@ impl ConnectError {
             ConnectError::SourceAddress { .. } => "source_address",
             ConnectError::Unreachable(_) => "unreachable",
             ConnectError::Io(_) => "connect_failed",
-            ConnectError::Handshake(_) => "handshake_failed",
         }
     }
 }
 
-/// A live HTTP/1.1 client connection to one backend.
+/// An open connection to one backend, between requests or carrying one.
 ///
-/// hyper's connection task runs beside it and reads the socket while the connection is
-/// idle, so an origin's FIN or unexpected bytes close it and `is_open`
-/// turns false without anyone sending on it.
+/// Nothing reads it while it sits in the pool. An origin's FIN or unexpected bytes
+/// are found by [`UpstreamConn::is_open`] (cheap, from the readiness the event loop
+/// has seen) and, definitively, by [`UpstreamConn::probe`] just before reuse.
 pub struct UpstreamConn {
-    pub sender: http1::SendRequest<RequestBody>,
+    pub stream: TcpStream,
+}
+
+impl UpstreamConn {
+    /// Whether the connection can carry a request now: a non-blocking peek finds
+    /// neither end of stream nor stray bytes (nginx does the same on its idle
+    /// connections). A FIN already received is caught here; one still in flight is
+    /// the race `proxy::retry` handles.
+    pub fn probe(&self) -> bool {
+        let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+        match SockRef::from(&self.stream).peek(&mut byte) {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            // End of stream, or bytes nobody asked for.
+            Ok(_) => false,
+        }
+    }
 }
 
 impl holdfast_pool::Poolable for UpstreamConn {
+    /// False once the event loop has seen the socket become readable and a peek finds
+    /// end of stream or bytes; no system call while nothing has arrived.
     fn is_open(&self) -> bool {
-        !self.sender.is_closed()
+        let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+        let peeked =
+            self.stream.try_io(Interest::READABLE, || SockRef::from(&self.stream).peek(&mut byte));
+        match peeked {
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+            Ok(_) => false,
+        }
     }
 }
 
 /// Connects to `addr` within `timeout`, from `source` if given (else the kernel picks
-/// the local address), and starts the HTTP/1.1 connection task.
+/// the local address).
 pub async fn connect(
     addr: SocketAddr,
     source: Option<IpAddr>,
@@ -77,16 +97,7 @@ pub async fn connect(
     };
     // Requests and responses are written whole; Nagle would only delay the last segment.
     stream.set_nodelay(true).map_err(ConnectError::Io)?;
-    let (sender, conn) = http1::Builder::new()
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(ConnectError::Handshake)?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(backend = %addr, error = %e, "upstream connection ended with an error");
-        }
-    });
-    Ok(UpstreamConn { sender })
+    Ok(UpstreamConn { stream })
 }
 
 /// The TCP connection, before any socket options.

@@ -9,21 +9,18 @@
 use std::time::Duration;
 
 use holdfast_pool::ServerLimits;
-use http::header::HeaderMap;
 
 /// The smallest margin kept before an advertised idle timeout: covers the time between
 /// a pool checkout and the request reaching the origin on a loaded machine.
 const MIN_MARGIN: Duration = Duration::from_millis(500);
 
-/// The limits in a response's `Keep-Alive` header, if it has one.
-pub fn server_limits(headers: &HeaderMap) -> ServerLimits {
+/// The limits in a response's `Keep-Alive` header value, if it has one.
+pub fn server_limits(value: Option<&[u8]>) -> ServerLimits {
     let mut limits = ServerLimits::default();
-    let params = headers
-        .get_all("keep-alive")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|p| p.split_once('='));
+    let Some(value) = value.and_then(|v| std::str::from_utf8(v).ok()) else {
+        return limits;
+    };
+    let params = value.split(',').filter_map(|p| p.split_once('='));
     for (name, value) in params {
         let Ok(n) = value.trim().trim_matches('"').parse::<u64>() else { continue };
         match name.trim().to_ascii_lowercase().as_str() {
@@ -42,14 +39,10 @@ fn idle_with_margin(advertised: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
-
     use super::*;
 
     fn limits(value: &str) -> ServerLimits {
-        let mut h = HeaderMap::new();
-        h.insert("keep-alive", HeaderValue::from_str(value).unwrap());
-        server_limits(&h)
+        server_limits(Some(value.as_bytes()))
     }
 
     #[test]
@@ -69,7 +62,7 @@ mod tests {
 
     #[test]
     fn missing_or_garbled_header_sets_nothing() {
-        assert_eq!(server_limits(&HeaderMap::new()), ServerLimits::default());
+        assert_eq!(server_limits(None), ServerLimits::default());
         assert_eq!(limits("timeout=soon, max=-1"), ServerLimits::default());
     }
 }

@@ -45,22 +45,15 @@ impl Backend {
     /// The most recently used idle connection that is ready for a request, or a new
     /// one; when `max_connections` are open, waits in the backend's queue.
     ///
-    /// An idle connection that fails its readiness check has been closed by the origin
-    /// while idle; it is dropped and the next one is tried. Nothing has been sent on it.
+    /// An idle connection that fails its [`UpstreamConn::probe`] has been closed by
+    /// the origin (or sent bytes nobody asked for) while idle; it is dropped and the
+    /// next one is tried. Nothing has been sent on it.
     pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
         loop {
             match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
                 Checkout::Connect(permit) => return self.open(permit, connect_timeout).await,
-                Checkout::Idle(mut lease) => {
-                    // A released connection is idle, so this resolves at once; the bound
-                    // only guards against a connection task that stopped making progress.
-                    let ready = lease.conn().sender.ready();
-                    match tokio::time::timeout(connect_timeout, ready).await {
-                        Ok(Ok(())) => return Ok(lease),
-                        Ok(Err(_)) => lease.discard(CloseReason::UpstreamClosed),
-                        Err(_) => lease.discard(CloseReason::Error),
-                    }
-                }
+                Checkout::Idle(lease) if lease.get().probe() => return Ok(lease),
+                Checkout::Idle(lease) => lease.discard(CloseReason::UpstreamClosed),
             }
         }
     }

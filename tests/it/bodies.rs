@@ -7,8 +7,8 @@ use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Empty};
 
 use crate::support::{
-    config_for, config_to, request, within_for, ChildProxy, ClientBody, Fnv, Generated, HttpClient,
-    Origin, Proxy, RawOrigin,
+    config_for, config_to, request, wait_until, within_for, ChildProxy, ClientBody, Fnv, Generated,
+    HttpClient, Origin, Proxy, RawOrigin, DEADLINE,
 };
 
 const HUNDRED_MB: u64 = 100 * 1024 * 1024;
@@ -117,7 +117,7 @@ async fn chunked_upload_with_trailers_arrives_complete_and_keeps_the_connection(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn response_with_trailers_keeps_the_upstream_connection() {
+async fn response_trailers_reach_the_client_and_keep_the_upstream_connection() {
     // hyper sends response trailers only when the request says `TE: trailers`, which is
     // hop-by-hop; this origin sends them regardless, as many servers do.
     let origin = RawOrigin::start(
@@ -129,8 +129,45 @@ async fn response_with_trailers_keeps_the_upstream_connection() {
     let mut client = proxy.raw().await;
     for i in 0..2 {
         client.send("GET /with-trailers HTTP/1.1\r\nHost: a\r\n\r\n").await;
-        let resp = client.response().await;
-        assert_eq!((resp.status, resp.body_text().as_str()), (200, "hello"), "response {i}");
+        let raw = String::from_utf8(client.read_through(b"\r\n0\r\nx-checksum: 1\r\n\r\n").await)
+            .expect("text");
+        assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "response {i}: {raw}");
+        assert!(raw.contains("Trailer: x-checksum\r\n"), "response {i}: {raw}");
+        assert!(raw.contains("\r\n\r\n5\r\nhello\r\n"), "response {i}: {raw}");
     }
     assert_eq!(origin.accepted(), 1, "{:?}", proxy.pool());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_until_close_reaches_an_http11_client_chunked_on_a_connection_that_stays() {
+    // An HTTP/1.0-style origin: no length, the close ends the body.
+    let origin =
+        RawOrigin::start_closing(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
+            .await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.raw().await;
+    for i in 0..2 {
+        client.send("GET /old HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        let resp = client.response().await;
+        assert_eq!((resp.status, resp.body_text().as_str()), (200, "until close"), "{i}");
+        assert_eq!(resp.header("transfer-encoding"), Some("chunked"));
+    }
+    // The body ended with the close, so each request needed a connection of its own.
+    assert_eq!(origin.accepted(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_body_reaches_an_http10_client_decoded_and_the_connection_then_closes() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    client.send("GET /stream/100000 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").await;
+    let resp = client.response().await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("transfer-encoding"), None);
+    assert_eq!(resp.body, vec![b'x'; 100_000]);
+    // The response could end only with the close; the upstream connection stays.
+    assert_eq!(origin.accepted(), 1);
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
 }

@@ -144,3 +144,37 @@ async fn connect_timeout_gives_504_naming_the_backend() {
     assert!(text.contains(&addr.to_string()), "body: {text}");
     assert!(text.contains("timed out"), "body: {text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_with_both_content_length_and_transfer_encoding_gives_502() {
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.raw().await;
+    client.send("GET /ambiguous HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let resp = client.response().await;
+    assert_eq!(resp.status, 502);
+    assert!(
+        resp.body_text().contains("both Content-Length and Transfer-Encoding"),
+        "{}",
+        resp.body_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_connection() {
+    // The origin refuses the upload on its head alone and never reads the body.
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!",
+    )
+    .await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.raw().await;
+    // Ten megabytes announced, a few bytes sent: only the early answer can end this.
+    client.send("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 10485760\r\n\r\nsome").await;
+    let resp = client.response_then_close().await.expect("the origin's answer");
+    assert_eq!((resp.status, resp.body_text().as_str()), (413, "big!"));
+    assert_eq!(resp.header("connection"), Some("close"));
+}

@@ -1,4 +1,7 @@
-//! HTTP/1.x protocol details: HTTP/1.0 clients, pipelining, bodiless responses, Expect.
+//! HTTP/1.x protocol details: HTTP/1.0 clients, pipelining, bodiless responses, Expect,
+//! CONNECT, and how long an idle client connection is kept.
+
+use std::time::Duration;
 
 use http::{Method, Version};
 
@@ -125,4 +128,36 @@ async fn absolute_form_target_reaches_the_origin_in_origin_form() {
     let got = &origin.requests()[0];
     assert_eq!(got.uri.to_string(), "/abs?q=1");
     assert_eq!(got.header("host"), Some("example.test"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_is_refused_with_405_and_never_reaches_the_origin() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    client.send("CONNECT example.test:443 HTTP/1.1\r\nHost: example.test:443\r\n\r\n").await;
+    let resp = client.response_then_close().await.expect("a response before the close");
+    assert_eq!(resp.status, 405);
+    assert_eq!(origin.accepted(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_client_outlives_the_header_timeout_and_closes_after_the_idle_timeout() {
+    let origin = Origin::start().await;
+    let mut config = config_for(&origin);
+    config.timeouts.client_header = Duration::from_millis(200);
+    config.timeouts.client_idle = Duration::from_millis(1500);
+    let proxy = Proxy::start(config).await;
+    let mut client = proxy.raw().await;
+    client.send("GET /one HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(client.response().await.status, 200);
+    // Idle for longer than the header timeout: the connection is still there.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    client.send("GET /two HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(client.response().await.status, 200);
+    // Idle for longer than the idle timeout: closed, without a response.
+    let started = tokio::time::Instant::now();
+    client.expect_closed().await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1400), "closed after {waited:?}");
 }

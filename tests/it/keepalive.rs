@@ -161,8 +161,10 @@ async fn client_leaving_with_a_small_remainder_unread_keeps_the_upstream_connect
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connection_that_received_stray_bytes_is_not_reused() {
-    // Every response is followed by bytes no request asked for.
-    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokSTRAY").await;
+    // Every response is followed, once the connection idles, by bytes no request asked for.
+    let later = Some((Duration::from_millis(50), &b"STRAY"[..]));
+    let response = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    let origin = RawOrigin::start_with_later(response, later).await;
     let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.client().await;
     assert_eq!(client.get("/first").await.status, StatusCode::OK);
@@ -173,4 +175,21 @@ async fn idle_connection_that_received_stray_bytes_is_not_reused() {
     let reply = client.get("/second").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(origin.accepted(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_followed_by_stray_bytes_is_not_reused() {
+    // The stray bytes arrive with the response, in the same read.
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokSTRAY").await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.client().await;
+    let first = client.get("/first").await;
+    assert_eq!((first.status, first.text().as_str()), (StatusCode::OK, "ok"));
+    let reply = client.get("/second").await;
+    assert_eq!((reply.status, reply.text().as_str()), (StatusCode::OK, "ok"));
+    assert_eq!(origin.accepted(), 2);
+    wait_until("both connections are closed as not fit for reuse", DEADLINE, || {
+        proxy.pool().closed(CloseReason::Error) == 2
+    })
+    .await;
 }

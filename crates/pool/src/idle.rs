@@ -123,6 +123,11 @@ pub struct Pooled<C: Poolable> {
 
 impl<C: Poolable> Pooled<C> {
     /// The connection.
+    pub fn get(&self) -> &C {
+        self.conn.as_ref().expect("a Pooled holds its connection until consumed")
+    }
+
+    /// The connection, to use it.
     pub fn conn(&mut self) -> &mut C {
         self.conn.as_mut().expect("a Pooled holds its connection until consumed")
     }

@@ -138,6 +138,23 @@ impl RawClient {
         self.buf.drain(..n).collect()
     }
 
+    /// Reads until `marker` has arrived; returns everything up to and including it.
+    pub async fn read_through(&mut self, marker: &[u8]) -> Vec<u8> {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            if let Some(at) = self.buf.windows(marker.len()).position(|w| w == marker) {
+                return self.buf.drain(..at + marker.len()).collect();
+            }
+            if let Err(e) = self.fill(deadline).await {
+                panic!(
+                    "wanted {:?}, have {:?}: {e:?}",
+                    String::from_utf8_lossy(marker),
+                    String::from_utf8_lossy(&self.buf)
+                );
+            }
+        }
+    }
+
     /// Waits for the peer to close the connection; panics if it sends anything more or
     /// is still open at the deadline.
     pub async fn expect_closed(&mut self) {

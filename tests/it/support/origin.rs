@@ -414,6 +414,29 @@ impl Drop for RawOrigin {
 
 impl RawOrigin {
     pub async fn start(response: &'static [u8]) -> RawOrigin {
+        RawOrigin::start_with_later(response, None).await
+    }
+
+    /// Like [`RawOrigin::start`], and the connection is closed after each response,
+    /// which ends a body that has no length.
+    pub async fn start_closing(response: &'static [u8]) -> RawOrigin {
+        RawOrigin::serve(response, None, true).await
+    }
+
+    /// Like [`RawOrigin::start`], and `later.1` is written `later.0` after each
+    /// response, while the connection sits idle.
+    pub async fn start_with_later(
+        response: &'static [u8],
+        later: Option<(Duration, &'static [u8])>,
+    ) -> RawOrigin {
+        RawOrigin::serve(response, later, false).await
+    }
+
+    async fn serve(
+        response: &'static [u8],
+        later: Option<(Duration, &'static [u8])>,
+        close: bool,
+    ) -> RawOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind raw origin");
         let addr = listener.local_addr().expect("raw origin addr");
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -421,7 +444,7 @@ impl RawOrigin {
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(answer_heads(stream, response));
+                tokio::spawn(answer_heads(stream, response, later, close));
             }
         });
         RawOrigin { addr, accepted, accept }
@@ -436,8 +459,14 @@ impl RawOrigin {
     }
 }
 
-/// Writes `response` for each request head read; ends when the peer closes.
-async fn answer_heads(mut stream: TcpStream, response: &'static [u8]) {
+/// Writes `response` for each request head read (and `later`'s bytes after its delay);
+/// ends when the peer closes, or after the first response if `close`.
+async fn answer_heads(
+    mut stream: TcpStream,
+    response: &'static [u8],
+    later: Option<(Duration, &'static [u8])>,
+    close: bool,
+) {
     let mut pending = Vec::new();
     let mut chunk = [0u8; 4096];
     // Each round reads at least one byte or ends.
@@ -448,8 +477,14 @@ async fn answer_heads(mut stream: TcpStream, response: &'static [u8]) {
         }
         while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
             pending.drain(..end + 4);
-            if stream.write_all(response).await.is_err() {
+            if stream.write_all(response).await.is_err() || close {
                 return;
+            }
+            if let Some((delay, bytes)) = later {
+                tokio::time::sleep(delay).await;
+                if stream.write_all(bytes).await.is_err() {
+                    return;
+                }
             }
         }
     }
