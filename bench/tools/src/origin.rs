@@ -2,7 +2,8 @@
 //! in front of it is what a benchmark measures.
 //!
 //! Routes (method ignored): `/tiny` (100 bytes), `/50k` (51,200 bytes), `/slow?ms=N` (the tiny
-//! body after N ms, N ≤ 60,000), `/__origin/stats` (JSON counters), anything else: tiny.
+//! body after N ms, N ≤ 60,000), `/gate?n=N&ms=M` (the tiny body once N requests wait at
+//! the gate together, or after M ms), `/__origin/stats` (JSON counters), anything else: tiny.
 //! Connections are kept alive with no idle timeout: the origin never closes one first, so
 //! every close a benchmark sees comes from the proxy.
 
@@ -11,7 +12,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,13 +24,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
 
 /// Body of `/tiny`, `/slow` and unknown paths.
 pub const TINY_BODY_BYTES: usize = 100;
 /// Body of `/50k`.
 pub const LARGE_BODY_BYTES: usize = 51_200;
-/// Upper bound of `/slow?ms=N`; larger values are clamped to it.
+/// Upper bound of `/slow?ms=N` and of the wait at `/gate`; larger values are clamped to it.
 pub const MAX_SLOW: Duration = Duration::from_secs(60);
+/// How long a request waits at `/gate` when the query names no `ms`.
+pub const DEFAULT_GATE_WAIT: Duration = Duration::from_secs(30);
 /// Requested accept queue length; Linux clamps it to `net.core.somaxconn` (4096 by default).
 const LISTEN_BACKLOG: u32 = 65_535;
 /// Pause after a failed accept (EMFILE and friends), so the loop never spins.
@@ -90,11 +94,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let gate = Arc::new(Gate::new());
     loop {
         tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => spawn_connection(stream, Arc::clone(&stats)),
+                Ok((stream, _peer)) => {
+                    spawn_connection(stream, Arc::clone(&stats), Arc::clone(&gate));
+                }
                 Err(_) => {
                     stats.accept_errors.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
@@ -121,13 +128,14 @@ impl Drop for OpenConnection {
     }
 }
 
-fn spawn_connection(stream: TcpStream, stats: Arc<OriginStats>) {
+fn spawn_connection(stream: TcpStream, stats: Arc<OriginStats>, gate: Arc<Gate>) {
     let open = OpenConnection::count(stats);
     // Small responses must not wait for Nagle; failure only costs latency.
     let _ = stream.set_nodelay(true);
     tokio::spawn(async move {
         let stats = Arc::clone(&open.0);
-        let service = service_fn(move |request| respond(request, Arc::clone(&stats)));
+        let service =
+            service_fn(move |request| respond(request, Arc::clone(&stats), Arc::clone(&gate)));
         // No timer is set, so hyper has no header-read or idle timeout: the connection
         // lives until the client closes it. Errors are client resets; nothing to do.
         let _ = hyper::server::conn::http1::Builder::new()
@@ -141,6 +149,7 @@ fn spawn_connection(stream: TcpStream, stats: Arc<OriginStats>) {
 async fn respond(
     request: Request<Incoming>,
     stats: Arc<OriginStats>,
+    gate: Arc<Gate>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let uri = request.uri();
     let response = match uri.path() {
@@ -148,6 +157,11 @@ async fn respond(
         "/50k" => body_response(&LARGE_BODY, HeaderValue::from_static("51200")),
         "/slow" => {
             tokio::time::sleep(slow_delay(uri.query())).await;
+            tiny_response()
+        }
+        "/gate" => {
+            let (count, wait) = gate_params(uri.query());
+            gate.pass(count, wait).await;
             tiny_response()
         }
         _ => tiny_response(),
@@ -158,13 +172,82 @@ async fn respond(
 
 /// The delay `/slow?ms=N` asks for: N milliseconds, at most [`MAX_SLOW`]; 0 if absent.
 pub fn slow_delay(query: Option<&str>) -> Duration {
-    let ms = query
+    let ms = query_number(query, "ms").unwrap_or(0);
+    Duration::from_millis(ms).min(MAX_SLOW)
+}
+
+/// What `/gate?n=N&ms=M` asks for: N requests together (at least 1; 1 if absent), waiting
+/// at most M ms ([`DEFAULT_GATE_WAIT`] if absent, at most [`MAX_SLOW`]).
+pub fn gate_params(query: Option<&str>) -> (u64, Duration) {
+    let count = query_number(query, "n").unwrap_or(1).max(1);
+    let wait = query_number(query, "ms").map_or(DEFAULT_GATE_WAIT, Duration::from_millis);
+    (count, wait.min(MAX_SLOW))
+}
+
+fn query_number(query: Option<&str>, key: &str) -> Option<u64> {
+    query
         .into_iter()
         .flat_map(|q| q.split('&'))
-        .find_map(|pair| pair.strip_prefix("ms="))
+        .find_map(|pair| pair.strip_prefix(key)?.strip_prefix('='))
         .and_then(|value| value.parse::<u64>().ok())
-        .unwrap_or(0);
-    Duration::from_millis(ms).min(MAX_SLOW)
+}
+
+/// The barrier behind `/gate`: requests wait until `n` of them are waiting together, then
+/// all go at once. A burst through a proxy thus has every request in flight at the same
+/// moment however slowly its connections open, and is answered right after the last one
+/// arrives (a fixed `/slow` delay must guess how long the connects take).
+///
+/// A request that waited `ms` without the gate opening leaves it and is answered anyway.
+#[derive(Debug)]
+struct Gate {
+    /// Requests waiting now for the next opening.
+    waiting: Mutex<u64>,
+    /// How many times the gate has opened; waiters watch it change.
+    openings: watch::Sender<u64>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        Gate { waiting: Mutex::new(0), openings: watch::Sender::new(0) }
+    }
+
+    /// Returns once `count` requests are waiting together (this one included), or after
+    /// `wait`.
+    async fn pass(&self, count: u64, wait: Duration) {
+        let mut opened = {
+            let mut waiting = self.lock();
+            *waiting += 1;
+            if *waiting >= count {
+                *waiting = 0;
+                self.openings.send_modify(|n| *n += 1);
+                return;
+            }
+            // Subscribed under the lock: the opening this request waits for comes later.
+            self.openings.subscribe()
+        };
+        let _leave = GateLeave { gate: self, seen: *opened.borrow() };
+        let _ = tokio::time::timeout(wait, opened.changed()).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, u64> {
+        self.waiting.lock().expect("the gate lock is never poisoned")
+    }
+}
+
+/// Takes a request off the waiting count if it leaves before the gate opened: its wait
+/// ran out, or its client went away and the response future was dropped.
+struct GateLeave<'a> {
+    gate: &'a Gate,
+    seen: u64,
+}
+
+impl Drop for GateLeave<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.gate.lock();
+        if *self.gate.openings.borrow() == self.seen {
+            *waiting = waiting.saturating_sub(1);
+        }
+    }
 }
 
 fn tiny_response() -> Response<Full<Bytes>> {
@@ -197,6 +280,46 @@ mod tests {
         assert_eq!(slow_delay(Some("ms=999999")), MAX_SLOW);
         assert_eq!(slow_delay(Some("ms=abc")), Duration::ZERO);
         assert_eq!(slow_delay(None), Duration::ZERO);
+    }
+
+    #[test]
+    fn gate_params_read_n_and_ms_with_defaults_and_clamps() {
+        assert_eq!(gate_params(Some("n=9900&ms=5000")), (9900, Duration::from_millis(5000)));
+        assert_eq!(gate_params(Some("ms=999999&n=3")), (3, MAX_SLOW));
+        assert_eq!(gate_params(Some("n=0")), (1, DEFAULT_GATE_WAIT));
+        assert_eq!(gate_params(Some("nn=5")), (1, DEFAULT_GATE_WAIT));
+        assert_eq!(gate_params(None), (1, DEFAULT_GATE_WAIT));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gate_opens_for_everyone_when_the_last_one_arrives() {
+        let gate = Arc::new(Gate::new());
+        let wait = Duration::from_secs(30);
+        let early: Vec<_> = (0..2)
+            .map(|_| {
+                tokio::spawn({
+                    let gate = Arc::clone(&gate);
+                    async move { gate.pass(3, wait).await }
+                })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let started = tokio::time::Instant::now();
+        gate.pass(3, wait).await;
+        for waiter in early {
+            waiter.await.expect("waiter");
+        }
+        assert_eq!(started.elapsed(), Duration::ZERO, "no one waited for the timeout");
+        assert_eq!(*gate.lock(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gate_lets_a_lone_request_go_after_its_wait() {
+        let gate = Gate::new();
+        let started = tokio::time::Instant::now();
+        gate.pass(2, Duration::from_millis(500)).await;
+        assert_eq!(started.elapsed(), Duration::from_millis(500));
+        assert_eq!(*gate.lock(), 0, "it left the gate");
     }
 
     #[test]

@@ -44,3 +44,19 @@ async fn burst_requests_still_open_at_the_deadline_are_timeouts() {
     .await;
     assert_eq!((report.ok, report.errors_by_kind.timeout), (0, 5), "{report:?}");
 }
+
+#[tokio::test]
+async fn burst_through_the_gate_is_answered_once_every_request_arrived() {
+    let origin = TestOrigin::start().await;
+    let report = burst::run(BurstConfig {
+        target: origin.target("/gate?n=40&ms=20000"),
+        connections: 40,
+        connects_in_flight: 8,
+        deadline: Duration::from_secs(30),
+    })
+    .await;
+    assert_eq!((report.ok, report.errors), (40, 0), "{report:?}");
+    // Released by the 40th arrival, not by the 20 s wait.
+    assert!(report.duration_s < 10.0, "{report:?}");
+    assert_eq!(origin.stats().requests, 40);
+}
