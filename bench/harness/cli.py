@@ -194,7 +194,8 @@ def _session(opts, session, argv):
     proxy_cpu, load_cpu = procs.pin_cpus()
     if proxy_cpu == load_cpu:
         log("note: only one CPU is available; proxy and load share it")
-    ports = dict(zip(("origin", "node", "proxy", "admin", "pool_origin"), sockets.free_ports(5)))
+    names = ("origin", "node", "proxy", "admin", "pool_origin", "pool_origin_b", "proxy_b")
+    ports = dict(zip(names, sockets.free_ports(len(names))))
     log(f"ports: {ports}; proxy on CPU {proxy_cpu}, load and origins on CPU {load_cpu}")
 
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -293,9 +294,12 @@ def _one_line(record):
     m = record["metrics"]
     if record["scenario"] == "pool-memory":
         per = m.get("bytes_per_idle_connection")
-        return (f"{m.get('idle_connections')} idle, RSS kept {m.get('rss_kb_kept')} kB, "
-                f"not kept {m.get('rss_kb_not_kept')} kB, "
-                f"{per:,.0f} B per idle connection" if per is not None else "no idle count")
+        if per is None:
+            return "no idle count"
+        return (f"{m.get('idle_connections'):,} idle in pool a, RSS {m.get('rss_kb_one_pool')} kB "
+                f"after burst 1, {m.get('rss_kb_two_pools')} kB after burst 2: "
+                f"{per:,.0f} B per idle connection (upper bound "
+                f"{m.get('bytes_per_idle_connection_upper') or 0:,.0f} B)")
     parts = [f"{m.get('rps') or 0:>9,.0f} req/s"]
     if m.get("cpu_us_per_request") is not None:
         parts.append(f"{m['cpu_us_per_request']:6.2f} µs/req")

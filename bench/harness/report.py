@@ -18,8 +18,9 @@ METRICS = (
     "rss_kb", "rss_kb_max", "hwm_kb", "upstream_requests", "upstream_connections", "reuse",
     "requests_per_upstream_connection", "time_wait_client", "time_wait_upstream",
     "idle_rss_kb", "idle_clients_open_after", "first_error_s",
-    "idle_connections", "rss_kb_kept", "rss_kb_not_kept", "bytes_per_idle_connection",
-    "bytes_per_idle_connection_upper", "hwm_kb_kept", "proxy_core_other",
+    "idle_connections", "rss_kb_start", "rss_kb_one_pool", "rss_kb_two_pools",
+    "bytes_per_idle_connection", "bytes_per_idle_connection_upper", "read_s_after_first_burst",
+    "proxy_core_other",
 )
 
 
@@ -186,11 +187,12 @@ COLUMNS = {
     "requests": ("requests", lambda v: _num(v)),
     "first_error_s": ("first error at s", lambda v: _num(v)),
     "idle_connections": ("idle pooled conns", lambda v: _num(v)),
-    "rss_kb_kept": ("RSS MB, kept", _mb),
-    "rss_kb_not_kept": ("RSS MB, not kept", _mb),
+    "rss_kb_start": ("RSS MB at start", _mb),
+    "rss_kb_one_pool": ("RSS MB after burst 1", _mb),
+    "rss_kb_two_pools": ("RSS MB after burst 2", _mb),
     "bytes_per_idle_connection": ("bytes per idle conn", lambda v: _num(v)),
     "bytes_per_idle_connection_upper": ("upper bound, bytes", lambda v: _num(v)),
-    "hwm_kb_kept": ("peak RSS MB", _mb),
+    "read_s_after_first_burst": ("s idle at 2nd reading", lambda v: _num(v, 1)),
     "proxy_core_other": ("other load on proxy core", _share),
 }
 
@@ -204,9 +206,9 @@ SCENARIO_COLUMNS = {
     "port-exhaustion": ("requests", "rps", "errors", "first_error_s", "p99_us",
                         "upstream_connections", "reuse", "time_wait_upstream",
                         "time_wait_client"),
-    "pool-memory": ("idle_connections", "rss_kb_kept", "rss_kb_not_kept",
+    "pool-memory": ("idle_connections", "rss_kb_start", "rss_kb_one_pool", "rss_kb_two_pools",
                     "bytes_per_idle_connection", "bytes_per_idle_connection_upper",
-                    "hwm_kb_kept"),
+                    "read_s_after_first_burst"),
 }
 DEFAULT_COLUMNS = ("rps", "p50_us", "p99_us", "p999_us", "cpu_us_per_request",
                    "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
@@ -483,11 +485,12 @@ def _notes(document):
             "connections; HAProxy runs with `no strict-limits` below the descriptor count "
             "it would size for its maxconn.")
     notes.append(
-        "- pool-memory: holdfast's RSS with the pooled connections kept minus its RSS after "
-        "the same burst with nothing kept, divided by the idle connections holdfast reports. "
-        "Memory the burst's client connections freed stays in the allocator in both "
-        "processes, so this is what keeping the pool adds; the upper bound divides all RSS "
-        "growth since start-up in the kept process by the idle connections.")
+        "- pool-memory: one holdfast with two upstream groups. Burst 1 (N requests at once) "
+        "leaves N idle connections in pool a; burst 2, the same through pool b, runs while "
+        "they sit idle. Burst 2's client and in-flight memory reuses what burst 1 freed, so "
+        "the RSS it adds, divided by pool a's idle connections (from holdfast's /status), is "
+        "what an idle pooled connection holds. The upper bound divides all RSS burst 1 added "
+        "by the connections it left idle (client-side memory the allocator kept included).")
     return notes
 
 

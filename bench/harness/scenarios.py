@@ -8,6 +8,7 @@ samples the contender's RSS; right after it the harness reads VmRSS and VmHWM an
 TIME_WAIT sockets the window left. Each scenario returns one run record (a dict).
 """
 
+import re
 import threading
 import time
 import urllib.request
@@ -39,7 +40,7 @@ SCENARIOS = [
     Scenario("port-exhaustion", "network namespace with 1000 local ports and tcp_tw_reuse=0: "
              "64 keep-alive + 64 closing clients (bench-load mixed)", "rust", ("ip",)),
     Scenario("pool-memory", "holdfast only: memory per idle pooled upstream connection, "
-             "10,000 idle", "rust", ()),
+             "10,000 idle (fewer if the open-file limit is low)", "rust", ()),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -54,10 +55,11 @@ IDLE_CONNECTIONS = 10_000
 def idle_counts(nofile):
     """(idle clients, idle pooled connections) that fit in `nofile` descriptors per process.
 
-    A proxy holding N idle clients needs N descriptors plus a few hundred; during the
-    pool-memory burst holdfast holds N client and N upstream connections at once.
+    A proxy holding N idle clients needs N descriptors plus a few hundred; during
+    pool-memory's second burst holdfast holds N idle pooled connections, N client and N
+    upstream connections at once.
     """
-    return min(IDLE_CONNECTIONS, nofile - 500), min(IDLE_CONNECTIONS, (nofile - 200) // 2)
+    return min(IDLE_CONNECTIONS, nofile - 500), min(IDLE_CONNECTIONS, (nofile - 300) // 3)
 
 
 class RunFailed(RuntimeError):
@@ -255,82 +257,238 @@ def _port_exhaustion(ctx, contender, run_dir, record):
 
 HOLDFAST_POOL_TEMPLATE = "holdfast-pool-memory.toml"
 
+# Each burst goes to the origin's `/gate?n=N&ms=M`: every request waits there until all N
+# have arrived, so all N are in flight at once (N upstream connections, however slowly
+# they open on a busy machine), and all are answered together right after the last one
+# arrives. M bounds the wait if some never arrive.
+POOL_GATE_WAIT_MS = 40_000
+# holdfast's pool keeps no more idle connections than were recently in flight at once,
+# and forgets a peak after 10 to 20 s; both readings are taken well within that.
+POOL_SETTLE_S = 3.0
+# After the last client closed: a pause for the allocator, before RSS is read.
+POOL_ALLOCATOR_PAUSE_S = 0.5
+
 
 def _pool_memory(ctx, run_dir, record):
-    """RSS with 10,000 idle pooled connections minus RSS with none kept, per connection."""
-    variants = {}
-    for label, max_idle in (("kept", ctx.pool_connections), ("not_kept", 0)):
-        variants[label] = _pool_memory_variant(ctx, run_dir / label, max_idle)
-    kept, not_kept = variants["kept"], variants["not_kept"]
-    idle = kept["idle"]
-    per_conn = upper = None
-    if idle:
-        per_conn = (kept["rss_kb"] - not_kept["rss_kb"]) * 1024 / idle
-        # Everything the burst left in the kept process, freed client memory included.
-        upper = (kept["rss_kb"] - kept["rss_kb_before"]) * 1024 / idle
-    record["variants"] = variants
-    record["command"] = kept["command"]
-    record["load"] = {"argv": kept["burst"].get("argv")}
-    record["metrics"] = {
-        "idle_connections": idle,
-        "rss_kb_kept": kept["rss_kb"],
-        "rss_kb_not_kept": not_kept["rss_kb"],
-        "bytes_per_idle_connection": per_conn,
-        "bytes_per_idle_connection_upper": upper,
-        "hwm_kb_kept": kept["hwm_kb"],
-        "burst_errors": kept["burst"].get("errors", 0) + not_kept["burst"].get("errors", 0),
-    }
-    if idle < ctx.pool_connections * 0.99:
-        raise RunFailed(f"holdfast kept only {idle} idle connections of {ctx.pool_connections}")
+    """RSS growth from N idle pooled connections, per connection (see the README).
 
-
-def _pool_memory_variant(ctx, run_dir, max_idle):
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ports = dict(ctx.ports, origin=ctx.ports["pool_origin"])
-    origin = origins.start("rust", port=ports["origin"], bins=ctx.bins, log_dir=run_dir)
-    running = None
+    One holdfast with two upstream groups, `a` and `b`, each with its own origin and
+    listener. Burst 1 leaves N idle connections in pool a; RSS is read (1). Burst 2, the
+    same shape through b, runs while a's N connections sit idle; RSS is read again (2).
+    Burst 2's client and in-flight memory reuses what burst 1 freed (the allocator keeps
+    freed memory, so RSS after a burst is its peak either way); what it cannot reuse is
+    the memory a's idle connections hold. So (2) - (1) is the memory of N idle pooled
+    connections, whatever the allocator returns to the system or keeps.
+    """
+    wanted = ctx.pool_connections
+    metrics = record["metrics"] = {"idle_connections_wanted": wanted}
+    if wanted < IDLE_CONNECTIONS:
+        metrics["note"] = (f"open-file limit {ctx.nofile}: {wanted:,} connections per pool "
+                           f"(holdfast needs 3 descriptors per connection), not "
+                           f"{IDLE_CONNECTIONS:,}")
+    pool_ports = dict(ctx.ports, origin=ctx.ports["pool_origin"])
+    started = []
     try:
+        origin_a = origins.start("rust", port=ctx.ports["pool_origin"], bins=ctx.bins,
+                                 log_dir=_mkdir(run_dir / "origin-a"))
+        started.append(origin_a)
+        origin_b = origins.start("rust", port=ctx.ports["pool_origin_b"], bins=ctx.bins,
+                                 log_dir=_mkdir(run_dir / "origin-b"))
+        started.append(origin_b)
         running = contenders.start(
-            contenders.BY_NAME["holdfast"], origin=origin, ports=ports, bins=ctx.bins,
+            contenders.BY_NAME["holdfast"], origin=origin_a, ports=pool_ports, bins=ctx.bins,
             run_dir=run_dir, nofile=ctx.nofile,
-            holdfast_config={"template": HOLDFAST_POOL_TEMPLATE, "values": {"max_idle": max_idle}})
-        variant_command = running.child.argv
-        rss_before, _ = procs.memory_kb(running.pids())
-        url = f"{running.base_url}/slow?ms=3000"
-        burst = load.burst(ctx.for_run(run_dir), "burst", url, connections=ctx.pool_connections)
-        want_open = ctx.pool_connections if max_idle else 0
-        deadline = time.monotonic() + 30
-        while True:
-            open_now = origin.open_connections()
-            clients = sockets.established(ports["proxy"])
-            if open_now == want_open and clients == 0:
-                break
-            if time.monotonic() > deadline:
-                if max_idle and open_now < want_open * 0.99:
-                    raise RunFailed(f"origin has {open_now} open connections, not {want_open}")
-                break
-            time.sleep(0.2)
-        time.sleep(1.0)  # let the allocator settle after the burst's last frees
-        rss, hwm = procs.memory_kb(running.pids())
-        status = running.status() or {}
-        idle = sum(s.get("idle", 0) for u in status.get("upstreams", [])
-                   for s in u.get("servers", []))
-        if not status:
-            idle = _idle_from_metrics(running.admin_url)
-        return {"command": variant_command, "max_idle_per_server": max_idle,
-                "rss_kb_before": rss_before, "rss_kb": rss, "hwm_kb": hwm, "idle": idle,
-                "origin_open": open_now, "burst": burst}
+            holdfast_config={"template": HOLDFAST_POOL_TEMPLATE, "values": {
+                "listen_b": f"127.0.0.1:{ctx.ports['proxy_b']}",
+                "origin_b": origin_b.address}})
+        started.append(running)
+        record["command"] = running.child.argv
+        if not sockets.wait_listening(ctx.ports["proxy_b"], timeout_s=10, child=running.child):
+            raise RunFailed(f"holdfast does not listen on its second listener "
+                            f"127.0.0.1:{ctx.ports['proxy_b']}")
+        pool = _PoolRun(ctx, run_dir, running, wanted)
+        metrics["rss_kb_start"], _ = procs.memory_kb(running.pids())
+        first = pool.burst("a", ctx.ports["proxy"], origin_a)
+        record["load"] = {"argv": first["burst"].get("argv")}
+        record["bursts"] = [first]
+        second = pool.burst("b", ctx.ports["proxy_b"], origin_b)
+        record["bursts"].append(second)
+        # pool a's connections, still idle, as burst 2 left them
+        idle = second["idle"].get("a")
+        metrics.update({
+            "idle_connections": idle,
+            "rss_kb_one_pool": first["rss_kb"],
+            "rss_kb_two_pools": second["rss_kb"],
+            "hwm_kb": second["hwm_kb"],
+            "burst_errors": first["burst"].get("errors", 0) + second["burst"].get("errors", 0),
+            # how long pool a had been idle when RSS was read the second time
+            "read_s_after_first_burst": round(second["rss_read_s"] - first["burst_end_s"], 2),
+        })
+        problem = (first["problem"] or second["problem"]
+                   or _still_idle_problem(first, second, wanted))
+        if problem:
+            raise RunFailed(problem)
+        metrics["bytes_per_idle_connection"] = (
+            (second["rss_kb"] - first["rss_kb"]) * 1024 / idle)
+        # Everything burst 1 left in the process (freed client memory included), per
+        # connection it left idle: what one burst costs in RSS, an upper bound.
+        metrics["bytes_per_idle_connection_upper"] = (
+            (first["rss_kb"] - metrics["rss_kb_start"]) * 1024 / first["idle"]["a"])
     finally:
-        if running:
-            running.stop()
-        origin.stop()
+        for child in reversed(started):
+            child.stop()
+
+
+def _mkdir(path):
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _PoolRun:
+    """The bursts of one pool-memory run and the readings after each."""
+
+    def __init__(self, ctx, run_dir, running, wanted):
+        self.ctx = ctx
+        self.run_dir = run_dir
+        self.running = running
+        self.wanted = wanted
+        self.client_ports = [ctx.ports["proxy"], ctx.ports["proxy_b"]]
+        self.started = time.monotonic()
+        self.count = 0
+
+    def burst(self, upstream, port, origin):
+        """N requests at once through `port` to `upstream`; then its idle count and RSS."""
+        url = f"http://127.0.0.1:{port}/gate?n={self.wanted}&ms={POOL_GATE_WAIT_MS}"
+        result = load.burst(self.ctx.for_run(self.run_dir), f"burst-{upstream}", url,
+                            connections=self.wanted)
+        ended = time.monotonic()
+        self.count += 1
+        label = f"burst {self.count} (upstream {upstream})"
+        out = {"upstream": upstream, "burst": result, "problem": None,
+               "burst_end_s": round(ended - self.started, 2)}
+        if not self.running.is_alive():
+            out["problem"] = (f"holdfast exited during {label}: "
+                              f"{self.running.child.stderr_tail(1000)}")
+            return out
+        # Every response is in and the burst closed its connections: wait (briefly) until
+        # holdfast has put the upstream connections back and closed the client side.
+        deadline = ended + POOL_SETTLE_S
+        while True:
+            status = self.running.status()
+            idle = _idle_by_upstream(self.running, status)
+            clients = sum(sockets.established(p) for p in self.client_ports)
+            active = _status_sum(status, "active")
+            if (clients == 0 and not active and idle.get(upstream) == self.wanted) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        time.sleep(POOL_ALLOCATOR_PAUSE_S)
+        out["rss_kb"], out["hwm_kb"] = procs.memory_kb(self.running.pids())
+        out["rss_read_s"] = round(time.monotonic() - self.started, 2)
+        status = self.running.status()
+        out["idle"] = _idle_by_upstream(self.running, status)
+        out["idle_before_rss"] = idle
+        out["clients_open"] = clients
+        out["origin_open"] = origin.open_connections()
+        out["read_s_after"] = round(time.monotonic() - ended, 2)
+        out["status"] = status
+        summary = (f"origin has {out['origin_open']} connections open, holdfast "
+                   f"{clients} client connections; {_status_summary(status)}")
+        got = result.get("ok", 0)
+        kept = out["idle"].get(upstream)
+        if got < self.wanted:
+            out["problem"] = (f"{label} got {got} of {self.wanted} responses (errors by kind: "
+                              f"{result.get('errors_by_kind')}, took "
+                              f"{result.get('duration_s', 0):.1f} s; {summary})")
+        elif not out["idle"]:
+            out["problem"] = ("holdfast reports no idle connection count (no per-server "
+                              "`idle` in /status, no idle gauge in /metrics)")
+        elif kept is None or kept < 0.99 * self.wanted:
+            out["problem"] = (f"after {label} holdfast kept {kept} idle connections of "
+                              f"{self.wanted} ({idle.get(upstream)} just before RSS was read, "
+                              f"{out['read_s_after']} s after the burst; {summary})")
+        elif kept < (idle.get(upstream) or 0):
+            out["problem"] = (f"holdfast closed idle connections while RSS was read after "
+                              f"{label} ({idle.get(upstream)} -> {kept}; {summary})")
+        elif out["origin_open"] < 0.99 * kept:
+            out["problem"] = f"after {label} holdfast reports {kept} idle connections, but {summary}"
+        return out
+
+
+def _still_idle_problem(first, second, wanted):
+    """Pool a must still hold burst 1's connections when RSS is read after burst 2."""
+    before, after = first["idle"].get("a"), second["idle"].get("a")
+    if after is None or after < before:
+        return (f"pool a went from {before} to {after} idle connections during burst 2 "
+                f"(read {second['rss_read_s'] - first['burst_end_s']:.1f} s after burst 1; "
+                f"holdfast forgets a burst's peak after 10 to 20 s), so RSS after burst 2 "
+                f"does not hold {wanted} idle connections; {_status_summary(second['status'])}")
+    return None
+
+
+def _status_servers(status, upstream=None):
+    return [s for u in (status or {}).get("upstreams", [])
+            if upstream is None or u.get("name") == upstream for s in u.get("servers", [])]
+
+
+def _status_sum(status, key, upstream=None):
+    """Sum of `key` over /status's servers (of `upstream`), None if no server has it."""
+    values = [s[key] for s in _status_servers(status, upstream)
+              if isinstance(s.get(key), (int, float)) and not isinstance(s.get(key), bool)]
+    return sum(values) if values else None
+
+
+def _status_summary(status):
+    """What /status says about each pool, in a few words, for failure messages."""
+    if not _status_servers(status):
+        return "no /status"
+    parts = []
+    for upstream in (status or {}).get("upstreams", []):
+        name = upstream.get("name", "?")
+        words = []
+        for key in ("idle", "active", "opened", "waiting", "errors"):
+            value = _status_sum(status, key, name)
+            if value is not None:
+                words.append(f"{key} {value}")
+        closed = {}
+        for server in _status_servers(status, name):
+            for reason, n in (server.get("closed") or {}).items():
+                if isinstance(n, int) and n:
+                    closed[reason] = closed.get(reason, 0) + n
+        if closed:
+            words.append("closed " + ", ".join(f"{k} {v}" for k, v in sorted(closed.items())))
+        parts.append(f"{name}: " + ", ".join(words))
+    return "holdfast /status " + "; ".join(parts)
+
+
+def _idle_by_upstream(running, status):
+    """{upstream: idle pooled connections}: the servers' `idle` in /status, else /metrics.
+
+    Empty if holdfast reports neither.
+    """
+    idle = {}
+    for upstream in (status or {}).get("upstreams", []):
+        value = _status_sum(status, "idle", upstream.get("name"))
+        if value is not None:
+            idle[upstream.get("name")] = int(value)
+    if idle:
+        return idle
+    try:
+        return _idle_from_metrics(running.admin_url)
+    except (OSError, ValueError):
+        return {}
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _idle_from_metrics(admin_url):
     with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    idle = 0
+    idle = {}
     for line in text.splitlines():
         if line.startswith("holdfast_upstream_connections{") and 'state="idle"' in line:
-            idle += int(float(line.rsplit(" ", 1)[1]))
+            labels = dict(_LABEL.findall(line.split("}", 1)[0]))
+            name = labels.get("upstream", "?")
+            idle[name] = idle.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
     return idle
