@@ -29,7 +29,8 @@ class Contender:
 CONTENDERS = [
     Contender("direct", None, None, "no proxy: the load generator talks to the origin"),
     Contender("nginx-default", "nginx", "nginx-default.conf",
-              "nginx 1.22, upstream without keepalive, HTTP/1.0 upstream, Connection copied"),
+              "nginx 1.22 as in Dokku's template: upstream without keepalive, HTTP/1.1 "
+              "upstream, Upgrade and Connection copied"),
     Contender("nginx-recipe", "nginx", "nginx-recipe.conf",
               "nginx 1.22, keepalive 16, HTTP/1.1, Connection \"\""),
     Contender("nginx-tuned", "nginx", "nginx-tuned.conf",
