@@ -302,7 +302,11 @@ def _one_line(record):
                 f"{m.get('bytes_per_idle_connection_upper') or 0:,.0f} B)")
     parts = [f"{m.get('rps') or 0:>9,.0f} req/s"]
     if m.get("cpu_us_per_request") is not None:
-        parts.append(f"{m['cpu_us_per_request']:6.2f} µs/req")
+        split = ""
+        if m.get("cpu_user_us_per_request") is not None:
+            split = (f" (user {m['cpu_user_us_per_request']:.2f} + sys "
+                     f"{m['cpu_sys_us_per_request']:.2f})")
+        parts.append(f"{m['cpu_us_per_request']:6.2f} µs/req{split}")
     if m.get("reuse") is not None:
         parts.append(f"reuse {m['reuse'] * 100:6.2f}%")
     lat = m.get("latency_us") or {}

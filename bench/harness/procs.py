@@ -5,8 +5,10 @@ such as nginx's worker) and is registered here until it is stopped. `stop_all()`
 `finally` and at exit, so no child outlives the harness. Every child has a deadline: servers
 are stopped by the harness, and one-shot commands (`run`) are killed when their timeout passes.
 
-CPU time is the first field of `/proc/PID/task/*/schedstat` (nanoseconds on CPU), summed over
-all threads of all processes of a child, so it counts nginx's master and worker alike.
+CPU time is utime and stime of `/proc/PID/stat` (user and system time of all the process's
+threads, in clock ticks), summed over a child and all its descendants, so it counts nginx's
+master and worker alike. `cpu_ns` reads the same processes' threads from
+`/proc/PID/task/*/schedstat` (nanoseconds on CPU) as a cross-check.
 """
 
 import atexit
@@ -222,6 +224,47 @@ def descendants(pid):
             found.append(kid)
             stack.append(kid)
     return found
+
+
+CLOCK_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """User and system CPU seconds, summed over some processes."""
+
+    user_s: float
+    sys_s: float
+
+    def __sub__(self, earlier):
+        return CpuTimes(self.user_s - earlier.user_s, self.sys_s - earlier.sys_s)
+
+    @property
+    def total_s(self):
+        return self.user_s + self.sys_s
+
+
+def cpu_times(pids):
+    """utime and stime (fields 14 and 15 of /proc/PID/stat) of `pids`, summed, in seconds.
+
+    A process's stat counts all its threads; children are not included (pass them in
+    `pids`, as `Child.pids()` does). Processes that exited in between are skipped.
+    """
+    user = system = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses; fields after the last ')' are
+        # fixed, starting with field 3 (state), so field N is at index N - 3.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        try:
+            user += int(fields[14 - 3])
+            system += int(fields[15 - 3])
+        except (IndexError, ValueError):
+            continue
+    return CpuTimes(user * CLOCK_TICK_S, system * CLOCK_TICK_S)
 
 
 def cpu_ns(pids):

@@ -14,7 +14,8 @@ MARK_END = "<!-- results:end -->"
 # Metric keys aggregated per (scenario, contender); latency percentiles are flattened.
 METRICS = (
     "rps", "requests", "errors", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
-    "cpu_us_per_request", "proxy_cpu_share", "origin_cpu_share", "loadgen_cpu_share",
+    "cpu_us_per_request", "cpu_user_us_per_request", "cpu_sys_us_per_request",
+    "cpu_us_per_request_schedstat", "proxy_cpu_share", "origin_cpu_share", "loadgen_cpu_share",
     "rss_kb", "rss_kb_max", "hwm_kb", "upstream_requests", "upstream_connections", "reuse",
     "requests_per_upstream_connection", "time_wait_client", "time_wait_upstream",
     "idle_rss_kb", "idle_clients_open_after", "first_error_s",
@@ -171,6 +172,9 @@ COLUMNS = {
     "p999_us": ("p99.9", _us),
     "max_us": ("max", _us),
     "cpu_us_per_request": ("CPU µs/req", lambda v: _num(v, 2)),
+    "cpu_user_us_per_request": ("user µs/req", lambda v: _num(v, 2)),
+    "cpu_sys_us_per_request": ("sys µs/req", lambda v: _num(v, 2)),
+    "cpu_us_per_request_schedstat": ("CPU µs/req (schedstat)", lambda v: _num(v, 2)),
     "proxy_cpu_share": ("proxy core busy", _share),
     "loadgen_cpu_share": ("load gen CPU", _share),
     "origin_cpu_share": ("origin CPU", _share),
@@ -198,20 +202,22 @@ COLUMNS = {
 
 SCENARIO_COLUMNS = {
     "rate-latency": ("rps", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
-                     "cpu_us_per_request", "proxy_cpu_share", "upstream_connections", "reuse",
-                     "errors", "proxy_core_other"),
-    "idle-clients": ("rps", "p50_us", "p99_us", "cpu_us_per_request", "proxy_cpu_share",
-                     "idle_rss_kb", "rss_kb", "hwm_kb", "idle_clients_open_after", "errors",
+                     "cpu_us_per_request", "cpu_user_us_per_request", "cpu_sys_us_per_request",
+                     "proxy_cpu_share", "upstream_connections", "reuse", "errors",
                      "proxy_core_other"),
+    "idle-clients": ("rps", "p50_us", "p99_us", "cpu_us_per_request", "cpu_user_us_per_request",
+                     "cpu_sys_us_per_request", "proxy_cpu_share", "idle_rss_kb", "rss_kb",
+                     "hwm_kb", "idle_clients_open_after", "errors", "proxy_core_other"),
     "port-exhaustion": ("requests", "rps", "errors", "first_error_s", "p99_us",
-                        "upstream_connections", "reuse", "time_wait_upstream",
-                        "time_wait_client"),
+                        "cpu_us_per_request", "cpu_user_us_per_request",
+                        "cpu_sys_us_per_request", "upstream_connections", "reuse",
+                        "time_wait_upstream", "time_wait_client"),
     "pool-memory": ("idle_connections", "rss_kb_start", "rss_kb_one_pool", "rss_kb_two_pools",
                     "bytes_per_idle_connection", "bytes_per_idle_connection_upper",
                     "read_s_after_first_burst"),
 }
 DEFAULT_COLUMNS = ("rps", "p50_us", "p99_us", "p999_us", "cpu_us_per_request",
-                   "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
+                   "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
                    "hwm_kb", "upstream_connections", "requests_per_upstream_connection",
                    "reuse", "errors", "time_wait_client", "time_wait_upstream",
                    "proxy_core_other")
@@ -253,6 +259,28 @@ def matrix(medians, metric, fmt, scenario_order, contender_order):
         for s in cols:
             stat = medians[s].get(contender, {}).get(metric)
             row.append(fmt(stat["median"]) if stat else "–")
+        rows.append(row)
+    return _table(["contender"] + cols, rows)
+
+
+def cpu_matrix(medians, scenario_order, contender_order):
+    """Like `matrix` for CPU per request: 'total (user / sys)' in every cell."""
+    cols = [s for s in scenario_order if s in medians and s != "pool-memory"]
+    rows = []
+    for contender in contender_order:
+        if not any(contender in medians[s] for s in cols):
+            continue
+        row = [f"**{contender}**" if contender == "holdfast" else contender]
+        for s in cols:
+            cell = medians[s].get(contender, {})
+            total, user, system = (cell.get(k, {}).get("median") for k in (
+                "cpu_us_per_request", "cpu_user_us_per_request", "cpu_sys_us_per_request"))
+            if total is None:
+                row.append("–")
+            elif user is None or system is None:
+                row.append(_num(total, 2))
+            else:
+                row.append(f"{_num(total, 2)} ({_num(user, 2)} / {_num(system, 2)})")
         rows.append(row)
     return _table(["contender"] + cols, rows)
 
@@ -421,10 +449,13 @@ def markdown(document, chart_files, *, image_prefix):
         "",
         matrix(medians, "rps", lambda x: _num(x), scenario_order, contender_order),
         "",
-        "Proxy CPU microseconds per request (median; `direct` has no proxy):",
+        "Proxy CPU microseconds per request, utime + stime of all its processes, and in "
+        "brackets its user / system (kernel) parts (medians, each on its own, so the parts "
+        "need not add up exactly; `direct` has no proxy). The system part is mostly the TCP "
+        "stack on loopback, which costs every proxy much the same per connection and per "
+        "byte:",
         "",
-        matrix(medians, "cpu_us_per_request", lambda x: _num(x, 2), scenario_order,
-               contender_order),
+        cpu_matrix(medians, scenario_order, contender_order),
         "",
         "Requests on a reused upstream connection, 1 − connections opened / requests, counted "
         "by the origin (median):",
@@ -461,8 +492,13 @@ def _notes(document):
     """What a reader needs to interpret this run: columns, limits, and the environment."""
     opts = document["options"]
     notes = [
-        "- *CPU µs/req*: on-CPU time of all the proxy's processes and threads (schedstat) "
-        "over the window, divided by the requests served in it. *proxy core busy*: that CPU "
+        "- *CPU µs/req*: user + system time (utime + stime in /proc/PID/stat) of all the "
+        "proxy's processes (nginx's master and worker alike) over the window, divided by the "
+        "requests served in it; *user µs/req* and *sys µs/req* are its two parts. The system "
+        "part, mostly the kernel's TCP stack on loopback, is a large share for every proxy; "
+        "the user part is the proxy's own code. The JSON also holds the same total from the "
+        "threads' schedstat (`cpu_us_per_request_schedstat`) as a cross-check. "
+        "*proxy core busy*: that CPU "
         "time over the window (100% = one saturated core). *load gen CPU* and *origin CPU*: "
         "the same for wrk or bench-load and for the origin, which share the other core; when "
         "they add up to about 100% while the proxy core is not saturated, the load side "

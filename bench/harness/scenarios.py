@@ -2,7 +2,8 @@
 what it measures around the load window.
 
 A measured window samples, just before and just after the load: the contender's CPU time
-(schedstat of all its processes and threads), the origin's counters (connections accepted,
+(utime and stime of all its processes, and their threads' schedstat as a cross-check), the
+origin's CPU time, the origin's counters (connections accepted,
 requests), per-core busy time from /proc/stat and the clock. During the window a thread
 samples the contender's RSS; right after it the harness reads VmRSS and VmHWM and counts the
 TIME_WAIT sockets the window left. Each scenario returns one run record (a dict).
@@ -163,8 +164,10 @@ def measure(running, origin, ports, drive, *, netns_name=None):
 
     origin_before = origin.stats()
     cores_before = procs.core_times()
-    proxy_before = procs.cpu_ns(running.pids())
-    origin_cpu_before = procs.cpu_ns(origin.child.pids())
+    proxy_pids = running.pids()
+    proxy_before = procs.cpu_times(proxy_pids)
+    proxy_ns_before = procs.cpu_ns(proxy_pids)
+    origin_cpu_before = procs.cpu_times(origin.child.pids())
     started = time.monotonic()
     sampler = threading.Thread(target=sample_rss, daemon=True)
     sampler.start()
@@ -174,8 +177,10 @@ def measure(running, origin, ports, drive, *, netns_name=None):
         stop.set()
         sampler.join()
     wall_s = time.monotonic() - started
-    proxy_after = procs.cpu_ns(running.pids())
-    origin_cpu_after = procs.cpu_ns(origin.child.pids())
+    proxy_pids = running.pids()
+    proxy_after = procs.cpu_times(proxy_pids)
+    proxy_ns_after = procs.cpu_ns(proxy_pids)
+    origin_cpu_after = procs.cpu_times(origin.child.pids())
     cores_after = procs.core_times()
     rss_end, hwm = procs.memory_kb(running.pids())
     proxied = running.child is not None
@@ -194,9 +199,16 @@ def measure(running, origin, ports, drive, *, netns_name=None):
     requests = result.get("requests", 0)
     upstream_requests = upstream["requests"]
     upstream_connections = upstream["connections"]
-    proxy_cpu_s = (proxy_after - proxy_before) / 1e9 if proxied else None
-    origin_cpu_s = (origin_cpu_after - origin_cpu_before) / 1e9
+    proxy_cpu = proxy_after - proxy_before
+    proxy_cpu_s = proxy_cpu.total_s if proxied else None
+    proxy_schedstat_s = (proxy_ns_after - proxy_ns_before) / 1e9
+    origin_cpu_s = (origin_cpu_after - origin_cpu_before).total_s
     served = max(requests, upstream_requests)
+
+    def per_request(seconds):
+        """Microseconds of proxy CPU per request served; None without a proxy."""
+        return seconds * 1e6 / served if proxied and served else None
+
     metrics = {
         "requests": requests,
         "rps": result.get("rps"),
@@ -208,8 +220,16 @@ def measure(running, origin, ports, drive, *, netns_name=None):
                   if upstream_requests else None),
         "requests_per_upstream_connection": (upstream_requests / upstream_connections
                                              if upstream_connections else None),
+        # utime + stime of all the proxy's processes (nginx's master and worker alike),
+        # split into user and system (kernel) time; schedstat of their threads as a check
         "proxy_cpu_s": proxy_cpu_s,
-        "cpu_us_per_request": (proxy_cpu_s * 1e6 / served) if proxied and served else None,
+        "proxy_cpu_user_s": proxy_cpu.user_s if proxied else None,
+        "proxy_cpu_sys_s": proxy_cpu.sys_s if proxied else None,
+        "proxy_cpu_schedstat_s": proxy_schedstat_s if proxied else None,
+        "cpu_us_per_request": per_request(proxy_cpu.total_s),
+        "cpu_user_us_per_request": per_request(proxy_cpu.user_s),
+        "cpu_sys_us_per_request": per_request(proxy_cpu.sys_s),
+        "cpu_us_per_request_schedstat": per_request(proxy_schedstat_s),
         "proxy_cpu_share": proxy_cpu_s / wall_s if proxied else None,
         "origin_cpu_share": origin_cpu_s / wall_s,
         "loadgen_cpu_share": result.get("loadgen_cpu_s", 0.0) / wall_s,
