@@ -163,6 +163,8 @@ def _programs(opts):
     for program in absent:
         log(f"note: {program} is not installed; skipping what needs it"
             + ("" if may_install else " (pass --install to install it)"))
+    # Asked for explicitly (CI): a program that could not be installed is a failure.
+    opts.not_installed = absent if opts.install else []
     return {p: install.which(p) for p in wanted if install.which(p)}
 
 
@@ -227,15 +229,11 @@ def _session(opts, session, argv):
             order = order[shift:] + order[:shift]
             for contender in order:
                 done += 1
+                _revive_origins(ctx, ports, bins, session)
                 record = scenarios.run(ctx, scenario, contender, round_no)
                 records.append(record)
                 log(f"[{done}/{total}] round {round_no} {scenario.name:15} "
                     f"{contender.name:13} {_one_line(record)}")
-        for kind, origin in ctx.origins.items():
-            if not origin.child.is_alive():
-                log(f"{kind} origin died; restarting it")
-                port = ports["origin" if kind == "rust" else "node"]
-                ctx.origins[kind] = origins.start(kind, port=port, bins=bins, log_dir=session)
 
     origin_argvs = [origin.child.argv for origin in ctx.origins.values()]
     for origin in ctx.origins.values():
@@ -280,6 +278,16 @@ def _session(opts, session, argv):
     log("")
     log(report.targets_table(checks))
     return _exit_status(opts, records, plan_contenders)
+
+
+def _revive_origins(ctx, ports, bins, session):
+    """Restarts a shared origin that died, so one crash fails one run, not the rest."""
+    for kind, origin in list(ctx.origins.items()):
+        if not origin.child.is_alive():
+            log(f"{kind} origin died (exit status {origin.child.popen.returncode}); "
+                "restarting it")
+            port = ports["origin" if kind == "rust" else "node"]
+            ctx.origins[kind] = origins.start(kind, port=port, bins=bins, log_dir=session)
 
 
 def _contenders_for(scenario, plan_contenders):
@@ -380,7 +388,8 @@ def _exit_status(opts, records, plan_contenders):
                        and r["metrics"].get("errors")]
     if "holdfast" in opts.contenders and not any(c.name == "holdfast" for c in plan_contenders):
         failed.append({"scenario": "-", "contender": "holdfast", "error": "not run"})
-    problems = []
+    problems = [f"--install: {p} is still not installed"
+                for p in getattr(opts, "not_installed", [])]
     problems += [f"{r['scenario']}/{r['contender']} failed: {r['error']}" for r in failed]
     problems += [f"{r['scenario']}/{r['contender']} produced no requests" for r in empty]
     if opts.smoke:
