@@ -331,8 +331,9 @@ def _one_line(record):
 def _commands(records, origin_argvs, session, argv):
     """The exact commands of a session: origins, each contender once, each scenario's load.
 
-    Paths in the session directory are written as $RUN (a run's directory), network
-    namespaces as $NS; ports are the session's (see `ports` in the JSON).
+    A run's directory in the session is written as $RUN (so `$RUN/nginx-tuned.conf` still
+    names the config), the session directory itself as $SESSION, network namespaces as
+    $NS; ports are the session's (see `ports` in the JSON).
     """
     replacements = [
         (str(session / "bin") + "/", "target/release/"),
@@ -345,7 +346,8 @@ def _commands(records, origin_argvs, session, argv):
         for old, new in replacements:
             text = text.replace(old, new)
         text = re.sub(r"hfbench-\d+-\d+", "$NS", text)
-        return re.sub(re.escape(str(session)) + r"(/[^ /']+)+", "$RUN", text)
+        text = re.sub(re.escape(str(session)) + r"/r\d+-[\w.-]+", "$RUN", text)
+        return text.replace(str(session), "$SESSION")
 
     lines = ["bench/run" + ("" if not argv else " " + shlex.join(argv)), "", "# origins"]
     lines += [shorten(a) for a in origin_argvs]
@@ -353,7 +355,8 @@ def _commands(records, origin_argvs, session, argv):
     seen = set()
     for rec in records:
         cmd = rec.get("command")
-        if cmd and rec["scenario"] != "port-exhaustion" and rec["contender"] not in seen:
+        if (cmd and rec["scenario"] not in ("port-exhaustion", "pool-memory")
+                and rec["contender"] not in seen):
             seen.add(rec["contender"])
             lines.append(shorten(cmd))
     pool = next((r for r in records if r["scenario"] == "pool-memory" and r.get("command")), None)

@@ -23,6 +23,12 @@ def _read(path):
         return None
 
 
+def _sysctl(name):
+    """A sysctl's value, runs of whitespace (ip_local_port_range's tab) as one space."""
+    value = _read("/proc/sys/" + name.replace(".", "/"))
+    return " ".join(value.split()) if value is not None else None
+
+
 def describe(bins):
     """Machine facts and tool versions, for latest.json and BENCHMARKS.md."""
     cpu_model = None
@@ -53,9 +59,9 @@ def describe(bins):
         "os": (_first_line(["sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"]) or "").strip(),
         "ram_gib": round(mem_kb / 1048576, 1) if mem_kb else None,
         "sysctl": {
-            "net.ipv4.ip_local_port_range": _read("/proc/sys/net/ipv4/ip_local_port_range"),
-            "net.ipv4.tcp_tw_reuse": _read("/proc/sys/net/ipv4/tcp_tw_reuse"),
-            "net.core.somaxconn": _read("/proc/sys/net/core/somaxconn"),
+            name: _sysctl(name)
+            for name in ("net.ipv4.ip_local_port_range", "net.ipv4.tcp_tw_reuse",
+                         "net.core.somaxconn")
         },
         "versions": versions,
     }
