@@ -326,7 +326,8 @@ def _pool_memory(ctx, run_dir, record):
         if not sockets.wait_listening(ctx.ports["proxy_b"], timeout_s=10, child=running.child):
             raise RunFailed(f"holdfast does not listen on its second listener "
                             f"127.0.0.1:{ctx.ports['proxy_b']}")
-        pool = _PoolRun(ctx, run_dir, running, wanted)
+        pool = _PoolRun(ctx, run_dir, running, wanted,
+                        pools={"a": origin_a.address, "b": origin_b.address})
         metrics["rss_kb_start"], _ = procs.memory_kb(running.pids())
         first = pool.burst("a", ctx.ports["proxy"], origin_a)
         record["load"] = {"argv": first["burst"].get("argv")}
@@ -367,8 +368,9 @@ def _mkdir(path):
 class _PoolRun:
     """The bursts of one pool-memory run and the readings after each."""
 
-    def __init__(self, ctx, run_dir, running, wanted):
+    def __init__(self, ctx, run_dir, running, wanted, pools):
         self.ctx = ctx
+        self.pools = pools  # upstream name -> origin address
         self.run_dir = run_dir
         self.running = running
         self.wanted = wanted
@@ -395,7 +397,7 @@ class _PoolRun:
         deadline = ended + POOL_SETTLE_S
         while True:
             status = self.running.status()
-            idle = _idle_by_upstream(self.running, status)
+            idle = _idle_by_upstream(self.running, status, self.pools)
             clients = sum(sockets.established(p) for p in self.client_ports)
             active = _status_sum(status, "active")
             if (clients == 0 and not active and idle.get(upstream) == self.wanted) \
@@ -406,7 +408,7 @@ class _PoolRun:
         out["rss_kb"], out["hwm_kb"] = procs.memory_kb(self.running.pids())
         out["rss_read_s"] = round(time.monotonic() - self.started, 2)
         status = self.running.status()
-        out["idle"] = _idle_by_upstream(self.running, status)
+        out["idle"] = _idle_by_upstream(self.running, status, self.pools)
         out["idle_before_rss"] = idle
         out["clients_open"] = clients
         out["origin_open"] = origin.open_connections()
@@ -446,9 +448,30 @@ def _still_idle_problem(first, second, wanted):
     return None
 
 
+def _status_upstreams(status):
+    """[(name, [server object])] from /status, whether it lists upstream groups and their
+    servers as arrays of objects (as holdfast does now) or as objects keyed by name and
+    address."""
+    groups = status.get("upstreams") if isinstance(status, dict) else None
+    if isinstance(groups, dict):
+        items = groups.items()
+    else:
+        items = ((None, group) for group in (groups or []))
+    out = []
+    for key, group in items:
+        if not isinstance(group, dict):
+            continue
+        servers = group.get("servers") or []
+        if isinstance(servers, dict):
+            servers = [dict(server, server=server.get("server", address))
+                       for address, server in servers.items() if isinstance(server, dict)]
+        out.append((group.get("name", key), [s for s in servers if isinstance(s, dict)]))
+    return out
+
+
 def _status_servers(status, upstream=None):
-    return [s for u in (status or {}).get("upstreams", [])
-            if upstream is None or u.get("name") == upstream for s in u.get("servers", [])]
+    return [s for name, servers in _status_upstreams(status)
+            if upstream is None or name == upstream for s in servers]
 
 
 def _status_sum(status, key, upstream=None):
@@ -460,41 +483,49 @@ def _status_sum(status, key, upstream=None):
 
 def _status_summary(status):
     """What /status says about each pool, in a few words, for failure messages."""
-    if not _status_servers(status):
+    groups = _status_upstreams(status)
+    if not groups:
         return "no /status"
     parts = []
-    for upstream in (status or {}).get("upstreams", []):
-        name = upstream.get("name", "?")
+    for i, (name, servers) in enumerate(groups):
         words = []
         for key in ("idle", "active", "opened", "waiting", "errors"):
-            value = _status_sum(status, key, name)
-            if value is not None:
-                words.append(f"{key} {value}")
+            values = [s[key] for s in servers if isinstance(s.get(key), int)]
+            if values:
+                words.append(f"{key} {sum(values)}")
         closed = {}
-        for server in _status_servers(status, name):
+        for server in servers:
             for reason, n in (server.get("closed") or {}).items():
                 if isinstance(n, int) and n:
                     closed[reason] = closed.get(reason, 0) + n
         if closed:
             words.append("closed " + ", ".join(f"{k} {v}" for k, v in sorted(closed.items())))
-        parts.append(f"{name}: " + ", ".join(words))
+        parts.append(f"{name if name is not None else f'upstream {i + 1}'}: "
+                     + ", ".join(words))
     return "holdfast /status " + "; ".join(parts)
 
 
-def _idle_by_upstream(running, status):
-    """{upstream: idle pooled connections}: the servers' `idle` in /status, else /metrics.
+def _idle_by_upstream(running, status, pools):
+    """{pool: idle connections} for `pools` ({upstream name: origin address}).
 
-    Empty if holdfast reports neither.
+    From the servers' `idle` in /status, found by upstream name or else by server
+    address; else from /metrics' idle gauge. Pools holdfast reports nothing for are left
+    out.
     """
     idle = {}
-    for upstream in (status or {}).get("upstreams", []):
-        value = _status_sum(status, "idle", upstream.get("name"))
-        if value is not None:
-            idle[upstream.get("name")] = int(value)
+    groups = _status_upstreams(status)
+    for name, address in pools.items():
+        values = [s["idle"] for group, servers in groups if group == name for s in servers
+                  if isinstance(s.get("idle"), int)]
+        if not values:
+            values = [s["idle"] for _, servers in groups for s in servers
+                      if s.get("server") == address and isinstance(s.get("idle"), int)]
+        if values:
+            idle[name] = sum(values)
     if idle:
         return idle
     try:
-        return _idle_from_metrics(running.admin_url)
+        return _idle_from_metrics(running.admin_url, pools)
     except (OSError, ValueError):
         return {}
 
@@ -502,13 +533,18 @@ def _idle_by_upstream(running, status):
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _idle_from_metrics(admin_url):
+def _idle_from_metrics(admin_url, pools):
+    """Like `_idle_by_upstream`, from `holdfast_upstream_connections{state="idle"}`."""
     with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
+    by_address = {address: name for name, address in pools.items()}
     idle = {}
     for line in text.splitlines():
         if line.startswith("holdfast_upstream_connections{") and 'state="idle"' in line:
             labels = dict(_LABEL.findall(line.split("}", 1)[0]))
-            name = labels.get("upstream", "?")
-            idle[name] = idle.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
+            name = labels.get("upstream")
+            if name not in pools:
+                name = by_address.get(labels.get("server"))
+            if name is not None:
+                idle[name] = idle.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
     return idle
