@@ -9,28 +9,33 @@
 //!
 //! While idle, a connection holds its socket and no buffer (see `net::InBuf`).
 
+use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, SocketAddr};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use socket2::SockRef;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, ConnectionOut};
 use crate::http1::request::{self, Refusal};
-use crate::listener::stopped;
-use crate::net::{self, InBuf, Limit, WaitError};
+use crate::listener::OpenConnection;
+use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::proxy::{Client, Next, Outbound, Proxy};
 
 /// How long a closing connection keeps reading what the client still sends, so that
 /// its last response is not lost to a reset.
 const LINGER: Duration = Duration::from_secs(2);
+
+/// An idle connection keeps its rewritten-head buffer up to this size, so the next
+/// request need not allocate it again; a larger one is given back.
+const IDLE_HEAD_CAPACITY: usize = 2048;
 
 /// What a client connection needs besides its socket.
 #[derive(Clone)]
@@ -54,7 +59,7 @@ pub async fn serve(
     stream: TcpStream,
     addr: SocketAddr,
     settings: ClientSettings,
-    mut stop: watch::Receiver<bool>,
+    mut open: OpenConnection,
 ) {
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
@@ -63,18 +68,25 @@ pub async fn serve(
         ip: addr.ip().to_string(),
         buf: InBuf::new(net::CLIENT_BUF),
         head: Vec::new(),
+        timer: Timer::new(),
+        idle_since: Instant::now(),
     };
     let phase = Phase::default();
     let mut served = pin!(conn.run(&settings, &phase));
-    tokio::select! {
-        () = served.as_mut() => {}
-        () = stopped(&mut stop) => {
+    poll_fn(|cx| {
+        if served.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        if open.poll_stop(cx) {
             phase.stopping.store(true, Relaxed);
-            if !phase.idle.load(Relaxed) {
-                served.await;
+            // An idle connection closes now; a busy one after its request.
+            if phase.idle.load(Relaxed) {
+                return Poll::Ready(());
             }
         }
-    }
+        Poll::Pending
+    })
+    .await;
 }
 
 struct Conn {
@@ -85,6 +97,10 @@ struct Conn {
     buf: InBuf,
     /// The rewritten head of the request in flight, as the origin gets it.
     head: Vec<u8>,
+    /// The one timer all waits on this connection share.
+    timer: Timer,
+    /// When the last exchange ended (or the connection was accepted).
+    idle_since: Instant,
 }
 
 /// What reading the next request head came to.
@@ -105,8 +121,11 @@ impl Conn {
                 Read::Gone => return,
             };
             first = false;
-            let client = Client { stream: &mut self.stream, buf: &mut self.buf };
-            match settings.proxy.forward(out, &self.head, client).await {
+            let client =
+                Client { stream: &mut self.stream, buf: &mut self.buf, timer: &mut self.timer };
+            let done = settings.proxy.forward(out, &self.head, client).await;
+            self.idle_since = done.at;
+            match done.next {
                 Next::KeepOpen => {}
                 Next::Close => return,
                 Next::Linger => return self.linger().await,
@@ -121,8 +140,10 @@ impl Conn {
         phase: &Phase,
         first: bool,
     ) -> Read {
+        // The head must be complete `client_header` after the accept, or after its
+        // first byte.
         let header_limit = settings.timeouts.client_header;
-        let mut deadline = None;
+        let mut head_deadline = first.then(|| self.idle_since + header_limit);
         loop {
             if !self.buf.is_empty() {
                 match self.parse(settings) {
@@ -137,18 +158,20 @@ impl Conn {
                 }
             }
             let idle = self.buf.is_empty();
-            let limit = if idle && !first {
-                Limit::Stall(settings.timeouts.client_idle)
+            let at = if idle && !first {
+                self.idle_since + settings.timeouts.client_idle
             } else {
-                // From the accept, or from the first byte of this head.
-                Limit::Until(*deadline.get_or_insert_with(|| Instant::now() + header_limit))
+                *head_deadline.get_or_insert_with(|| Instant::now() + header_limit)
             };
             if idle {
                 self.buf.release();
-                self.head = Vec::new();
+                if self.head.capacity() > IDLE_HEAD_CAPACITY {
+                    self.head = Vec::new();
+                }
             }
             phase.idle.store(idle, Relaxed);
-            let read = self.buf.fill(&mut self.stream, limit).await;
+            let read =
+                self.buf.fill(&mut self.stream, &mut Deadline::on(&mut self.timer, at)).await;
             phase.idle.store(false, Relaxed);
             match read {
                 Ok(0) => return Read::Gone,
@@ -201,10 +224,10 @@ impl Conn {
     /// client has read it.
     async fn linger(&mut self) {
         let _ = SockRef::from(&self.stream).shutdown(Shutdown::Write);
-        let deadline = Limit::Until(Instant::now() + LINGER);
+        let mut deadline = Deadline::at(Instant::now() + LINGER);
         loop {
             self.buf.consume(self.buf.len());
-            match self.buf.fill(&mut self.stream, deadline).await {
+            match self.buf.fill(&mut self.stream, &mut deadline).await {
                 Ok(n) if n > 0 => {}
                 _ => return,
             }

@@ -1,16 +1,18 @@
 //! Accepts client connections and starts a task serving each (see `client`), until
 //! told to stop; then it stops accepting, and open connections finish their requests.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Waker};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::client::{self, ClientSettings};
 
-/// Counts client connections: open now (so shutdown can wait for them) and accepted
-/// since start. Clones share the counts.
+/// Counts client connections (open now, so shutdown can wait for them, and accepted
+/// since start) and tells them when the server stops. Clones share the counts.
 #[derive(Clone, Default)]
 pub struct Connections(Arc<Counts>);
 
@@ -18,6 +20,9 @@ pub struct Connections(Arc<Counts>);
 struct Counts {
     open: AtomicUsize,
     accepted: AtomicU64,
+    stopping: AtomicBool,
+    /// The task of each connection that asked to hear about the stop, by its id.
+    waiting: Mutex<HashMap<u64, Waker>>,
 }
 
 impl Connections {
@@ -31,20 +36,65 @@ impl Connections {
         self.0.accepted.load(Ordering::Relaxed)
     }
 
+    /// Tells every open connection the server is stopping (see [`OpenConnection::poll_stop`]).
+    pub fn stop(&self) {
+        self.0.stopping.store(true, Ordering::Release);
+        let waiting = std::mem::take(&mut *self.0.lock());
+        for waker in waiting.into_values() {
+            waker.wake();
+        }
+    }
+
     /// Counts a newly accepted connection; it is open until the guard drops.
     fn track(&self) -> OpenConnection {
-        self.0.accepted.fetch_add(1, Ordering::Relaxed);
+        let id = self.0.accepted.fetch_add(1, Ordering::Relaxed);
         self.0.open.fetch_add(1, Ordering::AcqRel);
-        OpenConnection(Arc::clone(&self.0))
+        OpenConnection { counts: Arc::clone(&self.0), id, registered: false }
+    }
+}
+
+impl Counts {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waker>> {
+        // Every operation under the lock is one insert, remove or take.
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 /// One open client connection, counted in [`Connections`] while it lives.
-struct OpenConnection(Arc<Counts>);
+pub struct OpenConnection {
+    counts: Arc<Counts>,
+    id: u64,
+    registered: bool,
+}
+
+impl OpenConnection {
+    /// Whether the server is stopping. The first call registers the task in `cx`,
+    /// which [`Connections::stop`] then wakes, so a connection pays for the stop signal
+    /// once, not on every wake-up: after that, this is one atomic load.
+    ///
+    /// # Races
+    /// `stop` sets the flag before it takes the waiting tasks; registration inserts
+    /// under the same lock and then reads the flag again, so a connection registering
+    /// during a stop either is woken or sees the flag.
+    pub fn poll_stop(&mut self, cx: &Context<'_>) -> bool {
+        if self.counts.stopping.load(Ordering::Acquire) {
+            return true;
+        }
+        if !self.registered {
+            self.counts.lock().insert(self.id, cx.waker().clone());
+            self.registered = true;
+            return self.counts.stopping.load(Ordering::Acquire);
+        }
+        false
+    }
+}
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        if self.registered {
+            self.counts.lock().remove(&self.id);
+        }
+        self.counts.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -62,12 +112,8 @@ pub async fn accept_loop(
         };
         match accepted {
             Ok((stream, addr)) => {
-                let guard = connections.track();
-                let serve = client::serve(stream, addr, settings.clone(), stop.clone());
-                tokio::spawn(async move {
-                    serve.await;
-                    drop(guard);
-                });
+                let open = connections.track();
+                tokio::spawn(client::serve(stream, addr, settings.clone(), open));
             }
             // Out of file descriptors or similar: back off briefly instead of spinning.
             Err(e) => {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Storage size of a client connection's read buffer: request heads and the start of
 /// request bodies. Larger heads grow it (up to `max_request_header_bytes`).
@@ -31,28 +31,31 @@ pub const UPSTREAM_BUF: usize = 64 * 1024;
 const CACHED_BUFFERS: usize = 64;
 
 thread_local! {
-    static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Storage of `CLIENT_BUF` and `UPSTREAM_BUF` bytes, given back by idle connections.
+    static CACHE: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
+}
+
+/// Which of the cache's stacks holds storage of `size` bytes, if any does.
+fn stack_of(size: usize) -> Option<usize> {
+    match size {
+        CLIENT_BUF => Some(0),
+        UPSTREAM_BUF => Some(1),
+        _ => None,
+    }
 }
 
 /// Storage of `size` bytes, from this thread's cache when it has one.
 fn take_storage(size: usize) -> Vec<u8> {
-    let cached = CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        let i = c.iter().rposition(|b| b.len() == size)?;
-        Some(c.swap_remove(i))
-    });
+    let cached = stack_of(size).and_then(|s| CACHE.with(|c| c.borrow_mut()[s].pop()));
     cached.unwrap_or_else(|| vec![0; size])
 }
 
 fn give_storage(storage: Vec<u8>) {
-    if storage.len() != CLIENT_BUF && storage.len() != UPSTREAM_BUF {
-        return;
-    }
+    let Some(s) = stack_of(storage.len()) else { return };
     CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        let same = c.iter().filter(|b| b.len() == storage.len()).count();
-        if same < CACHED_BUFFERS {
-            c.push(storage);
+        let stack = &mut c.borrow_mut()[s];
+        if stack.len() < CACHED_BUFFERS {
+            stack.push(storage);
         }
     });
 }
@@ -135,33 +138,49 @@ impl InBuf {
     /// One read from `stream`, waiting within `limit` for something to arrive.
     /// `Ok(0)` is end of stream; a full buffer must be consumed or grown first.
     ///
+    /// An empty buffer waits for the socket before it takes storage, so a connection
+    /// that waits long (an idle client, a slow origin) holds no buffer meanwhile.
     /// Reads go through tokio's `poll_read`, which marks the socket not ready after a
     /// short read, so the next read waits for readiness instead of making a system
     /// call that would only say `EAGAIN`.
-    pub async fn fill(&mut self, stream: &mut TcpStream, limit: Limit) -> Result<usize, WaitError> {
+    pub async fn fill(
+        &mut self,
+        stream: &mut TcpStream,
+        deadline: &mut Deadline<'_>,
+    ) -> Result<usize, WaitError> {
+        if self.storage.is_empty() {
+            let readable = poll_fn(|cx| stream.poll_read_ready(cx));
+            wait(readable, deadline).await?.map_err(WaitError::Io)?;
+        }
         let spare = self.spare();
         if spare.is_empty() {
             return Err(WaitError::Io(io::Error::other("read buffer is full")));
         }
-        let mut read = pin!(poll_fn(|cx| {
+        let read = poll_fn(|cx| {
             let mut buf = ReadBuf::new(&mut *spare);
             match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
                 Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
                 Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
                 Poll::Pending => Poll::Pending,
             }
-        }));
-        // Only a read that has to wait needs the clock and a timer.
-        let first = poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
-        let n = match first {
-            Poll::Ready(result) => result.map_err(WaitError::Io)?,
-            Poll::Pending => match tokio::time::timeout_at(limit.deadline(), read).await {
-                Ok(result) => result.map_err(WaitError::Io)?,
-                Err(_) => return Err(WaitError::TimedOut),
-            },
-        };
+        });
+        let n = wait(read, deadline).await?.map_err(WaitError::Io)?;
         self.end += n;
         Ok(n)
+    }
+}
+
+/// Runs `fut` until `deadline`. It is polled once first: only a future that has to wait
+/// costs a clock read and a timer.
+async fn wait<F: Future>(fut: F, deadline: &mut Deadline<'_>) -> Result<F::Output, WaitError> {
+    let mut fut = pin!(fut);
+    if let Poll::Ready(out) = poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+        return Ok(out);
+    }
+    let at = deadline.instant();
+    match deadline.timer.as_deref_mut() {
+        Some(timer) => timer.run(fut, at).await,
+        None => tokio::time::timeout_at(at, fut).await.map_err(|_| WaitError::TimedOut),
     }
 }
 
@@ -173,21 +192,97 @@ impl Drop for InBuf {
     }
 }
 
-/// How long a read or write may wait for its socket.
-#[derive(Debug, Clone, Copy)]
-pub enum Limit {
-    /// This long from when the wait starts.
-    Stall(Duration),
-    /// Until this moment.
-    Until(Instant),
+/// How long reads may wait for their socket: a span that starts at the first wait, or
+/// a fixed moment, measured by a fresh tokio timer or by a connection's [`Timer`]. One
+/// `Deadline` shared by several reads bounds them together (a request head that
+/// arrives in pieces); a new one per read bounds each (a body that must keep moving).
+#[derive(Debug)]
+pub struct Deadline<'t> {
+    span: Duration,
+    at: Option<Instant>,
+    timer: Option<&'t mut Timer>,
 }
 
-impl Limit {
-    pub fn deadline(self) -> Instant {
-        match self {
-            Limit::Stall(d) => Instant::now() + d,
-            Limit::Until(t) => t,
+impl Deadline<'_> {
+    /// `span` from the first wait; the clock is read only if something has to wait.
+    pub fn after(span: Duration) -> Deadline<'static> {
+        Deadline { span, at: None, timer: None }
+    }
+
+    /// At `at`.
+    pub fn at(at: Instant) -> Deadline<'static> {
+        Deadline { span: Duration::ZERO, at: Some(at), timer: None }
+    }
+
+    /// At `at`, measured by the connection's `timer`.
+    pub fn on(timer: &mut Timer, at: Instant) -> Deadline<'_> {
+        Deadline { span: Duration::ZERO, at: Some(at), timer: Some(timer) }
+    }
+
+    fn instant(&mut self) -> Instant {
+        let span = self.span;
+        *self.at.get_or_insert_with(|| Instant::now() + span)
+    }
+}
+
+/// One timer for the waits of a connection, moved as rarely as possible.
+///
+/// A fresh tokio timer per wait is entered into the timer wheel when the wait starts
+/// and taken out when it ends: two trips through the wheel's lock for every request.
+/// This one stays in the wheel. A wait whose deadline is later than the timer's only
+/// polls it; if the timer fires first, the wait looks at the clock and re-arms it for
+/// its own deadline. Waits on one connection mostly run to "now + 60 s" for some
+/// recent now, so the timer moves about once a minute instead of twice a request.
+pub struct Timer {
+    sleep: Pin<Box<Sleep>>,
+    /// When the timer fires, if it is in the wheel.
+    armed: Option<Instant>,
+}
+
+impl Timer {
+    pub fn new() -> Timer {
+        // Armed on the first wait; until then this deadline is never polled.
+        let sleep =
+            Box::pin(tokio::time::sleep_until(Instant::now() + Duration::from_secs(86_400)));
+        Timer { sleep, armed: None }
+    }
+
+    /// Runs `fut` until `deadline`.
+    async fn run<F: Future>(&mut self, fut: F, deadline: Instant) -> Result<F::Output, WaitError> {
+        if self.armed.is_none_or(|armed| deadline < armed) {
+            self.arm(deadline);
         }
+        let mut fut = pin!(fut);
+        loop {
+            tokio::select! {
+                biased;
+                out = fut.as_mut() => return Ok(out),
+                () = self.sleep.as_mut() => {
+                    self.armed = None;
+                    if Instant::now() >= deadline {
+                        return Err(WaitError::TimedOut);
+                    }
+                    self.arm(deadline);
+                }
+            }
+        }
+    }
+
+    fn arm(&mut self, at: Instant) {
+        self.sleep.as_mut().reset(at);
+        self.armed = Some(at);
+    }
+}
+
+impl Default for Timer {
+    fn default() -> Self {
+        Timer::new()
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer").field("armed", &self.armed).finish()
     }
 }
 

@@ -164,6 +164,7 @@ impl Server {
     pub async fn shutdown(self, drain: Duration) {
         self.draining.store(true, Ordering::Release);
         let _ = self.stop.send(true);
+        self.connections.stop();
         let deadline = Instant::now() + drain;
         while self.connections.count() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 
 use super::request::Request;
 use super::response::Response;
-use super::{date, Framing, Name, Version};
+use super::{copy_headers, date, Framing, Name, Version};
 
 /// The interim response a client waiting on `Expect: 100-continue` gets.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -33,26 +33,21 @@ pub struct Forwarding<'a> {
 /// chunked request keeps its `Transfer-Encoding` line.
 pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
     let (authority, path) = split_target(req.target);
+    out.reserve(req.head_len + 160);
     put(out, &[req.method.as_bytes(), b" ", path.as_bytes(), b" HTTP/1.1\r\n"]);
+    copy_headers(req.raw, req.headers, |i| !req.dropped.contains(i), out);
     let mut forwarded_for: Option<Vec<u8>> = None;
-    for h in req.headers {
-        let keep = match Name::of(h.name) {
-            Name::TransferEncoding => req.framing == Framing::Chunked,
-            Name::Expect | Name::XForwardedProto | Name::XForwardedHost => false,
-            Name::XForwardedFor => {
-                let list = forwarded_for.get_or_insert_with(Vec::new);
-                if !list.is_empty() {
-                    list.extend_from_slice(b", ");
-                }
-                list.extend_from_slice(h.value.trim_ascii());
-                false
+    if !req.dropped.is_empty() {
+        let prior =
+            req.headers.iter().enumerate().filter(|(i, h)| {
+                req.dropped.contains(*i) && Name::of(h.name) == Name::XForwardedFor
+            });
+        for (_, h) in prior {
+            let list = forwarded_for.get_or_insert_with(Vec::new);
+            if !list.is_empty() {
+                list.extend_from_slice(b", ");
             }
-            name if name.is_hop_by_hop() => false,
-            Name::Other => !req.connection.names(h.name),
-            _ => true,
-        };
-        if keep {
-            header(out, h.name.as_bytes(), h.value);
+            list.extend_from_slice(h.value.trim_ascii());
         }
     }
     let host = req.host.or(authority.map(str::as_bytes));
@@ -145,26 +140,30 @@ pub fn client_response(
     connection: ConnectionOut,
     out: &mut Vec<u8>,
 ) {
-    status_line(out, resp.status, resp.reason);
-    let mut encoding: Option<&[u8]> = None;
-    for h in resp.headers {
-        let keep = match Name::of(h.name) {
-            Name::ContentLength => body == BodyOut::Same,
-            Name::TransferEncoding => {
-                encoding = Some(h.value);
-                body == BodyOut::Same && resp.framing == Framing::Chunked
-            }
-            Name::Trailer => body == BodyOut::Same,
-            Name::Upgrade => connection == ConnectionOut::Upgrade,
-            name if name.is_hop_by_hop() => false,
-            Name::Other => !resp.connection.names(h.name),
-            _ => true,
-        };
-        if keep {
-            header(out, h.name.as_bytes(), h.value);
+    out.reserve(resp.head_len + 64);
+    let line_end = resp.raw.iter().position(|b| *b == b'\n').map_or(0, |at| at + 1);
+    match &resp.raw[..line_end] {
+        // An HTTP/1.1 status line goes on as it came.
+        line if line.starts_with(b"HTTP/1.1 ") && line.ends_with(b"\r\n") => {
+            out.extend_from_slice(line)
         }
+        _ => status_line(out, resp.status, resp.reason),
     }
+    // The body's framing lines stay only where the body keeps its framing.
+    let same = body == BodyOut::Same;
+    let drop_encoding = !(same && resp.framing == Framing::Chunked);
+    let keep = |i| {
+        let dropped = resp.dropped.contains(i)
+            || (drop_encoding && resp.encoding_lines.contains(i))
+            || (!same && resp.length_lines.contains(i));
+        !dropped
+    };
+    copy_headers(resp.raw, resp.headers, keep, out);
     if body == BodyOut::Rechunked {
+        let encoding = (0..resp.headers.len())
+            .rev()
+            .find(|i| resp.encoding_lines.contains(*i))
+            .map(|i| resp.headers[i].value);
         match encoding {
             // A coding such as gzip stays; chunked goes on top of it.
             Some(codings) => put(out, &[b"transfer-encoding: ", codings, b", chunked\r\n"]),

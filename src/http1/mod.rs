@@ -100,6 +100,19 @@ impl Name {
         }
     }
 
+    /// Request headers not copied into the head that goes upstream: hop-by-hop ones,
+    /// `Expect` (holdfast answers it), and the `X-Forwarded-*` it writes itself.
+    /// `Transfer-Encoding` stays: the body keeps its chunked framing.
+    pub(crate) fn is_dropped_upstream(self) -> bool {
+        match self {
+            Name::TransferEncoding => false,
+            Name::Expect | Name::XForwardedFor | Name::XForwardedHost | Name::XForwardedProto => {
+                true
+            }
+            name => name.is_hop_by_hop(),
+        }
+    }
+
     /// Headers about one connection, never passed on (RFC 9110, 7.6.1).
     /// `Transfer-Encoding` is among them: each side writes its own.
     pub(crate) fn is_hop_by_hop(self) -> bool {
@@ -112,6 +125,79 @@ impl Name {
                 | Name::TransferEncoding
                 | Name::Upgrade
         )
+    }
+}
+
+/// A set of header line indices: the lines of a head that are not copied on as they
+/// are. The first 64 live in a bit mask; a head with more lines spills into a list.
+#[derive(Debug, Default, Clone)]
+pub struct Lines {
+    low: u64,
+    rest: Vec<usize>,
+}
+
+impl Lines {
+    pub(crate) fn add(&mut self, i: usize) {
+        if i < 64 {
+            self.low |= 1 << i;
+        } else {
+            self.rest.push(i);
+        }
+    }
+
+    pub(crate) fn contains(&self, i: usize) -> bool {
+        if i < 64 {
+            self.low >> i & 1 == 1
+        } else {
+            self.rest.contains(&i)
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.low == 0 && self.rest.is_empty()
+    }
+}
+
+/// Copies the header lines of `head` (the raw bytes of a parsed head) for which `keep`
+/// is true, each ending in CRLF.
+///
+/// Lines are copied as they were received, consecutive kept lines in one copy. A head
+/// whose lines do not all end in CRLF (`httparse` also accepts a bare LF) is written
+/// line by line instead, so what goes on always ends its lines in CRLF.
+pub(crate) fn copy_headers(
+    head: &[u8],
+    headers: &[httparse::Header<'_>],
+    keep: impl Fn(usize) -> bool,
+    out: &mut Vec<u8>,
+) {
+    let offset = |s: &[u8]| s.as_ptr() as usize - head.as_ptr() as usize;
+    let crlf_before = |at: usize| at >= 2 && &head[at - 2..at] == b"\r\n";
+    let starts_ok = headers.iter().all(|h| crlf_before(offset(h.name.as_bytes())));
+    if !starts_ok || !head.ends_with(b"\r\n\r\n") {
+        for (i, h) in headers.iter().enumerate() {
+            if keep(i) {
+                for part in [h.name.as_bytes(), b": ", h.value, b"\r\n"] {
+                    out.extend_from_slice(part);
+                }
+            }
+        }
+        return;
+    }
+    let end = head.len() - 2;
+    let mut run: Option<usize> = None;
+    for (i, h) in headers.iter().enumerate() {
+        let start = offset(h.name.as_bytes());
+        match (keep(i), run) {
+            (true, None) => run = Some(start),
+            (false, Some(from)) => {
+                out.extend_from_slice(&head[from..start]);
+                run = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = run {
+        out.extend_from_slice(&head[from..end]);
     }
 }
 

@@ -9,7 +9,9 @@
 
 use std::mem::MaybeUninit;
 
-use super::{ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Name, Version};
+use super::{
+    ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Lines, Name, Version,
+};
 
 /// Header lines the parser has room for; `limits.max_request_headers` may not exceed it.
 pub const MAX_HEADERS: usize = 1024;
@@ -87,8 +89,13 @@ pub struct Request<'h, 'b> {
     pub target: &'b str,
     pub version: Version,
     pub headers: &'h [httparse::Header<'b>],
+    /// The head as received, including the empty line that ends it.
+    pub raw: &'b [u8],
     /// Bytes of the head, including the empty line that ends it.
     pub head_len: usize,
+    /// Header lines not passed on as they are: hop-by-hop, those `Connection` names,
+    /// `Expect`, and the `X-Forwarded-*` lines holdfast writes itself.
+    pub dropped: Lines,
     pub framing: Framing,
     pub connection: ConnectionHeader<'b>,
     /// The `Upgrade` value of an HTTP/1.1 request that asks to switch protocols
@@ -148,7 +155,9 @@ pub fn parse<'h, 'b>(
         target,
         version,
         headers,
+        raw: &buf[..head_len],
         head_len,
+        dropped: Lines::default(),
         framing: Framing::Empty,
         connection: ConnectionHeader::default(),
         upgrade: None,
@@ -157,9 +166,11 @@ pub fn parse<'h, 'b>(
     };
     let mut framing = FramingHeaders::default();
     let mut upgrade = None;
-    for h in headers {
-        match Name::of(h.name) {
+    for (i, h) in headers.iter().enumerate() {
+        let name = Name::of(h.name);
+        match name {
             Name::ContentLength => framing.content_length(h.value)?,
+            // Kept: a valid request's body keeps its chunked framing on the way up.
             Name::TransferEncoding => framing.transfer_encoding = Some(h.value),
             Name::Connection => request.connection.add(h.value),
             Name::Upgrade => upgrade = Some(h.value),
@@ -169,6 +180,16 @@ pub fn parse<'h, 'b>(
             }
             Name::Host if request.host.is_none() => request.host = Some(h.value),
             _ => {}
+        }
+        if name.is_dropped_upstream() {
+            request.dropped.add(i);
+        }
+    }
+    if !request.connection.named.is_empty() {
+        for (i, h) in headers.iter().enumerate() {
+            if request.connection.names(h.name) {
+                request.dropped.add(i);
+            }
         }
     }
     request.framing = framing.decide().map_err(Refusal::Framing)?;

@@ -4,7 +4,9 @@
 
 use std::mem::MaybeUninit;
 
-use super::{ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Name, Version};
+use super::{
+    ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Lines, Name, Version,
+};
 
 /// Header lines an origin's response may have. hyper allows 100; real responses with
 /// many `Set-Cookie` lines need more.
@@ -37,8 +39,17 @@ pub struct Response<'h, 'b> {
     pub reason: &'b str,
     pub version: Version,
     pub headers: &'h [httparse::Header<'b>],
+    /// The head as received, including the empty line that ends it.
+    pub raw: &'b [u8],
     /// Bytes of the head, including the empty line that ends it.
     pub head_len: usize,
+    /// Header lines never passed on: hop-by-hop ones (but `Transfer-Encoding`, and
+    /// `Upgrade` in a 101) and those `Connection` names.
+    pub dropped: Lines,
+    /// The `Transfer-Encoding` lines.
+    pub encoding_lines: Lines,
+    /// The `Content-Length` and `Trailer` lines.
+    pub length_lines: Lines,
     pub framing: Framing,
     pub connection: ConnectionHeader<'b>,
     /// The `Keep-Alive` header's value (`timeout=N, max=M`), if any.
@@ -87,7 +98,11 @@ pub fn parse<'h, 'b>(
         reason: resp.reason.unwrap_or(""),
         version,
         headers,
+        raw: &buf[..head_len],
         head_len,
+        dropped: Lines::default(),
+        encoding_lines: Lines::default(),
+        length_lines: Lines::default(),
         framing: Framing::Empty,
         connection: ConnectionHeader::default(),
         keep_alive: None,
@@ -95,7 +110,7 @@ pub fn parse<'h, 'b>(
     };
     let mut content_length = None;
     let mut transfer_encoding = None;
-    for h in headers {
+    for (i, h) in headers.iter().enumerate() {
         match Name::of(h.name) {
             Name::ContentLength => {
                 let n = parse_content_length(h.value).ok_or(BadResponse::InvalidContentLength)?;
@@ -103,12 +118,32 @@ pub fn parse<'h, 'b>(
                     return Err(BadResponse::InvalidContentLength);
                 }
                 content_length = Some(n);
+                response.length_lines.add(i);
             }
-            Name::TransferEncoding => transfer_encoding = Some(h.value),
-            Name::Connection => response.connection.add(h.value),
-            Name::KeepAlive => response.keep_alive = Some(h.value),
+            Name::TransferEncoding => {
+                transfer_encoding = Some(h.value);
+                response.encoding_lines.add(i);
+            }
+            Name::Trailer => response.length_lines.add(i),
+            Name::Connection => {
+                response.connection.add(h.value);
+                response.dropped.add(i);
+            }
+            Name::KeepAlive => {
+                response.keep_alive = Some(h.value);
+                response.dropped.add(i);
+            }
+            Name::Upgrade if status == 101 => {}
+            name if name.is_hop_by_hop() => response.dropped.add(i),
             Name::Date => response.has_date = true,
             _ => {}
+        }
+    }
+    if !response.connection.named.is_empty() {
+        for (i, h) in headers.iter().enumerate() {
+            if response.connection.names(h.name) {
+                response.dropped.add(i);
+            }
         }
     }
     response.framing = body_framing(status, head_request, content_length, transfer_encoding)?;

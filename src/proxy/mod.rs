@@ -35,7 +35,7 @@ use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding};
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
 use crate::http1::{Framing, Version};
-use crate::net::{self, InBuf, Limit, WaitError};
+use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{keepalive, Backend, Lease, Upstream};
 
@@ -57,6 +57,16 @@ pub struct Proxy {
 pub struct Client<'a> {
     pub stream: &'a mut TcpStream,
     pub buf: &'a mut InBuf,
+    /// The connection's timer, for the waits of the exchange.
+    pub timer: &'a mut Timer,
+}
+
+/// How an exchange ended for the client connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    pub next: Next,
+    /// When it ended: the client connection's idle time counts from here.
+    pub at: Instant,
 }
 
 /// A request whose head has been read and rewritten for its backend.
@@ -131,6 +141,7 @@ impl Proxy {
         let trace = Trace::begin(&self.upstream, req, client, self.access_log.as_ref());
         let backend = self.upstream.pick();
         head.clear();
+        head.reserve(req.head_len + 160);
         let fwd = Forwarding { client_ip, backend: self.upstream.backends[backend].addr };
         encode::upstream_request(req, &fwd, head);
         Outbound {
@@ -155,28 +166,20 @@ impl Proxy {
     }
 
     /// Carries one request to its backend and the response back to the client.
-    pub async fn forward(&self, mut out: Outbound, head: &[u8], client: Client<'_>) -> Next {
+    pub async fn forward(&self, mut out: Outbound, head: &[u8], mut client: Client<'_>) -> Done {
         out.trace.chose(out.backend);
         let backend = &self.upstream.backends[out.backend];
         let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
-        let mut response_head = Vec::with_capacity(512);
+        let mut response_head = Vec::new();
         let sent = self
-            .send(
-                &mut out,
-                backend,
-                head,
-                client.stream,
-                client.buf,
-                &mut upstream_buf,
-                &mut response_head,
-            )
+            .send(&mut out, backend, head, &mut client, &mut upstream_buf, &mut response_head)
             .await;
-        let next = match sent {
+        let done = match sent {
             Ok(sent) => self.respond(out, sent, &response_head, client, &mut upstream_buf).await,
             Err(e) => self.answer_error(out, e, client.stream).await,
         };
         upstream_buf.release();
-        next
+        done
     }
 
     /// Leases a connection, sends the request and reads the response head; once more
@@ -195,18 +198,29 @@ impl Proxy {
         out: &mut Outbound,
         backend: &Backend,
         head: &[u8],
-        client: &mut TcpStream,
-        client_buf: &mut InBuf,
+        client: &mut Client<'_>,
         upstream_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<Sent, ProxyError> {
-        let kept = self.kept_body(out, backend, client, client_buf).await?;
-        let asked = out.trace.asking();
-        let mut lease = backend
-            .lease(self.timeouts.connect)
-            .await
-            .map_err(|e| self.error(backend, e.into(), false))?;
-        out.trace.connected(asked.elapsed());
+        let kept = self.kept_body(out, backend, client).await?;
+        // One clock read serves the request's arrival and the pool's checkout, unless a
+        // body was read in between.
+        let asked = if kept.is_some() { Instant::now() } else { out.trace.started() };
+        out.trace.asking(asked);
+        let mut lease = match backend.try_idle(asked) {
+            Some(lease) => {
+                out.trace.connected(Duration::ZERO);
+                lease
+            }
+            None => {
+                let lease = backend
+                    .lease(self.timeouts.connect)
+                    .await
+                    .map_err(|e| self.error(backend, e.into(), false))?;
+                out.trace.connected(asked.elapsed());
+                lease
+            }
+        };
         // At most two rounds: a retry goes out on a new connection, which `may_replay`
         // never retries.
         loop {
@@ -219,7 +233,6 @@ impl Proxy {
                     head,
                     kept.as_deref(),
                     client,
-                    client_buf,
                     upstream_buf,
                     response_head,
                 )
@@ -268,15 +281,16 @@ impl Proxy {
         &self,
         out: &mut Outbound,
         backend: &Backend,
-        client: &mut TcpStream,
-        client_buf: &mut InBuf,
+        client: &mut Client<'_>,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
         let Framing::Length(len) = out.framing else { return Ok(None) };
         if !retry::should_keep_body(&out.method, Some(len)) {
             return Ok(None);
         }
         let stall = self.timeouts.response_header;
-        match transfer::read_kept(client, client_buf, len, &mut out.expect_continue, stall).await {
+        let read =
+            transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, stall);
+        match read.await {
             Ok(kept) => {
                 out.body_consumed = true;
                 Ok(Some(kept))
@@ -299,8 +313,7 @@ impl Proxy {
         lease: &mut Lease,
         head: &[u8],
         kept: Option<&[u8]>,
-        client: &mut TcpStream,
-        client_buf: &mut InBuf,
+        client: &mut Client<'_>,
         upstream_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
@@ -318,27 +331,26 @@ impl Proxy {
                 }
             });
         }
-        let upload = if out.body_consumed {
-            Upload::Complete
+        // `response_header` counts from the end of the request: its arrival when it had
+        // no body or one read beforehand, else the end of the upload.
+        let (upload, sent_at) = if out.body_consumed {
+            (Upload::Complete, out.trace.started())
         } else {
             let framing = out.framing;
-            let sent = transfer::upload(
-                client,
-                client_buf,
-                stream,
-                framing,
-                &mut out.expect_continue,
-                limit,
-            )
-            .await;
-            sent.map_err(|e| self.upload_error(e))?
+            let expect = &mut out.expect_continue;
+            let sent = transfer::upload(client.stream, client.buf, stream, framing, expect, limit);
+            (sent.await.map_err(|e| self.upload_error(e))?, Instant::now())
         };
         if upload == Upload::Complete {
             out.body_consumed = true;
         }
-        let deadline = Instant::now() + limit;
-        let start =
-            self.response_head(out, upload, stream, upstream_buf, deadline, response_head).await?;
+        // The origin may take long to answer: the client's buffer, unless it holds a
+        // pipelined request, goes back meanwhile.
+        client.buf.release();
+        let mut deadline = Deadline::on(client.timer, sent_at + limit);
+        let start = self
+            .response_head(out, upload, stream, upstream_buf, &mut deadline, response_head)
+            .await?;
         Ok((upload, start))
     }
 
@@ -366,7 +378,7 @@ impl Proxy {
         upload: Upload,
         stream: &mut TcpStream,
         buf: &mut InBuf,
-        deadline: Instant,
+        deadline: &mut Deadline<'_>,
         response_head: &mut Vec<u8>,
     ) -> Result<ResponseStart, Attempt> {
         let mut received_any = false;
@@ -382,7 +394,7 @@ impl Proxy {
                     Err(e) => return Err(Attempt::Failed(e.into())),
                 }
             }
-            match buf.fill(stream, Limit::Until(deadline)).await {
+            match buf.fill(stream, deadline).await {
                 Ok(0) => {
                     let error = std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
@@ -463,7 +475,7 @@ impl Proxy {
         response_head: &[u8],
         client: Client<'_>,
         upstream_buf: &mut InBuf,
-    ) -> Next {
+    ) -> Done {
         let Sent { mut lease, upload, start } = sent;
         out.trace.response_head(start.status);
         if start.connection == ConnectionOut::Upgrade {
@@ -496,11 +508,8 @@ impl Proxy {
                     lease.discard(reason);
                 }
                 out.trace.finish(Delivery { status, bytes: done.bytes, ended: Some(now) });
-                if keep_client {
-                    Next::KeepOpen
-                } else {
-                    Next::Close
-                }
+                let next = if keep_client { Next::KeepOpen } else { Next::Close };
+                Done { next, at: now }
             }
             Err(DownloadError::Client { error, bytes, head_sent, remaining }) => {
                 tracing::debug!(error = %error, "client left before the response ended");
@@ -511,8 +520,9 @@ impl Proxy {
                     _ => lease.discard(CloseReason::Error),
                 }
                 let _ = head_sent;
+                let at = out.trace.started();
                 out.trace.finish(Delivery { status, bytes, ended: None });
-                Next::Close
+                Done { next: Next::Close, at }
             }
             Err(DownloadError::Upstream { error, bytes }) => {
                 tracing::warn!(
@@ -521,8 +531,9 @@ impl Proxy {
                 );
                 lease.discard(CloseReason::Error);
                 out.trace.failed("upstream_body");
+                let at = out.trace.started();
                 out.trace.finish(Delivery { status, bytes, ended: None });
-                Next::Close
+                Done { next: Next::Close, at }
             }
         }
     }
@@ -536,11 +547,12 @@ impl Proxy {
         response_head: &[u8],
         client: Client<'_>,
         upstream_buf: &mut InBuf,
-    ) -> Next {
+    ) -> Done {
         let upstream = lease.into_inner(CloseReason::Upgraded).stream;
         let stall = self.timeouts.read;
         let wrote = net::write_all(client.stream, &[response_head], stall).await;
-        out.trace.finish(Delivery { status: 101, bytes: 0, ended: Some(Instant::now()) });
+        let at = Instant::now();
+        out.trace.finish(Delivery { status: 101, bytes: 0, ended: Some(at) });
         if wrote.is_ok() {
             if let Err(e) =
                 transfer::tunnel(client.stream, client.buf, upstream, upstream_buf, stall).await
@@ -548,12 +560,12 @@ impl Proxy {
                 tracing::debug!(error = %e, "upgraded connection ended with an error");
             }
         }
-        Next::Close
+        Done { next: Next::Close, at }
     }
 
     /// Answers a request that failed with holdfast's own response naming the upstream,
     /// the backend and the reason.
-    async fn answer_error(&self, mut out: Outbound, e: ProxyError, client: &mut TcpStream) -> Next {
+    async fn answer_error(&self, mut out: Outbound, e: ProxyError, client: &mut TcpStream) -> Done {
         tracing::warn!(
             upstream = %e.upstream, backend = %e.backend, method = %out.method,
             reused = e.reused, status = e.status(), reason = e.kind.as_str(),
@@ -572,14 +584,16 @@ impl Proxy {
         let mut response = Vec::with_capacity(256 + text.len());
         encode::local_response(status, &text, connection, &mut response);
         let sent = net::write_all(client, &[&response], self.timeouts.read).await;
-        let ended = sent.is_ok().then(Instant::now);
+        let at = Instant::now();
+        let ended = sent.is_ok().then_some(at);
         out.trace.finish(Delivery { status, bytes: text.len() as u64, ended });
-        match (sent.is_ok(), keep, out.body_consumed) {
+        let next = match (sent.is_ok(), keep, out.body_consumed) {
             (false, _, _) => Next::Close,
             (true, true, _) => Next::KeepOpen,
             (true, false, true) => Next::Close,
             (true, false, false) => Next::Linger,
-        }
+        };
+        Done { next, at }
     }
 
     fn error(&self, backend: &Backend, kind: ProxyErrorKind, reused: bool) -> ProxyError {

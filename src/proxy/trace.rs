@@ -121,11 +121,14 @@ impl Trace {
         self.backend = Some(backend);
     }
 
-    /// The upstream clock starts: a connection is asked for. Returns the time.
-    pub fn asking(&mut self) -> Instant {
-        let now = Instant::now();
-        self.upstream_started = Some(now);
-        now
+    /// When the request head arrived.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The upstream clock starts at `at`: a connection is asked for.
+    pub fn asking(&mut self, at: Instant) {
+        self.upstream_started = Some(at);
     }
 
     /// A connection is ready for the request after `waited` (queue, connect); a retry

@@ -18,7 +18,7 @@ use crate::http1::chunked::{Chunked, InvalidChunk};
 use crate::http1::encode::{self, BodyOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
-use crate::net::{self, InBuf, Limit, WaitError};
+use crate::net::{self, Deadline, InBuf, WaitError};
 
 /// Trailer bytes accepted at the end of a chunked body.
 const MAX_TRAILER_BYTES: usize = 32 * 1024;
@@ -113,13 +113,14 @@ pub async fn upload(
             return Ok(Upload::Complete);
         }
         answer_continue(client, expect_continue, stall).await?;
+        let mut deadline = Deadline::after(stall);
         tokio::select! {
             biased;
             ready = upstream.readable() => {
                 ready.map_err(|e| UploadError::Upstream(WaitError::Io(e)))?;
                 return Ok(Upload::Interrupted);
             }
-            read = buf.fill(client, Limit::Stall(stall)) => { read_some(read)?; }
+            read = buf.fill(client, &mut deadline) => { read_some(read)?; }
         }
     }
 }
@@ -143,7 +144,7 @@ pub async fn read_kept(
             return Ok(kept);
         }
         answer_continue(client, expect_continue, stall).await?;
-        read_some(buf.fill(client, Limit::Stall(stall)).await)?;
+        read_some(buf.fill(client, &mut Deadline::after(stall)).await)?;
     }
 }
 
@@ -310,7 +311,7 @@ pub async fn download(
             }
             Ok(()) => {}
         }
-        match buf.fill(upstream, Limit::Stall(read_stall)).await {
+        match buf.fill(upstream, &mut Deadline::after(read_stall)).await {
             Ok(0) if until_close => {
                 if out == BodyOut::Rechunked {
                     to.send(&[LAST_CHUNK]).await.map_err(|error| DownloadError::Client {
@@ -367,10 +368,10 @@ fn invalid_data() -> io::Error {
 /// Reads and discards `remaining` body bytes within `limit`, so the connection can be
 /// reused after the client left mid-response. True when the body ended cleanly.
 pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration) -> bool {
-    let deadline = Limit::Until(tokio::time::Instant::now() + limit);
+    let mut deadline = Deadline::after(limit);
     let mut buf = InBuf::new(net::UPSTREAM_BUF);
     while remaining > 0 {
-        match buf.fill(upstream, deadline).await {
+        match buf.fill(upstream, &mut deadline).await {
             Ok(n) if n > 0 && n as u64 <= remaining => {
                 remaining -= n as u64;
                 buf.consume(n);

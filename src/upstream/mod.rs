@@ -31,6 +31,10 @@ pub struct Backend {
 /// A connection ready to carry one request.
 pub type Lease = Pooled<UpstreamConn>;
 
+/// Pooled connections idle at least this long get a liveness probe before reuse
+/// (see [`Backend::try_idle`]).
+pub const PROBE_AFTER_IDLE: Duration = Duration::from_millis(1);
+
 impl Backend {
     fn new(
         addr: SocketAddr,
@@ -42,12 +46,33 @@ impl Backend {
         Backend { addr, pool, source_address, metrics: BackendMetrics::default() }
     }
 
-    /// The most recently used idle connection that is ready for a request, or a new
-    /// one; when `max_connections` are open, waits in the backend's queue.
+    /// The most recently used idle connection that is ready for a request, if there is
+    /// one now; no waiting. `now` is the time of the request, read once for it.
     ///
-    /// An idle connection that fails its [`UpstreamConn::probe`] has been closed by
-    /// the origin (or sent bytes nobody asked for) while idle; it is dropped and the
-    /// next one is tried. Nothing has been sent on it.
+    /// A connection that fails its liveness check has been closed by the origin (or
+    /// sent bytes nobody asked for) while idle; it is dropped and the next one is
+    /// tried. Nothing has been sent on it.
+    ///
+    /// # Races
+    /// The pool drops connections the event loop has seen become readable. One that
+    /// sat idle for [`PROBE_AFTER_IDLE`] or longer is also probed with a system call
+    /// ([`UpstreamConn::probe`]), which finds a close that arrived since the event loop
+    /// last looked. A connection reused sooner is taken on the event loop's word: an
+    /// origin closes idle connections after a timeout, not within a millisecond of a
+    /// response, and one that ends a connection after a response says so with
+    /// `Connection: close`. A close still in flight is `proxy::retry`'s to handle.
+    pub fn try_idle(&self, now: Instant) -> Option<Lease> {
+        loop {
+            let lease = self.pool.checkout(now)?;
+            if lease.idle_for() < PROBE_AFTER_IDLE || lease.get().probe() {
+                return Some(lease);
+            }
+            lease.discard(CloseReason::UpstreamClosed);
+        }
+    }
+
+    /// An idle connection ready for a request, or a new one; when `max_connections`
+    /// are open, waits in the backend's queue (see [`Backend::try_idle`]).
     pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
         loop {
             match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {

@@ -55,11 +55,13 @@ struct Demand {
     peak_now: usize,
     peak_before: usize,
     window_start: Instant,
+    /// `window_start + DEMAND_WINDOW`, kept so most calls compare one instant.
+    window_end: Instant,
 }
 
 impl Demand {
     fn new(now: Instant) -> Self {
-        Demand { peak_now: 0, peak_before: 0, window_start: now }
+        Demand { peak_now: 0, peak_before: 0, window_start: now, window_end: now + DEMAND_WINDOW }
     }
 
     fn observe(&mut self, in_flight: usize, now: Instant) {
@@ -68,13 +70,18 @@ impl Demand {
     }
 
     fn rotate(&mut self, now: Instant) {
+        if now < self.window_end {
+            return;
+        }
         let elapsed = now.saturating_duration_since(self.window_start);
         if elapsed >= DEMAND_WINDOW * 2 {
             (self.peak_before, self.peak_now) = (0, 0);
             self.window_start = now;
+            self.window_end = now + DEMAND_WINDOW;
         } else if elapsed >= DEMAND_WINDOW {
             self.peak_before = std::mem::take(&mut self.peak_now);
             self.window_start += DEMAND_WINDOW;
+            self.window_end += DEMAND_WINDOW;
         }
     }
 
@@ -87,7 +94,8 @@ impl Demand {
 /// What the pool remembers about a connection across uses.
 #[derive(Debug, Clone, Copy)]
 struct Life {
-    opened_at: Instant,
+    /// When `max_lifetime` runs out (`None`: no limit).
+    expires_at: Option<Instant>,
     /// Requests sent on it so far, the one in flight included.
     requests: u64,
     /// The origin's own limits, when it advertised them (`Keep-Alive: timeout, max`).
@@ -108,6 +116,8 @@ struct Idle<C> {
     conn: C,
     life: Life,
     idle_since: Instant,
+    /// When it has idled too long: the pool's `idle_timeout`, or the origin's shorter one.
+    idle_until: Instant,
 }
 
 /// A connection taken out of the pool (or newly opened) for one request.
@@ -118,6 +128,8 @@ pub struct Pooled<C: Poolable> {
     conn: Option<C>,
     life: Life,
     reused: bool,
+    /// How long it sat idle before this checkout (zero for a new connection).
+    idle_for: Duration,
     pool: Pool<C>,
 }
 
@@ -135,6 +147,11 @@ impl<C: Poolable> Pooled<C> {
     /// Whether it came from the idle pool rather than a fresh connect.
     pub fn is_reused(&self) -> bool {
         self.reused
+    }
+
+    /// How long it sat idle in the pool before this checkout (zero for a new one).
+    pub fn idle_for(&self) -> Duration {
+        self.idle_for
     }
 
     /// How many requests it has carried, the current one included.
@@ -159,7 +176,8 @@ impl<C: Poolable> Pooled<C> {
     /// has reached a limit, is no longer open, or is more than demand needs.
     pub fn release(mut self, now: Instant) {
         let conn = self.conn.take().expect("a Pooled holds its connection until consumed");
-        self.pool.put_back(Idle { conn, life: self.life, idle_since: now });
+        let idle_until = now + self.pool.idle_limit(&self.life);
+        self.pool.put_back(Idle { conn, life: self.life, idle_since: now, idle_until });
     }
 
     /// Closes a connection that must not be reused, counted under `reason`.
@@ -242,7 +260,8 @@ impl<C: Poolable> Pool<C> {
         let entry = found?;
         self.give_budget(1);
         let life = Life { requests: entry.life.requests + 1, ..entry.life };
-        Some(Pooled { conn: Some(entry.conn), life, reused: true, pool: self.clone() })
+        let idle_for = now.saturating_duration_since(entry.idle_since);
+        Some(Pooled { conn: Some(entry.conn), life, reused: true, idle_for, pool: self.clone() })
     }
 
     /// Wraps a freshly opened connection for its first request. The permit (from
@@ -252,8 +271,16 @@ impl<C: Poolable> Pool<C> {
         permit.consume();
         let in_flight = self.in_flight();
         self.lock().demand.observe(in_flight, opened_at);
-        let life = Life { opened_at, requests: 1, server: ServerLimits::default() };
-        Pooled { conn: Some(conn), life, reused: false, pool: self.clone() }
+        let lifetime = self.inner.config.max_lifetime;
+        let expires_at = (!lifetime.is_zero()).then(|| opened_at + lifetime);
+        let life = Life { expires_at, requests: 1, server: ServerLimits::default() };
+        Pooled {
+            conn: Some(conn),
+            life,
+            reused: false,
+            idle_for: Duration::ZERO,
+            pool: self.clone(),
+        }
     }
 
     fn put_back(&self, entry: Idle<C>) {
@@ -337,11 +364,7 @@ impl<C: Poolable> Pool<C> {
     /// How long until the first idle connection expires, if any is idle.
     pub fn next_expiry(&self, now: Instant) -> Option<Duration> {
         let state = self.lock();
-        state
-            .idle
-            .iter()
-            .map(|e| (e.idle_since + self.idle_limit(e)).saturating_duration_since(now))
-            .min()
+        state.idle.iter().map(|e| e.idle_until.saturating_duration_since(now)).min()
     }
 
     /// The most requests in flight at once over the last 10 to 20 s.
@@ -356,18 +379,17 @@ impl<C: Poolable> Pool<C> {
         self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
     }
 
-    fn idle_limit(&self, entry: &Idle<C>) -> Duration {
+    fn idle_limit(&self, life: &Life) -> Duration {
         let own = self.inner.config.idle_timeout;
-        entry.life.server.idle.map_or(own, |server| server.min(own))
+        life.server.idle.map_or(own, |server| server.min(own))
     }
 
     fn retire_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
-        let config = &self.inner.config;
         if !entry.conn.is_open() {
             Some(CloseReason::UpstreamClosed)
-        } else if now.saturating_duration_since(entry.idle_since) >= self.idle_limit(entry) {
+        } else if now >= entry.idle_until {
             Some(CloseReason::IdleTimeout)
-        } else if config.is_too_old(now.saturating_duration_since(entry.life.opened_at)) {
+        } else if entry.life.expires_at.is_some_and(|t| now >= t) {
             Some(CloseReason::MaxLifetime)
         } else {
             None

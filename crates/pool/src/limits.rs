@@ -70,9 +70,4 @@ impl PoolConfig {
     pub(crate) fn is_spent(&self, requests: u64) -> bool {
         self.max_requests != 0 && requests >= self.max_requests
     }
-
-    /// Whether a connection of age `age` has outlived `max_lifetime`.
-    pub(crate) fn is_too_old(&self, age: Duration) -> bool {
-        !self.max_lifetime.is_zero() && age >= self.max_lifetime
-    }
 }
