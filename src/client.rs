@@ -33,10 +33,6 @@ use crate::proxy::{Client, Next, Outbound, Proxy};
 /// its last response is not lost to a reset.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// An idle connection keeps its rewritten-head buffer up to this size, so the next
-/// request need not allocate it again; a larger one is given back.
-const IDLE_HEAD_CAPACITY: usize = 2048;
-
 /// What a client connection needs besides its socket.
 #[derive(Clone)]
 pub struct ClientSettings {
@@ -123,7 +119,9 @@ impl Conn {
             first = false;
             let client =
                 Client { stream: &mut self.stream, buf: &mut self.buf, timer: &mut self.timer };
-            let done = settings.proxy.forward(out, &self.head, client).await;
+            // Boxed: the exchange's state (a few kB) exists only while a request is in
+            // flight, so an idle connection's task stays small.
+            let done = Box::pin(settings.proxy.forward(out, &self.head, client)).await;
             self.idle_since = done.at;
             match done.next {
                 Next::KeepOpen => {}
@@ -165,9 +163,7 @@ impl Conn {
             };
             if idle {
                 self.buf.release();
-                if self.head.capacity() > IDLE_HEAD_CAPACITY {
-                    self.head = Vec::new();
-                }
+                self.head = Vec::new();
             }
             phase.idle.store(idle, Relaxed);
             let read =
