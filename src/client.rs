@@ -57,6 +57,8 @@ pub async fn serve(
     settings: ClientSettings,
     mut open: OpenConnection,
 ) {
+    // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
+    #[cfg(not(target_os = "linux"))]
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {
         stream,
@@ -163,7 +165,7 @@ impl Conn {
             };
             if idle {
                 self.buf.release();
-                self.head = Vec::new();
+                net::recycle(std::mem::take(&mut self.head));
             }
             phase.idle.store(idle, Relaxed);
             let read =

@@ -105,10 +105,13 @@ pub async fn accept_loop(
     connections: Connections,
     mut stop: watch::Receiver<bool>,
 ) {
+    // One stop future for the whole loop, polled only when no connection is waiting.
+    let mut stop = std::pin::pin!(stopped(&mut stop));
     loop {
         let accepted = tokio::select! {
+            biased;
             accepted = listener.accept() => accepted,
-            _ = stopped(&mut stop) => return,
+            () = stop.as_mut() => return,
         };
         match accepted {
             Ok((stream, addr)) => {

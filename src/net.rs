@@ -35,6 +35,35 @@ thread_local! {
     static CACHE: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
+/// Capacity of the buffers heads are written into ([`scratch`]): a head of a few
+/// hundred bytes, with room for large cookies.
+const SCRATCH_CAPACITY: usize = 4096;
+
+thread_local! {
+    /// Empty head buffers given back by finished exchanges.
+    static SCRATCH: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// An empty buffer to write a head into, from this thread's cache when it has one;
+/// give it back with [`recycle`].
+pub fn scratch() -> Vec<u8> {
+    SCRATCH.with(|c| c.borrow_mut().pop()).unwrap_or_else(|| Vec::with_capacity(SCRATCH_CAPACITY))
+}
+
+/// Gives a buffer from [`scratch`] back for reuse (one that grew is dropped).
+pub fn recycle(mut buf: Vec<u8>) {
+    if buf.capacity() != SCRATCH_CAPACITY {
+        return;
+    }
+    buf.clear();
+    SCRATCH.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() < CACHED_BUFFERS {
+            c.push(buf);
+        }
+    });
+}
+
 /// Which of the cache's stacks holds storage of `size` bytes, if any does.
 fn stack_of(size: usize) -> Option<usize> {
     match size {

@@ -55,6 +55,10 @@ impl Server {
             let listener = TcpListener::bind(l.addr)
                 .await
                 .map_err(|source| StartError::Bind { addr: l.addr, source })?;
+            // Accepted sockets inherit TCP_NODELAY from the listener (Linux), which saves
+            // a system call per client connection. Responses go out whole, so Nagle
+            // would only hold back the last segment of a streamed body.
+            let _ = socket2::SockRef::from(&listener).set_nodelay(true);
             bound.push((listener, l.addr, l.upstream.clone()));
         }
         let admin_listener = match config.admin {

@@ -140,8 +140,10 @@ impl Proxy {
     ) -> Outbound {
         let trace = Trace::begin(&self.upstream, req, client, self.access_log.as_ref());
         let backend = self.upstream.pick();
+        if head.capacity() == 0 {
+            *head = net::scratch();
+        }
         head.clear();
-        head.reserve(req.head_len + 160);
         let fwd = Forwarding { client_ip, backend: self.upstream.backends[backend].addr };
         encode::upstream_request(req, &fwd, head);
         Outbound {
@@ -170,7 +172,7 @@ impl Proxy {
         out.trace.chose(out.backend);
         let backend = &self.upstream.backends[out.backend];
         let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
-        let mut response_head = Vec::new();
+        let mut response_head = net::scratch();
         let sent = self
             .send(&mut out, backend, head, &mut client, &mut upstream_buf, &mut response_head)
             .await;
@@ -179,6 +181,7 @@ impl Proxy {
             Err(e) => self.answer_error(out, e, client.stream).await,
         };
         upstream_buf.release();
+        net::recycle(response_head);
         done
     }
 

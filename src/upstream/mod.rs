@@ -31,9 +31,9 @@ pub struct Backend {
 /// A connection ready to carry one request.
 pub type Lease = Pooled<UpstreamConn>;
 
-/// Pooled connections idle at least this long get a liveness probe before reuse
-/// (see [`Backend::try_idle`]).
-pub const PROBE_AFTER_IDLE: Duration = Duration::from_millis(1);
+/// Pooled connections idle at least this long get a liveness probe (a system call)
+/// before reuse (see [`Backend::try_idle`]): shorter than any origin's idle timeout.
+pub const PROBE_AFTER_IDLE: Duration = Duration::from_millis(250);
 
 impl Backend {
     fn new(
@@ -54,13 +54,16 @@ impl Backend {
     /// tried. Nothing has been sent on it.
     ///
     /// # Races
-    /// The pool drops connections the event loop has seen become readable. One that
-    /// sat idle for [`PROBE_AFTER_IDLE`] or longer is also probed with a system call
-    /// ([`UpstreamConn::probe`]), which finds a close that arrived since the event loop
-    /// last looked. A connection reused sooner is taken on the event loop's word: an
-    /// origin closes idle connections after a timeout, not within a millisecond of a
-    /// response, and one that ends a connection after a response says so with
-    /// `Connection: close`. A close still in flight is `proxy::retry`'s to handle.
+    /// The pool drops connections the event loop has seen become readable (a FIN or
+    /// stray bytes), which costs no system call. What the event loop has not looked at
+    /// yet, a close that arrived in the last moments, a peek finds
+    /// ([`UpstreamConn::probe`]); it runs on connections idle for [`PROBE_AFTER_IDLE`]
+    /// or longer, because that is when origins close: after their idle timeout (1 to
+    /// 5 s for Gunicorn, Node.js or Apache httpd), or when they restart. Busy
+    /// connections are reused on the event loop's word, which saves a system call on
+    /// almost every request under load; an origin that ends a connection after a
+    /// response says so with `Connection: close`. A close still in flight is
+    /// `proxy::retry`'s to handle.
     pub fn try_idle(&self, now: Instant) -> Option<Lease> {
         loop {
             let lease = self.pool.checkout(now)?;
