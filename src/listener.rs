@@ -131,3 +131,42 @@ pub async fn accept_loop(
 pub async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    use super::*;
+
+    /// Counts how often it is woken.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn stop_wakes_each_registered_connection_once_and_every_later_check_sees_it() {
+        let connections = Connections::default();
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let cx = Context::from_waker(&waker);
+        let mut open = connections.track();
+        assert!(!open.poll_stop(&cx));
+        assert!(!open.poll_stop(&cx), "registered once, checked cheaply after");
+        assert_eq!(connections.count(), 1);
+        connections.stop();
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        assert!(open.poll_stop(&cx));
+        // A connection that arrives during the stop sees it at its first check.
+        let mut late = connections.track();
+        assert!(late.poll_stop(&cx));
+        drop((open, late));
+        assert_eq!(connections.count(), 0);
+        assert_eq!(connections.accepted(), 2);
+    }
+}

@@ -380,3 +380,84 @@ fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> io::R
         _ => stream.try_write_vectored(&slices[..count]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::{pending, ready};
+
+    use super::*;
+
+    const SECOND: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn timer_ends_each_wait_at_its_own_deadline() {
+        let mut timer = Timer::new();
+        let start = Instant::now();
+        let timed_out = timer.run(pending::<()>(), start + 10 * SECOND).await;
+        assert!(matches!(timed_out, Err(WaitError::TimedOut)));
+        assert_eq!(start.elapsed(), 10 * SECOND);
+        // A later deadline than the one the timer last had.
+        let start = Instant::now();
+        assert!(timer.run(pending::<()>(), start + 60 * SECOND).await.is_err());
+        assert_eq!(start.elapsed(), 60 * SECOND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timer_armed_early_does_not_end_a_later_wait_early() {
+        let mut timer = Timer::new();
+        let start = Instant::now();
+        // This wait arms the timer for +5 s and ends at once; the timer stays armed.
+        assert!(timer.run(ready(()), start + 5 * SECOND).await.is_ok());
+        // This one runs to +60 s: the timer fires at +5 s, is re-armed, and fires again.
+        assert!(timer.run(pending::<()>(), start + 60 * SECOND).await.is_err());
+        assert_eq!(start.elapsed(), 60 * SECOND);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timer_armed_late_is_moved_for_an_earlier_deadline() {
+        let mut timer = Timer::new();
+        let start = Instant::now();
+        assert!(timer.run(ready(()), start + 60 * SECOND).await.is_ok());
+        assert!(timer.run(pending::<()>(), start + 2 * SECOND).await.is_err());
+        assert_eq!(start.elapsed(), 2 * SECOND);
+    }
+
+    #[test]
+    fn buffer_keeps_unused_bytes_and_gives_storage_back_only_when_empty() {
+        let mut buf = InBuf::new(CLIENT_BUF);
+        assert!(buf.is_empty() && !buf.is_full());
+        buf.spare()[..5].copy_from_slice(b"hello");
+        buf.end += 5;
+        buf.consume(2);
+        assert_eq!(buf.data(), b"llo");
+        buf.release();
+        assert_eq!(buf.data(), b"llo", "a buffer with unused bytes keeps its storage");
+        buf.consume(3);
+        assert!(buf.is_empty());
+        buf.release();
+        assert!(buf.storage.is_empty());
+    }
+
+    #[test]
+    fn full_buffer_grows_to_its_limit_and_no_further() {
+        let mut buf = InBuf::new(CLIENT_BUF);
+        let room = buf.spare().len();
+        buf.end += room;
+        assert!(buf.is_full());
+        assert!(buf.grow(3 * CLIENT_BUF));
+        assert_eq!(buf.spare().len(), CLIENT_BUF);
+        buf.end += CLIENT_BUF;
+        assert!(buf.grow(3 * CLIENT_BUF));
+        assert!(!buf.grow(3 * CLIENT_BUF));
+        assert_eq!(buf.len(), 2 * CLIENT_BUF);
+    }
+
+    #[test]
+    fn scratch_buffers_come_back_empty() {
+        let mut head = scratch();
+        head.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        recycle(head);
+        let again = scratch();
+        assert!(again.is_empty() && again.capacity() == SCRATCH_CAPACITY);
+    }
+}

@@ -11,6 +11,19 @@ GRID = "#e2e8f0"
 LINE_COLORS = ["#64748b", "#dc2626", "#ea580c", "#2563eb", "#7c3aed", "#0f766e", "#ca8a04"]
 
 
+
+def _open(width, height, title, subtitle):
+    """The start of an SVG document: the canvas, a white background, title and subtitle."""
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" {FONT} font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="12" y="22" font-size="15" font-weight="600" fill="{INK}">{escape(title)}</text>',
+    ]
+    if subtitle:
+        out.append(f'<text x="12" y="40" fill="#475569">{escape(subtitle)}</text>')
+    return out
+
 def _fmt(value):
     if value is None:
         return "n/a"
@@ -33,14 +46,7 @@ def bars(title, panels, *, subtitle=None):
     rows_n = max((len(rows) for _, rows in panels), default=1)
     width = label_w + len(panels) * (panel_w + gap) + 20
     height = top + rows_n * row_h + 30
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" {FONT} font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="12" y="22" font-size="15" font-weight="600" fill="{INK}">{escape(title)}</text>',
-    ]
-    if subtitle:
-        out.append(f'<text x="12" y="40" fill="#475569">{escape(subtitle)}</text>')
+    out = _open(width, height, title, subtitle)
     for p, (heading, rows) in enumerate(panels):
         x0 = label_w + p * (panel_w + gap)
         values = [v for _, med, lo, hi, _ in rows for v in (med, hi) if v is not None]
@@ -85,14 +91,7 @@ def lines(title, panels, *, subtitle=None, x_label="seconds"):
     legend_h = 22 * ((len(panels[0][1]) + 2) // 3) if panels else 0
     width = left + len(panels) * (panel_w + gap)
     height = top + panel_h + 40 + legend_h
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" {FONT} font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="12" y="22" font-size="15" font-weight="600" fill="{INK}">{escape(title)}</text>',
-    ]
-    if subtitle:
-        out.append(f'<text x="12" y="40" fill="#475569">{escape(subtitle)}</text>')
+    out = _open(width, height, title, subtitle)
     for p, (heading, series) in enumerate(panels):
         x0 = left + p * (panel_w + gap)
         xs = [x for _, pts in series for x, _ in pts] or [1]

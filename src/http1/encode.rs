@@ -170,7 +170,13 @@ pub fn client_response(
             None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         }
     }
-    if !resp.has_date {
+    end_head(out, !resp.has_date, connection);
+}
+
+/// Ends a response head: a `Date` if it needs one, what `connection` says, and the
+/// empty line.
+fn end_head(out: &mut Vec<u8>, add_date: bool, connection: ConnectionOut) {
+    if add_date {
         out.extend_from_slice(b"date: ");
         date::append_now(out);
         out.extend_from_slice(b"\r\n");
@@ -190,14 +196,8 @@ pub fn local_response(status: u16, text: &str, connection: ConnectionOut, out: &
     status_line(out, status, reason);
     out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\ncontent-length: ");
     out.extend_from_slice(itoa(text.len() as u64, &mut [0; 20]));
-    out.extend_from_slice(b"\r\ndate: ");
-    date::append_now(out);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(match connection {
-        ConnectionOut::Close => b"connection: close\r\n\r\n".as_slice(),
-        ConnectionOut::KeepAlive10 => b"connection: keep-alive\r\n\r\n",
-        ConnectionOut::KeepAlive | ConnectionOut::Upgrade => b"\r\n",
-    });
+    end_head(out, true, connection);
     out.extend_from_slice(text.as_bytes());
 }
 

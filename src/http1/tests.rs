@@ -290,3 +290,28 @@ fn local_response_and_chunk_lines_are_well_formed() {
         assert_eq!(out, line.as_bytes());
     }
 }
+
+#[test]
+fn heads_with_bare_lf_line_ends_go_on_with_crlf() {
+    let head =
+        upstream_head(b"GET /lf HTTP/1.1\nHost: h\nAccept: */*\nConnection: x-gone\nX-Gone: 1\n\n");
+    assert_eq!(
+        head,
+        "GET /lf HTTP/1.1\r\nHost: h\r\nAccept: */*\r\nx-forwarded-for: 127.0.0.9\r\n\
+         x-forwarded-proto: http\r\nx-forwarded-host: h\r\n\r\n"
+    );
+}
+
+#[test]
+fn header_lines_past_the_64th_are_tracked_too() {
+    let many: String = (0..70).map(|i| format!("x-{i}: {i}\r\n")).collect();
+    let req = format!("GET / HTTP/1.1\r\nHost: h\r\n{many}Connection: x-68\r\n\r\n");
+    let mut storage = [const { MaybeUninit::uninit() }; 128];
+    let parsed = request::parse(req.as_bytes(), &mut storage, MAX_HEAD).unwrap().unwrap();
+    let fwd = Forwarding { client_ip: "127.0.0.9", backend: "10.1.2.3:8080".parse().unwrap() };
+    let mut out = Vec::new();
+    encode::upstream_request(&parsed, &fwd, &mut out);
+    let head = String::from_utf8(out).unwrap();
+    assert!(head.contains("x-67: 67\r\nx-69: 69\r\n"), "x-68 is named by Connection: {head}");
+    assert!(!head.to_ascii_lowercase().contains("connection"), "{head}");
+}
