@@ -74,6 +74,9 @@ def parse(argv):
                    help="never install packages; skip contenders and scenarios that lack them")
     p.add_argument("--no-build", action="store_true",
                    help="use the release binaries already in the target directory")
+    p.add_argument("--holdfast", metavar="PATH",
+                   help="measure this holdfast binary (another build, an older commit) "
+                        "instead of the work tree's; results go to results/partial.json")
     p.add_argument("--keep", action="store_true",
                    help="keep the session directory (configs, logs, raw output) for debugging")
     opts = p.parse_args(argv)
@@ -101,7 +104,8 @@ def parse(argv):
                             scenarios.SMOKE if opts.smoke else scenario_names)
     opts.contenders = subset(opts.contenders, contender_names, contender_names)
     opts.is_subset = (set(opts.scenarios) != set(scenario_names)
-                      or set(opts.contenders) != set(contender_names))
+                      or set(opts.contenders) != set(contender_names)
+                      or bool(opts.holdfast))
     return opts
 
 
@@ -170,6 +174,8 @@ def _programs(opts):
 
 def _session(opts, session, argv):
     bins = build.build(REPO, session / "bin", compile=not opts.no_build, log=log)
+    if opts.holdfast:
+        shutil.copy2(opts.holdfast, bins["holdfast"])
     tools = _programs(opts)
     bins.update(tools)
     bins["node-origin"] = str(NODE_ORIGIN)
@@ -218,7 +224,7 @@ def _session(opts, session, argv):
                                             log_dir=session)
 
     info = machine.describe(bins)
-    commit = machine.git_commit(REPO)
+    commit = machine.git_commit(REPO) if not opts.holdfast else f"binary {opts.holdfast}"
     records = []
     total = sum(len(_contenders_for(s, plan_contenders)) for s in plan_scenarios) * opts.runs
     done = 0
