@@ -511,7 +511,13 @@ impl Proxy {
                     lease.discard(reason);
                 }
                 out.trace.finish(Delivery { status, bytes: done.bytes, ended: Some(now) });
-                let next = if keep_client { Next::KeepOpen } else { Next::Close };
+                let next = match (keep_client, upload) {
+                    (true, _) => Next::KeepOpen,
+                    // The origin answered before the whole body came: the client may still
+                    // be sending it.
+                    (false, Upload::Interrupted) => Next::Linger,
+                    (false, Upload::Complete) => Next::Close,
+                };
                 Done { next, at: now }
             }
             Err(DownloadError::Client { error, bytes, head_sent, remaining }) => {
