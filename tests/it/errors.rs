@@ -178,3 +178,23 @@ async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_conn
     assert_eq!((resp.status, resp.body_text().as_str()), (413, "big!"));
     assert_eq!(resp.header("connection"), Some("close"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_answer_survives_a_client_that_keeps_sending_its_body() {
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!",
+    )
+    .await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
+    let mut client = proxy.raw().await;
+    client.send("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 10485760\r\n\r\nsome").await;
+    // The answer is on its way back; the client, not reading yet, goes on sending. Had
+    // holdfast closed at once, these bytes would meet a reset, and the reset would
+    // destroy the answer before the client read it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..4 {
+        client.send(vec![b'x'; 16 * 1024]).await;
+    }
+    let resp = client.response_then_close().await.expect("the origin's answer");
+    assert_eq!((resp.status, resp.body_text().as_str()), (413, "big!"));
+}
