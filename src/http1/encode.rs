@@ -133,6 +133,18 @@ pub enum ConnectionOut {
     Upgrade,
 }
 
+impl ConnectionOut {
+    /// What a response that is not a 101 says to a client of `version`: `keep` its
+    /// connection for another request, or close it.
+    pub fn for_client(keep: bool, version: Version) -> ConnectionOut {
+        match (keep, version) {
+            (false, _) => ConnectionOut::Close,
+            (true, Version::Http10) => ConnectionOut::KeepAlive10,
+            (true, Version::Http11) => ConnectionOut::KeepAlive,
+        }
+    }
+}
+
 /// Writes the head of the origin's `resp` as the client gets it.
 pub fn client_response(
     resp: &Response<'_, '_>,

@@ -447,11 +447,10 @@ impl Proxy {
             let close = !out.keep_alive
                 || body_out == BodyOut::CloseDelimited
                 || upload == Upload::Interrupted;
-            let connection = match (upgrade, close, out.version) {
-                (true, _, _) => ConnectionOut::Upgrade,
-                (false, true, _) => ConnectionOut::Close,
-                (false, false, Version::Http10) => ConnectionOut::KeepAlive10,
-                (false, false, Version::Http11) => ConnectionOut::KeepAlive,
+            let connection = if upgrade {
+                ConnectionOut::Upgrade
+            } else {
+                ConnectionOut::for_client(!close, out.version)
             };
             response_head.clear();
             encode::client_response(&resp, body_out, connection, response_head);
@@ -520,7 +519,7 @@ impl Proxy {
                 };
                 Done { next, at: now }
             }
-            Err(DownloadError::Client { error, bytes, head_sent, remaining }) => {
+            Err(DownloadError::Client { error, bytes, remaining }) => {
                 tracing::debug!(error = %error, "client left before the response ended");
                 match remaining {
                     Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && upstream_buf.is_empty() => {
@@ -528,7 +527,6 @@ impl Proxy {
                     }
                     _ => lease.discard(CloseReason::Error),
                 }
-                let _ = head_sent;
                 let at = out.trace.started();
                 out.trace.finish(Delivery { status, bytes, ended: None });
                 Done { next: Next::Close, at }
@@ -584,11 +582,7 @@ impl Proxy {
         let status = e.status();
         // Unread body bytes would be taken for the next request: close instead.
         let keep = out.keep_alive && out.body_consumed;
-        let connection = match (keep, out.version) {
-            (false, _) => ConnectionOut::Close,
-            (true, Version::Http10) => ConnectionOut::KeepAlive10,
-            (true, Version::Http11) => ConnectionOut::KeepAlive,
-        };
+        let connection = ConnectionOut::for_client(keep, out.version);
         let text = e.text();
         let mut response = Vec::with_capacity(256 + text.len());
         encode::local_response(status, &text, connection, &mut response);
@@ -644,10 +638,4 @@ fn drain_in_background(mut lease: Lease, remaining: u64) {
             lease.discard(CloseReason::Error);
         }
     });
-}
-
-impl From<BadResponse> for Attempt {
-    fn from(e: BadResponse) -> Self {
-        Attempt::Failed(e.into())
-    }
 }

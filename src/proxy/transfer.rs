@@ -221,7 +221,7 @@ pub struct Downloaded {
 pub enum DownloadError {
     /// Writing to the client failed (it left, or stopped reading for the stall
     /// limit). `remaining`: body bytes the origin still has to send, when known.
-    Client { error: WaitError, bytes: u64, head_sent: bool, remaining: Option<u64> },
+    Client { error: WaitError, bytes: u64, remaining: Option<u64> },
     /// The origin's body failed: closed early, reset, stalled or malformed.
     Upstream { error: io::Error, bytes: u64 },
 }
@@ -300,8 +300,7 @@ pub async fn download(
                     Progress::Done => Some(0),
                     Progress::Chunked(_) => None,
                 };
-                let head_sent = to.head.is_none();
-                return Err(DownloadError::Client { error, bytes: to.bytes, head_sent, remaining });
+                return Err(DownloadError::Client { error, bytes: to.bytes, remaining });
             }
             Err(Fault::Upstream(error)) => {
                 return Err(DownloadError::Upstream { error, bytes: to.bytes })
@@ -317,7 +316,6 @@ pub async fn download(
                     to.send(&[LAST_CHUNK]).await.map_err(|error| DownloadError::Client {
                         error,
                         bytes: to.bytes,
-                        head_sent: true,
                         remaining: None,
                     })?;
                 }

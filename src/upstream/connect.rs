@@ -62,12 +62,14 @@ impl UpstreamConn {
     /// the race `proxy::retry` handles.
     pub fn probe(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        match SockRef::from(&self.stream).peek(&mut byte) {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            // End of stream, or bytes nobody asked for.
-            Ok(_) => false,
-        }
+        nothing_arrived(SockRef::from(&self.stream).peek(&mut byte))
     }
+}
+
+/// Whether a peek at an idle connection found it open: no end of stream and no bytes
+/// nobody asked for, only nothing to read.
+fn nothing_arrived(peeked: io::Result<usize>) -> bool {
+    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 impl holdfast_pool::Poolable for UpstreamConn {
@@ -75,12 +77,9 @@ impl holdfast_pool::Poolable for UpstreamConn {
     /// end of stream or bytes; no system call while nothing has arrived.
     fn is_open(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        let peeked =
-            self.stream.try_io(Interest::READABLE, || SockRef::from(&self.stream).peek(&mut byte));
-        match peeked {
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-            Ok(_) => false,
-        }
+        nothing_arrived(
+            self.stream.try_io(Interest::READABLE, || SockRef::from(&self.stream).peek(&mut byte)),
+        )
     }
 }
 

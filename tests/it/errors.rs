@@ -8,7 +8,9 @@ use holdfast_pool::CloseReason;
 use http::StatusCode;
 use tokio::net::TcpStream;
 
-use crate::support::{config_for, config_to, within_for, Origin, Proxy, RawError, RawOrigin};
+use crate::support::{
+    config_for, config_to, within_for, Origin, Proxy, RawClient, RawError, RawOrigin,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_refusing_connections_gives_502_naming_it() {
@@ -163,17 +165,24 @@ async fn response_with_both_content_length_and_transfer_encoding_gives_502() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_connection() {
-    // The origin refuses the upload on its head alone and never reads the body.
+/// An origin that refuses every upload on its head alone (413) and never reads the
+/// body, behind holdfast, and a client that has announced ten megabytes and sent a few
+/// bytes of them: only the early answer can end its request. The origin and proxy are
+/// returned to live as long as the client.
+async fn upload_refused_early() -> (RawOrigin, Proxy, RawClient) {
     let origin = RawOrigin::start(
         b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!",
     )
     .await;
     let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
-    // Ten megabytes announced, a few bytes sent: only the early answer can end this.
     client.send("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 10485760\r\n\r\nsome").await;
+    (origin, proxy, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_connection() {
+    let (_origin, _proxy, mut client) = upload_refused_early().await;
     let resp = client.response_then_close().await.expect("the origin's answer");
     assert_eq!((resp.status, resp.body_text().as_str()), (413, "big!"));
     assert_eq!(resp.header("connection"), Some("close"));
@@ -181,13 +190,7 @@ async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_conn
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_answer_survives_a_client_that_keeps_sending_its_body() {
-    let origin = RawOrigin::start(
-        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig!",
-    )
-    .await;
-    let proxy = Proxy::start(config_to(origin.addr())).await;
-    let mut client = proxy.raw().await;
-    client.send("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 10485760\r\n\r\nsome").await;
+    let (_origin, _proxy, mut client) = upload_refused_early().await;
     // The answer is on its way back; the client, not reading yet, goes on sending. Had
     // holdfast closed at once, these bytes would meet a reset, and the reset would
     // destroy the answer before the client read it.
