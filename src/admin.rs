@@ -1,6 +1,7 @@
-//! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool) and
-//! `/healthz` (200 while serving, 503 while draining), on an address of its own so
-//! that proxy traffic and its limits never reach it.
+//! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool),
+//! `/healthz` (200 while serving, 503 while draining) and `POST /reload` (re-read the
+//! config file), on an address of its own so that proxy traffic and its limits never
+//! reach it.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,20 +16,26 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use crate::config::ServerAddr;
 use crate::listener;
 use crate::metrics::export::{self, Exporter};
-use crate::upstream::{Backend, Upstream};
+use crate::upstream::{Backend, Groups, Members};
+
+/// Asks the server to reload its config file; the answer says what changed, or why
+/// nothing did.
+pub type ReloadRequest = oneshot::Sender<Result<String, String>>;
 
 /// What the admin endpoints read.
 pub struct AdminState {
     pub exporter: Exporter,
-    pub upstreams: Vec<Arc<Upstream>>,
+    pub upstreams: Arc<Groups>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
     pub started: Instant,
+    pub reload: mpsc::Sender<ReloadRequest>,
 }
 
 /// Serves admin requests on `listener` until `stop` turns true.
@@ -49,7 +56,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut stop: watc
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(answer(&req, &state)) }
+                async move { Ok::<_, Infallible>(answer(&req, &state).await) }
             });
             let conn = http.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
@@ -64,7 +71,10 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>, mut stop: watc
     }
 }
 
-fn answer(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+async fn answer(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    if req.uri().path() == "/reload" {
+        return reload(req, state).await;
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
@@ -77,20 +87,53 @@ fn answer(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> 
             text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/" => text(StatusCode::OK, "holdfast admin: /metrics /status /healthz\n"),
+        "/" => text(StatusCode::OK, "holdfast admin: /metrics /status /healthz, POST /reload\n"),
         _ => text(StatusCode::NOT_FOUND, "not found; try /metrics, /status or /healthz\n"),
     }
+}
+
+/// `POST /reload`: 200 with what changed, or 500 with why the config in force stays.
+async fn reload(req: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST {
+        let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "use POST /reload\n");
+        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    }
+    let (reply, answer) = oneshot::channel();
+    if state.reload.send(reply).await.is_err() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    let (status, body) = match answer.await {
+        Ok(Ok(report)) => (StatusCode::OK, format!("reloaded: {report}\n")),
+        Ok(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reload rejected, the config in force stays:\n{e}\n"),
+        ),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".to_string()),
+    };
+    let mut resp = with_type(body, "text/plain; charset=utf-8");
+    *resp.status_mut() = status;
+    resp
 }
 
 /// Every pool at this moment, as JSON.
 pub fn status(state: &AdminState) -> Value {
     let draining = state.draining.load(Ordering::Acquire);
+    let now = Instant::now();
     let upstreams: Vec<Value> = state
         .upstreams
+        .current()
         .iter()
         .map(|u| {
-            let servers: Vec<Value> = u.backends.iter().map(server_status).collect();
-            json!({ "name": &*u.name, "servers": servers })
+            let members = u.members();
+            let servers: Vec<Value> =
+                members.backends.iter().map(|b| server_status(b, &members, now)).collect();
+            json!({
+                "name": &*u.name,
+                "balance": members.config.balance.as_str(),
+                "servers": servers,
+                "names": names_status(&members),
+            })
         })
         .collect();
     json!({
@@ -101,8 +144,23 @@ pub fn status(state: &AdminState) -> Value {
     })
 }
 
-fn server_status(b: &Backend) -> Value {
+/// What each server name resolved to, and the last lookup error.
+fn names_status(members: &Members) -> Vec<Value> {
+    members
+        .resolution
+        .entries
+        .iter()
+        .filter(|e| matches!(e.server, ServerAddr::Name { .. }))
+        .map(|e| {
+            let addrs: Vec<String> = e.addrs.iter().map(ToString::to_string).collect();
+            json!({ "name": e.server.to_string(), "addresses": addrs, "error": e.error })
+        })
+        .collect()
+}
+
+fn server_status(b: &Backend, members: &Members, now: Instant) -> Value {
     let pool = b.pool.stats().snapshot();
+    let health = b.health.snapshot(now, &members.config.health);
     let m = &b.metrics;
     let reused = m.sent_reused.load(Ordering::Relaxed);
     let requests = reused + m.sent_new.load(Ordering::Relaxed);
@@ -122,6 +180,14 @@ fn server_status(b: &Backend) -> Value {
         "reuse_ratio": (requests > 0).then(|| reused as f64 / requests as f64),
         "waiting": pool.waiting,
         "retries": m.retries.load(Ordering::Relaxed),
+        "failovers": m.failovers.load(Ordering::Relaxed),
+        "outstanding": b.outstanding(),
+        "health": health.state.as_str(),
+        "health_cause": health.cause.map(|c| c.as_str()),
+        "ejected_for_seconds": health.ejected_for.map(|d| d.as_secs_f64()),
+        "ejections": health.ejections,
+        "weight": health.weight,
+        "latency_seconds": b.latency.get(now).map(|d| d.as_secs_f64()),
         "errors": m.errors.snapshot().iter().map(|(_, n)| n).sum::<u64>(),
     })
 }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{AccessLogFormat, AccessLogTarget, Config};
-use crate::server::Server;
+use crate::server::{ConfigSource, Server};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -91,6 +91,9 @@ pub enum Command {
     /// Show a live table of requests, reuse and latency per server, from a running
     /// holdfast's admin listener.
     Stats(crate::live::StatsArgs),
+    /// Make a running holdfast re-read its config file (like SIGHUP), through its admin
+    /// listener; prints what changed, or why the config in force stays.
+    Reload(ReloadArgs),
 }
 
 /// Runs the parsed command line; the exit code says whether it worked.
@@ -107,6 +110,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::live::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Reload(args)) => reload(&args),
         None => serve(cli.run),
     }
 }
@@ -142,8 +146,62 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
     }
 }
 
+/// `holdfast reload` options.
+#[derive(Debug, Args)]
+pub struct ReloadArgs {
+    /// The admin listener of the running holdfast.
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub admin: Option<SocketAddr>,
+    /// Read the admin address from this config file instead.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// How long `holdfast reload` waits: a reload resolves server names, which may take a
+/// few seconds when a resolver is slow.
+const RELOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
+    let admin = match (&args.admin, &args.config) {
+        (Some(admin), _) => *admin,
+        (None, Some(path)) => Config::load(path)?.admin.with_context(|| {
+            format!("{} has no [admin] section: reload needs the admin listener", path.display())
+        })?,
+        (None, None) => crate::config::DEFAULT_ADMIN_ADDR,
+    };
+    let (status, body) = post_reload(admin)
+        .with_context(|| format!("asking the admin listener at {admin} to reload"))?;
+    if status == 200 {
+        print!("{body}");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprint!("{body}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// `POST /reload` with a blocking socket: the status and the body.
+fn post_reload(admin: SocketAddr) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&admin, RELOAD_TIMEOUT)?;
+    stream.set_read_timeout(Some(RELOAD_TIMEOUT))?;
+    stream.write_all(
+        b"POST /reload HTTP/1.1\r\nHost: holdfast\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
 /// Applies the run flags that override the config file (or quick mode's defaults).
 fn apply_overrides(config: &mut Config, args: &RunArgs) {
+    if let Some(n) = args.threads {
+        config.threads = Some(n.into());
+    }
     if let Some(admin) = args.admin {
         config.admin = Some(admin);
     }
@@ -158,15 +216,23 @@ fn apply_overrides(config: &mut Config, args: &RunArgs) {
 fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = config_from(&args)?;
     apply_overrides(&mut config, &args);
-    if let Some(n) = args.threads {
-        config.threads = Some(n.into());
-    }
     let runtime = runtime(config.threads)?;
     runtime.block_on(async {
         // Before listening: once a client can connect, SIGTERM means drain, never the
         // default action (an immediate exit).
         let signal = ShutdownSignal::install().context("installing signal handlers")?;
-        let server = Server::start(&config).await.context("starting holdfast")?;
+        #[cfg(unix)]
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("installing signal handlers")?;
+        let source = args.config.clone().map(|path| {
+            let adjust: crate::server::Adjust =
+                Box::new(move |c: &mut Config| apply_overrides(c, &args));
+            ConfigSource { path, adjust }
+        });
+        let server = Server::start_from(&config, source).await.context("starting holdfast")?;
+        #[cfg(unix)]
+        serve_until(&server, signal, hangup).await.context("installing signal handlers")?;
+        #[cfg(not(unix))]
         serve_until(&server, signal).await.context("installing signal handlers")?;
         tracing::info!(drain = ?config.timeouts.drain, "shutting down");
         server.shutdown(config.timeouts.drain).await;
@@ -175,35 +241,40 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Waits for the shutdown signal; meanwhile SIGUSR1 makes the access log reopen its
-/// file (after log rotation), as with nginx.
-async fn serve_until(server: &Server, signal: ShutdownSignal) -> std::io::Result<()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal as unix_signal, SignalKind};
-        let mut reopen = unix_signal(SignalKind::user_defined1())?;
-        let stop = signal.recv();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return Ok(()),
-                _ = reopen.recv() => {
-                    tracing::info!("SIGUSR1: reopening the access log");
-                    server.reopen_access_log();
-                }
+/// file (after log rotation), as with nginx, and SIGHUP reloads the config file.
+#[cfg(unix)]
+async fn serve_until(
+    server: &Server,
+    signal: ShutdownSignal,
+    mut hangup: tokio::signal::unix::Signal,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal as unix_signal, SignalKind};
+    let mut reopen = unix_signal(SignalKind::user_defined1())?;
+    let stop = signal.recv();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            _ = reopen.recv() => {
+                tracing::info!("SIGUSR1: reopening the access log");
+                server.reopen_access_log();
+            }
+            _ = hangup.recv() => {
+                tracing::info!("SIGHUP: reloading the config file");
+                // The outcome is logged by the reload itself.
+                let _ = server.reload().await;
             }
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = server;
-        signal.recv().await;
-        Ok(())
-    }
 }
 
-/// The async runtime: `threads` workers (default: available parallelism). One worker
-/// gets tokio's single-threaded scheduler, which skips the work-stealing machinery a
-/// lone worker has no use for.
+#[cfg(not(unix))]
+async fn serve_until(server: &Server, signal: ShutdownSignal) -> std::io::Result<()> {
+    let _ = server;
+    signal.recv().await;
+    Ok(())
+}
+
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
     let threads =
         threads.or_else(|| std::thread::available_parallelism().ok().map(usize::from)).unwrap_or(1);

@@ -33,12 +33,19 @@ use crate::proxy::{Client, Next, Outbound, Proxy};
 /// its last response is not lost to a reset.
 const LINGER: Duration = Duration::from_secs(2);
 
-/// What a client connection needs besides its socket.
-#[derive(Clone)]
+/// What a client connection needs besides its socket: the proxy, and the client-side
+/// limits of the config in force when it was accepted.
 pub struct ClientSettings {
     pub proxy: Arc<Proxy>,
     pub limits: ClientLimits,
     pub timeouts: Timeouts,
+}
+
+impl ClientSettings {
+    fn of(proxy: Arc<Proxy>) -> ClientSettings {
+        let site = proxy.site();
+        ClientSettings { limits: site.limits, timeouts: site.timeouts, proxy }
+    }
 }
 
 /// Where the connection is, for a shutdown that arrives meanwhile.
@@ -54,9 +61,10 @@ struct Phase {
 pub async fn serve(
     stream: TcpStream,
     addr: SocketAddr,
-    settings: ClientSettings,
+    proxy: Arc<Proxy>,
     mut open: OpenConnection,
 ) {
+    let settings = ClientSettings::of(proxy);
     // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.set_nodelay(true);

@@ -9,7 +9,8 @@ use std::task::{Context, Waker};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::client::{self, ClientSettings};
+use crate::client;
+use crate::proxy::Proxy;
 
 /// Counts client connections (open now, so shutdown can wait for them, and accepted
 /// since start) and tells them when the server stops. Clones share the counts.
@@ -101,7 +102,7 @@ impl Drop for OpenConnection {
 /// Accepts on `listener` until `stop` turns true.
 pub async fn accept_loop(
     listener: TcpListener,
-    settings: ClientSettings,
+    proxy: Arc<Proxy>,
     connections: Connections,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -116,7 +117,7 @@ pub async fn accept_loop(
         match accepted {
             Ok((stream, addr)) => {
                 let open = connections.track();
-                tokio::spawn(client::serve(stream, addr, settings.clone(), open));
+                tokio::spawn(client::serve(stream, addr, Arc::clone(&proxy), open));
             }
             // Out of file descriptors or similar: back off briefly instead of spinning.
             Err(e) => {

@@ -1,23 +1,27 @@
-//! A running holdfast: listeners bound, pools created, background eviction started,
-//! the admin listener and access log (when configured) running beside them.
+//! A running holdfast: listeners bound, upstream groups and their pools created,
+//! background eviction, discovery and health checks started, the admin listener and
+//! access log (when configured) running beside them; and [`Server::reload`], which
+//! applies a new config to all of it without dropping a request or a warm pool.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio::time::Instant;
 
-use crate::admin::{self, AdminState};
-use crate::client::ClientSettings;
-use crate::config::Config;
+use crate::admin::{self, AdminState, ReloadRequest};
+use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, Site};
+use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
-use crate::upstream::{BackendStats, Upstream};
+use crate::upstream::{check, discovery, BackendStats, Groups, Resolution, Upstream};
 use holdfast_pool::IdleBudget;
 
 /// Why holdfast could not start.
@@ -31,35 +35,89 @@ pub enum StartError {
     AccessLog(std::io::Error),
 }
 
+/// Where reloads read the config: a file, adjusted the way the command line adjusted
+/// it at start (`--admin`, `--access-log` override the file).
+pub struct ConfigSource {
+    pub path: PathBuf,
+    pub adjust: Adjust,
+}
+
+/// Changes a config read from the file before it is applied.
+pub type Adjust = Box<dyn Fn(&mut Config) + Send + Sync>;
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("holdfast was started without --config: there is no file to reload")]
+    NoFile,
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
 /// A started proxy. Dropping it without [`Server::shutdown`] leaves it running until
 /// the runtime ends.
 pub struct Server {
     addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
-    upstreams: Vec<Arc<Upstream>>,
-    connections: Connections,
-    access_log: Option<AccessLog>,
+    shared: Arc<Shared>,
     draining: Arc<AtomicBool>,
-    /// Stops the proxy listeners (and, with them, client connections).
+    /// Stops background tasks (eviction, reload requests).
     stop: watch::Sender<bool>,
     /// Stops the admin listener, which outlives the drain so `/healthz` can say 503.
     stop_admin: watch::Sender<bool>,
 }
 
+/// What reloads change and everything that reads it.
+struct Shared {
+    /// Where reloads read the config (`None`: quick mode, nothing to reload).
+    source: Option<ConfigSource>,
+    live: Mutex<Live>,
+    /// The groups in force, for status and metrics.
+    groups: Arc<Groups>,
+    budget: Arc<IdleBudget>,
+    access_log: Option<AccessLog>,
+    connections: Connections,
+    unrouted: Arc<AtomicU64>,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
+
+/// The config in force and what was built from it.
+struct Live {
+    config: Config,
+    listeners: Vec<LiveListener>,
+    upstreams: BTreeMap<String, Arc<Upstream>>,
+}
+
+struct LiveListener {
+    /// The address as configured (port 0 stays 0), which identifies it across reloads.
+    configured: SocketAddr,
+    proxy: Arc<Proxy>,
+    stop: watch::Sender<bool>,
+    /// The accept loop, which closes the listening socket when it ends.
+    accepting: tokio::task::JoinHandle<()>,
+}
+
 impl Server {
-    /// Binds every listener, then starts serving. Nothing is served unless every
-    /// listener could be bound.
+    /// Binds every listener, resolves server names, then starts serving. Nothing is
+    /// served unless every listener could be bound.
     pub async fn start(config: &Config) -> Result<Server, StartError> {
+        Server::start_from(config, None).await
+    }
+
+    /// [`Server::start`] for a config that came from `source`, which
+    /// [`Server::reload`] reads again.
+    pub async fn start_from(
+        config: &Config,
+        source: Option<ConfigSource>,
+    ) -> Result<Server, StartError> {
         let mut bound = Vec::new();
         for l in &config.listeners {
-            let listener = TcpListener::bind(l.addr)
-                .await
-                .map_err(|source| StartError::Bind { addr: l.addr, source })?;
-            // Accepted sockets inherit TCP_NODELAY from the listener (Linux), which saves
-            // a system call per client connection. Responses go out whole, so Nagle
-            // would only hold back the last segment of a streamed body.
-            let _ = socket2::SockRef::from(&listener).set_nodelay(true);
-            bound.push((listener, l.addr, l.upstream.clone()));
+            let tcp =
+                bind(l.addr).await.map_err(|source| StartError::Bind { addr: l.addr, source })?;
+            bound.push((l.addr, tcp));
         }
         let admin_listener = match config.admin {
             Some(addr) => Some(
@@ -70,34 +128,37 @@ impl Server {
             None => None,
         };
         let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
-        let budget = Arc::new(IdleBudget::new(idle_budget(config)));
-        let upstreams: Vec<Arc<Upstream>> =
-            config.upstreams.iter().map(|u| Arc::new(Upstream::new(u, &budget))).collect();
-        let (stop, stop_rx) = watch::channel(false);
-        let connections = Connections::default();
+        let shared = Arc::new(Shared {
+            source,
+            live: Mutex::new(Live {
+                config: config.clone(),
+                listeners: Vec::new(),
+                upstreams: BTreeMap::new(),
+            }),
+            groups: Arc::default(),
+            budget: Arc::new(IdleBudget::new(idle_budget(config))),
+            access_log,
+            connections: Connections::default(),
+            unrouted: Arc::default(),
+            reloads_ok: AtomicU64::new(0),
+            reloads_failed: AtomicU64::new(0),
+        });
         let mut addrs = Vec::new();
-        for (tcp, configured, name) in bound {
-            let index = upstreams
-                .iter()
-                .position(|u| *u.name == *name)
-                .expect("config validation guarantees each listener's upstream exists");
-            let upstream = &upstreams[index];
-            let addr =
-                tcp.local_addr().map_err(|source| StartError::Bind { addr: configured, source })?;
-            tracing::info!(listen = %addr, upstream = %name, "listening");
-            addrs.push(addr);
-            let proxy =
-                Arc::new(Proxy::new(Arc::clone(upstream), config.timeouts, access_log.clone()));
-            let settings =
-                ClientSettings { proxy, limits: config.client_limits, timeouts: config.timeouts };
-            tokio::spawn(listener::accept_loop(
-                tcp,
-                settings,
-                connections.clone(),
-                stop_rx.clone(),
-            ));
+        for (_, tcp) in &bound {
+            addrs.push(tcp.local_addr().map_err(|source| StartError::Bind {
+                addr: config.listeners[addrs.len()].addr,
+                source,
+            })?);
         }
-        tokio::spawn(evict_idle(upstreams.clone(), stop_rx));
+        {
+            let mut live = shared.live.lock().await;
+            let resolved = resolve_all(config, &live.upstreams).await;
+            shared.apply(&mut live, config.clone(), resolved, bound);
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
+        let (reload_tx, reload_rx) = mpsc::channel(4);
+        tokio::spawn(serve_reloads(Arc::clone(&shared), reload_rx, stop_rx));
         let draining = Arc::new(AtomicBool::new(false));
         let (stop_admin, stop_admin_rx) = watch::channel(false);
         let mut admin_addr = None;
@@ -106,30 +167,24 @@ impl Server {
                 addr: config.admin.expect("bound from config.admin"),
                 source,
             })?;
-            tracing::info!(admin = %addr, "admin listener: /metrics /status /healthz");
+            tracing::info!(admin = %addr, "admin listener: /metrics /status /healthz /reload");
             admin_addr = Some(addr);
-            let process = process_reader(connections.clone(), access_log.clone(), &draining);
             let state = AdminState {
-                exporter: Exporter::new(upstreams.clone(), process),
-                upstreams: upstreams.clone(),
+                exporter: Exporter::new(
+                    Arc::clone(&shared.groups),
+                    process_reader(&shared, &draining),
+                ),
+                upstreams: Arc::clone(&shared.groups),
                 draining: Arc::clone(&draining),
                 started: Instant::now(),
+                reload: reload_tx,
             };
             tokio::spawn(admin::serve(tcp, Arc::new(state), stop_admin_rx));
         }
-        Ok(Server {
-            addrs,
-            admin_addr,
-            upstreams,
-            connections,
-            access_log,
-            draining,
-            stop,
-            stop_admin,
-        })
+        Ok(Server { addrs, admin_addr, shared, draining, stop, stop_admin })
     }
 
-    /// The bound listener addresses, in config order (useful with port 0).
+    /// The listener addresses bound at start, in config order (useful with port 0).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.addrs
     }
@@ -139,27 +194,50 @@ impl Server {
         self.admin_addr
     }
 
-    /// Pool and retry counters of every backend.
+    /// Pool and retry counters of every backend in force.
     pub fn stats(&self) -> Vec<BackendStats> {
-        self.upstreams
+        self.shared
+            .groups
+            .current()
             .iter()
             .flat_map(|u| {
-                u.backends.iter().map(|b| BackendStats {
-                    upstream: Arc::clone(&u.name),
-                    backend: b.addr,
-                    pool: b.pool.stats().snapshot(),
-                    retries: b.metrics.retries.load(Ordering::Relaxed),
-                    unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
-                })
+                u.members()
+                    .backends
+                    .iter()
+                    .map(|b| BackendStats {
+                        upstream: Arc::clone(&u.name),
+                        backend: b.addr,
+                        pool: b.pool.stats().snapshot(),
+                        retries: b.metrics.retries.load(Ordering::Relaxed),
+                        unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
 
+    /// The groups in force.
+    pub fn upstreams(&self) -> Arc<Vec<Arc<Upstream>>> {
+        self.shared.groups.current()
+    }
+
     /// Makes the access log reopen its file (after rotation).
     pub fn reopen_access_log(&self) {
-        if let Some(log) = &self.access_log {
+        if let Some(log) = &self.shared.access_log {
             log.reopen();
         }
+    }
+
+    /// Reads the config file again and applies it (see [`Server::reload_with`]).
+    pub async fn reload(&self) -> Result<String, ReloadError> {
+        self.shared.reload_file().await
+    }
+
+    /// Applies `config` to the running server: listeners added and removed, groups
+    /// updated (servers that stay keep their pools), routes and timeouts replaced.
+    /// Requests in flight finish as they started.
+    pub async fn reload_with(&self, config: Config) -> Result<String, ReloadError> {
+        self.shared.reload(config).await
     }
 
     /// Reports draining on `/healthz`, stops accepting, lets requests in flight
@@ -168,33 +246,236 @@ impl Server {
     pub async fn shutdown(self, drain: Duration) {
         self.draining.store(true, Ordering::Release);
         let _ = self.stop.send(true);
-        self.connections.stop();
+        let listeners = std::mem::take(&mut self.shared.live.lock().await.listeners);
+        for l in &listeners {
+            let _ = l.stop.send(true);
+        }
+        // Once this returns, no listening socket is left to accept a client.
+        for l in listeners {
+            let _ = l.accepting.await;
+        }
+        let connections = &self.shared.connections;
+        connections.stop();
         let deadline = Instant::now() + drain;
-        while self.connections.count() > 0 && Instant::now() < deadline {
+        while connections.count() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        for u in &self.upstreams {
-            for b in &u.backends {
-                b.pool.clear();
-            }
+        for u in self.shared.groups.current().iter() {
+            u.remove();
         }
         let _ = self.stop_admin.send(true);
-        tracing::info!(unfinished = self.connections.count(), "stopped");
+        tracing::info!(unfinished = connections.count(), "stopped");
+    }
+}
+
+impl Shared {
+    async fn reload_file(&self) -> Result<String, ReloadError> {
+        let result = match &self.source {
+            None => Err(ReloadError::NoFile),
+            Some(source) => match Config::load(&source.path) {
+                Ok(mut config) => {
+                    (source.adjust)(&mut config);
+                    return self.reload(config).await;
+                }
+                Err(e) => Err(ReloadError::Config(e)),
+            },
+        };
+        if let Err(e) = &result {
+            self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("reload rejected, the config in force stays: {e}");
+        }
+        result
+    }
+
+    /// Applies `config`; on any error nothing changes.
+    async fn reload(&self, config: Config) -> Result<String, ReloadError> {
+        let mut live = self.live.lock().await;
+        warn_unreloadable(&live.config, &config);
+        let resolved = resolve_all(&config, &live.upstreams).await;
+        let mut bound = Vec::new();
+        for l in &config.listeners {
+            if live.listeners.iter().any(|o| o.configured == l.addr) {
+                continue;
+            }
+            match bind(l.addr).await {
+                Ok(tcp) => bound.push((l.addr, tcp)),
+                Err(source) => {
+                    self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                    let e = ReloadError::Bind { addr: l.addr, source };
+                    tracing::error!("reload rejected, the config in force stays: {e}");
+                    return Err(e);
+                }
+            }
+        }
+        let report = self.apply(&mut live, config, resolved, bound);
+        self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+        tracing::info!("config reloaded: {report}");
+        Ok(report)
+    }
+
+    /// Makes `config` the config in force: `resolved` holds every group's addresses,
+    /// `bound` the sockets of listeners that are new. Cannot fail.
+    fn apply(
+        &self,
+        live: &mut Live,
+        config: Config,
+        mut resolved: BTreeMap<String, Resolution>,
+        mut bound: Vec<(SocketAddr, TcpListener)>,
+    ) -> String {
+        let (mut added, mut kept) = (0, 0);
+        let mut upstreams = BTreeMap::new();
+        for u in &config.upstreams {
+            let resolution = resolved.remove(&u.name).unwrap_or_default();
+            let group = match live.upstreams.remove(&u.name) {
+                Some(group) => {
+                    group.update(u.clone(), resolution);
+                    kept += 1;
+                    group
+                }
+                None => {
+                    let group = Arc::new(Upstream::new(u.clone(), resolution, &self.budget));
+                    tokio::spawn(discovery::run(Arc::clone(&group)));
+                    tokio::spawn(check::run(Arc::clone(&group)));
+                    added += 1;
+                    group
+                }
+            };
+            upstreams.insert(u.name.clone(), group);
+        }
+        let removed = live.upstreams.len();
+        for (name, group) in std::mem::take(&mut live.upstreams) {
+            tracing::info!(upstream = %name, "upstream group removed; its servers drain");
+            group.remove();
+        }
+        self.groups.set(upstreams.values().cloned().collect());
+
+        let mut listeners = Vec::new();
+        for l in &config.listeners {
+            let site = site(&config, l, &upstreams);
+            if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
+                let old = live.listeners.remove(i);
+                old.proxy.replace(site);
+                listeners.push(old);
+                continue;
+            }
+            let Some(tcp) = bound.iter().position(|(a, _)| *a == l.addr) else { continue };
+            listeners.push(self.listen(l, site, bound.swap_remove(tcp).1));
+        }
+        for old in std::mem::take(&mut live.listeners) {
+            tracing::info!(listen = %old.configured, "listener removed; its connections finish");
+            let _ = old.stop.send(true);
+        }
+        live.listeners = listeners;
+        live.upstreams = upstreams;
+        live.config = config;
+        format!(
+            "{} listener(s), {} upstream group(s): {added} added, {kept} updated, {removed} removed",
+            live.listeners.len(),
+            live.upstreams.len(),
+        )
+    }
+
+    /// Starts accepting on a newly bound listener.
+    fn listen(&self, l: &ListenerConfig, site: Site, tcp: TcpListener) -> LiveListener {
+        let addr = tcp.local_addr().unwrap_or(l.addr);
+        tracing::info!(listen = %addr, upstream = ?l.upstream, "listening");
+        let proxy = Arc::new(Proxy::new(site, self.access_log.clone(), Arc::clone(&self.unrouted)));
+        let (stop, stop_rx) = watch::channel(false);
+        let connections = self.connections.clone();
+        let accepting =
+            tokio::spawn(listener::accept_loop(tcp, Arc::clone(&proxy), connections, stop_rx));
+        LiveListener { configured: l.addr, proxy, stop, accepting }
+    }
+}
+
+/// Binds a proxy listener. Accepted sockets inherit TCP_NODELAY from it (Linux), which
+/// saves a system call per client connection; responses go out whole, so Nagle would
+/// only hold back the last segment of a streamed body.
+async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let tcp = TcpListener::bind(addr).await?;
+    let _ = socket2::SockRef::from(&tcp).set_nodelay(true);
+    Ok(tcp)
+}
+
+/// Resolves the servers of every group in `config`; names that fail keep what the
+/// group of the same name in `current` had.
+async fn resolve_all(
+    config: &Config,
+    current: &BTreeMap<String, Arc<Upstream>>,
+) -> BTreeMap<String, Resolution> {
+    let mut out = BTreeMap::new();
+    for u in &config.upstreams {
+        let previous = current.get(&u.name).map(|g| g.members().resolution.clone());
+        let resolution = discovery::resolve(&u.servers, &previous.unwrap_or_default()).await;
+        out.insert(u.name.clone(), resolution);
+    }
+    out
+}
+
+/// A listener's routes: every `[[route]]`, then its own upstream as the catch-all.
+fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Site {
+    let group = |name: &String| {
+        Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
+    };
+    let mut routes: Vec<Route<Arc<Upstream>>> = config
+        .routes
+        .iter()
+        .map(|r| Route { host: r.host.clone(), path: r.path.clone(), target: group(&r.upstream) })
+        .collect();
+    let fallback = l.upstream.as_ref().map(group);
+    if let Some(f) = &fallback {
+        routes.push(Route { host: HostPattern::Any, path: "/".into(), target: Arc::clone(f) });
+    }
+    Site {
+        router: Router::new(routes),
+        fallback,
+        timeouts: config.timeouts,
+        limits: config.client_limits,
+    }
+}
+
+/// Settings a running process cannot change: said once per reload that changes them.
+fn warn_unreloadable(old: &Config, new: &Config) {
+    let changed = [
+        ("threads", old.threads != new.threads),
+        ("admin", old.admin != new.admin),
+        ("access_log", old.access_log != new.access_log),
+        ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
+    ];
+    for (key, _) in changed.iter().filter(|(_, c)| *c) {
+        tracing::warn!(key, "changed in the config file; takes effect at the next restart");
+    }
+}
+
+/// Answers reload requests from the admin listener until the server stops.
+async fn serve_reloads(
+    shared: Arc<Shared>,
+    mut requests: mpsc::Receiver<ReloadRequest>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let reply: oneshot::Sender<Result<String, String>> = tokio::select! {
+            Some(reply) = requests.recv() => reply,
+            () = listener::stopped(&mut stop) => return,
+            else => return,
+        };
+        let result = shared.reload_file().await.map_err(|e| e.to_string());
+        let _ = reply.send(result);
     }
 }
 
 /// Reads the process-wide numbers `/metrics` shows.
-fn process_reader(
-    connections: Connections,
-    access_log: Option<AccessLog>,
-    draining: &Arc<AtomicBool>,
-) -> ProcessReader {
+fn process_reader(shared: &Arc<Shared>, draining: &Arc<AtomicBool>) -> ProcessReader {
     let draining = Arc::clone(draining);
+    let shared = Arc::clone(shared);
     Box::new(move || ProcessSnapshot {
-        client_connections: connections.count(),
-        client_connections_accepted: connections.accepted(),
-        access_log_dropped: access_log.as_ref().map_or(0, AccessLog::dropped),
+        client_connections: shared.connections.count(),
+        client_connections_accepted: shared.connections.accepted(),
+        access_log_dropped: shared.access_log.as_ref().map_or(0, AccessLog::dropped),
         draining: draining.load(Ordering::Acquire),
+        unrouted_requests: shared.unrouted.load(Ordering::Relaxed),
+        reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
+        reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
     })
 }
 
@@ -216,22 +497,27 @@ fn open_file_limit() -> Option<usize> {
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.
-async fn evict_idle(upstreams: Vec<Arc<Upstream>>, mut stop: watch::Receiver<bool>) {
-    let period = upstreams
-        .iter()
-        .flat_map(|u| u.backends.iter().map(|b| b.pool.config().idle_timeout / 4))
-        .min()
-        .unwrap_or(Duration::from_secs(1))
-        .clamp(Duration::from_millis(50), Duration::from_secs(1));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+async fn evict_idle(groups: Arc<Groups>, mut stop: watch::Receiver<bool>) {
     loop {
+        let period = groups
+            .current()
+            .iter()
+            .flat_map(|u| {
+                u.members()
+                    .backends
+                    .iter()
+                    .map(|b| b.pool.config().idle_timeout / 4)
+                    .collect::<Vec<_>>()
+            })
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
         tokio::select! {
-            _ = tick.tick() => {}
-            _ = listener::stopped(&mut stop) => return,
+            () = tokio::time::sleep(period) => {}
+            () = listener::stopped(&mut stop) => return,
         }
         let now = Instant::now();
-        for u in &upstreams {
+        for u in groups.current().iter() {
             u.evict_expired(now);
         }
     }

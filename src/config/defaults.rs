@@ -46,3 +46,16 @@ pub const ACCESS_LOG_TARGET: AccessLogTarget = AccessLogTarget::Stdout;
 /// Access log lines are JSON unless `format` says otherwise: log pipelines parse JSON
 /// without a pattern, and every field stays present and typed.
 pub const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Json;
+
+/// How often server names are resolved again. Container platforms replace a
+/// container's address within seconds; 5 s follows them quickly for the price of one
+/// lookup per name every 5 s.
+pub const RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Time between two active checks of one server: a dead server is noticed within a
+/// couple of intervals even when no request goes to it.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long an active check may take before it counts as failed: a health endpoint
+/// answers in milliseconds, and 2 s leaves room for a loaded server.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);

@@ -13,6 +13,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub listener: Vec<FileListener>,
     #[serde(default)]
+    pub route: Vec<FileRoute>,
+    #[serde(default)]
     pub upstream: BTreeMap<Spanned<String>, FileUpstream>,
     pub pool: Option<FilePool>,
     pub timeouts: Option<FileTimeouts>,
@@ -26,6 +28,17 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct FileListener {
     pub address: Spanned<String>,
+    /// Where requests no `[[route]]` matches go; without it they get 404.
+    pub upstream: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRoute {
+    /// `"api.example.com"`, `"*.example.com"`; absent: any host.
+    pub host: Option<Spanned<String>>,
+    /// A path prefix; absent: `"/"`.
+    pub path: Option<Spanned<String>>,
     pub upstream: Spanned<String>,
 }
 
@@ -34,7 +47,37 @@ pub struct FileListener {
 pub struct FileUpstream {
     pub servers: Spanned<Vec<Spanned<String>>>,
     pub source_address: Option<Spanned<String>>,
+    /// `"p2c"`, `"least_outstanding"` or `"round_robin"`.
+    pub balance: Option<Spanned<String>>,
+    /// How often server names are resolved again.
+    pub resolve_interval: Option<Spanned<String>>,
     pub pool: Option<FilePool>,
+    pub health: Option<FileHealth>,
+    pub health_check: Option<FileHealthCheck>,
+}
+
+/// Passive health: what takes a server out of service, and for how long.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHealth {
+    pub max_connect_failures: Option<Spanned<i64>>,
+    pub max_5xx: Option<Spanned<i64>>,
+    pub ejection: Option<Spanned<String>>,
+    pub max_ejection: Option<Spanned<String>>,
+    pub slow_start: Option<Spanned<String>>,
+}
+
+/// Active health checks: a request holdfast sends each server on its own.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileHealthCheck {
+    pub path: Spanned<String>,
+    pub interval: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub expect_status: Option<Spanned<i64>>,
+    pub host: Option<Spanned<String>>,
+    pub healthy: Option<Spanned<i64>>,
+    pub unhealthy: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

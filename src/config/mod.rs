@@ -9,23 +9,29 @@ mod defaults;
 mod error;
 mod file;
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
 
+use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
+use crate::route::{self, HostPattern};
+use crate::upstream::health::{CheckThresholds, PassiveHealth};
 use toml::Spanned;
 
 pub use error::{ConfigError, ConfigProblem};
-use file::{FileAccessLog, FileAdmin, FileConfig, FilePool};
+use file::{FileAccessLog, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listeners: Vec<ListenerConfig>,
+    /// In the order written; `route::Router` decides which one a request takes.
+    pub routes: Vec<RouteConfig>,
     pub upstreams: Vec<UpstreamConfig>,
     pub timeouts: Timeouts,
     pub client_limits: ClientLimits,
@@ -71,21 +77,67 @@ pub enum AccessLogFormat {
     Text,
 }
 
-/// One address to accept clients on, and the upstream group it sends them to.
-#[derive(Debug, Clone)]
+/// One address to accept clients on.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListenerConfig {
     pub addr: SocketAddr,
+    /// The upstream group for requests no route matches (`None`: they get 404).
+    pub upstream: Option<String>,
+}
+
+/// Requests for `host` under `path` go to the group `upstream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteConfig {
+    pub host: HostPattern,
+    pub path: String,
     pub upstream: String,
 }
 
-/// A named group of backends with one pool configuration.
-#[derive(Debug, Clone)]
+/// A named group of servers with one pool configuration.
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     pub name: String,
-    pub servers: Vec<SocketAddr>,
+    pub servers: Vec<ServerAddr>,
     pub pool: PoolConfig,
     /// Local address upstream connections are made from (`None`: the kernel picks).
     pub source_address: Option<IpAddr>,
+    pub balance: Policy,
+    pub health: PassiveHealth,
+    /// Active health checks (`None`: passive detection only).
+    pub check: Option<CheckConfig>,
+    /// How often names in `servers` are resolved again.
+    pub resolve_interval: Duration,
+}
+
+/// A server as configured: an address, or a name resolved to addresses at start and
+/// every `resolve_interval` after.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ServerAddr {
+    Ip(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerAddr::Ip(addr) => write!(f, "{addr}"),
+            ServerAddr::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// An active health check: `GET path` to every server each `interval`, on a pooled
+/// connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckConfig {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// The status a passing check returns; `None`: any 2xx or 3xx.
+    pub expect_status: Option<u16>,
+    /// The check's `Host` header; `None`: the server's address.
+    pub host: Option<String>,
+    pub thresholds: CheckThresholds,
 }
 
 /// Time limits on both sides of the proxy.
@@ -137,13 +189,12 @@ impl Config {
     /// Quick mode: one listener proxying to `servers`, everything else default.
     pub fn quick(listen: SocketAddr, servers: Vec<SocketAddr>) -> Config {
         Config {
-            listeners: vec![ListenerConfig { addr: listen, upstream: QUICK_UPSTREAM.into() }],
-            upstreams: vec![UpstreamConfig {
-                name: QUICK_UPSTREAM.into(),
-                servers,
-                pool: PoolConfig::default(),
-                source_address: None,
-            }],
+            listeners: vec![ListenerConfig { addr: listen, upstream: Some(QUICK_UPSTREAM.into()) }],
+            routes: Vec::new(),
+            upstreams: vec![UpstreamConfig::new(
+                QUICK_UPSTREAM,
+                servers.into_iter().map(ServerAddr::Ip).collect(),
+            )],
             timeouts: Timeouts::default(),
             client_limits: ClientLimits::default(),
             threads: None,
@@ -174,6 +225,22 @@ impl Config {
             Ok(config)
         } else {
             Err(ConfigError { file: PathBuf::from(path), problems: v.problems })
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// A group of `servers` with every setting at its default.
+    pub fn new(name: &str, servers: Vec<ServerAddr>) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.into(),
+            servers,
+            pool: PoolConfig::default(),
+            source_address: None,
+            balance: Policy::default(),
+            health: PassiveHealth::default(),
+            check: None,
+            resolve_interval: defaults::RESOLVE_INTERVAL,
         }
     }
 }
@@ -230,9 +297,29 @@ impl Validator<'_> {
                 .source_address
                 .as_ref()
                 .and_then(|v| self.ip(v, &format!("{key}.source_address")));
-            let name = name.get_ref().clone();
-            upstreams.push(UpstreamConfig { name, servers, pool, source_address });
+            let mut upstream = UpstreamConfig::new(name.get_ref(), servers);
+            upstream.pool = pool;
+            upstream.source_address = source_address;
+            if let Some(v) = &up.balance {
+                match Policy::parse(v.get_ref()) {
+                    Ok(policy) => upstream.balance = policy,
+                    Err(message) => self.problem(v.span(), format!("{key}.balance"), message),
+                }
+            }
+            let interval = format!("{key}.resolve_interval");
+            self.set_positive_duration(
+                &up.resolve_interval,
+                &interval,
+                &mut upstream.resolve_interval,
+            );
+            if let Some(health) = &up.health {
+                upstream.health = self.health(&format!("{key}.health"), health);
+            }
+            upstream.check =
+                up.health_check.as_ref().map(|c| self.check(&format!("{key}.health_check"), c));
+            upstreams.push(upstream);
         }
+        let routes = self.routes(&raw, &upstreams);
         let listeners = self.listeners(&raw, &upstreams);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
@@ -242,6 +329,7 @@ impl Validator<'_> {
             .and_then(|v| self.non_negative(v, "pool.max_idle_total"));
         Config {
             listeners,
+            routes,
             upstreams,
             timeouts: self.timeouts(raw.timeouts.unwrap_or_default()),
             client_limits: self.limits(raw.limits.unwrap_or_default()),
@@ -299,35 +387,135 @@ impl Validator<'_> {
         for (i, l) in raw.listener.iter().enumerate() {
             let key = format!("listener[{i}]");
             let addr = self.socket_addr(&l.address, &format!("{key}.address"));
-            let name = l.upstream.get_ref();
-            if !upstreams.iter().any(|u| &u.name == name) {
-                let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-                let message = format!("no upstream named {name:?} (defined: {known:?})");
-                self.problem(l.upstream.span(), format!("{key}.upstream"), message);
+            if let Some(name) = &l.upstream {
+                self.known_upstream(name, &format!("{key}.upstream"), upstreams);
+            } else if raw.route.is_empty() {
+                let message = "has no `upstream` and there is no [[route]]: every request \
+                               would get 404";
+                self.problem(l.address.span(), key.clone(), message);
+            }
+            if let (Some(addr), Some(same)) =
+                (addr, out.iter().position(|o: &ListenerConfig| Some(o.addr) == addr))
+            {
+                let message = format!("{addr} is also listener[{same}]'s address");
+                self.problem(l.address.span(), format!("{key}.address"), message);
             }
             if let Some(addr) = addr {
-                out.push(ListenerConfig { addr, upstream: name.clone() });
+                let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
+                out.push(ListenerConfig { addr, upstream });
             }
         }
         out
     }
 
-    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<SocketAddr> {
+    /// Records a problem unless an upstream group is called `name`.
+    fn known_upstream(&mut self, name: &Spanned<String>, key: &str, upstreams: &[UpstreamConfig]) {
+        if !upstreams.iter().any(|u| &u.name == name.get_ref()) {
+            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            let message = format!("no upstream named {:?} (defined: {known:?})", name.get_ref());
+            self.problem(name.span(), key, message);
+        }
+    }
+
+    fn routes(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<RouteConfig> {
+        let mut out: Vec<RouteConfig> = Vec::new();
+        for (i, r) in raw.route.iter().enumerate() {
+            let key = format!("route[{i}]");
+            self.known_upstream(&r.upstream, &format!("{key}.upstream"), upstreams);
+            let host = match &r.host {
+                None => Some(HostPattern::Any),
+                Some(v) => HostPattern::parse(v.get_ref())
+                    .map_err(|message| self.problem(v.span(), format!("{key}.host"), message))
+                    .ok(),
+            };
+            let path = match &r.path {
+                None => Some("/".to_string()),
+                Some(v) => route::parse_path_prefix(v.get_ref())
+                    .map_err(|message| self.problem(v.span(), format!("{key}.path"), message))
+                    .ok(),
+            };
+            let (Some(host), Some(path)) = (host, path) else { continue };
+            if let Some(same) = out.iter().position(|o| o.host == host && o.path == path) {
+                let message = format!("the same host and path as route[{same}]");
+                self.problem(r.upstream.span(), key, message);
+                continue;
+            }
+            out.push(RouteConfig { host, path, upstream: r.upstream.get_ref().clone() });
+        }
+        out
+    }
+
+    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<ServerAddr> {
         if servers.get_ref().is_empty() {
             self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
         let mut out = Vec::new();
         for s in servers.get_ref() {
-            match s.get_ref().to_socket_addrs() {
-                Ok(addrs) => out.extend(addrs),
-                Err(e) => {
-                    let message =
-                        format!("{:?} is not a host:port that resolves: {e}", s.get_ref());
-                    self.problem(s.span(), key, message);
+            match parse_server(s.get_ref()) {
+                Ok(server) if out.contains(&server) => {
+                    self.problem(s.span(), key, format!("{server} is listed twice"))
                 }
+                Ok(server) => out.push(server),
+                Err(message) => self.problem(s.span(), key, message),
             }
         }
         out
+    }
+
+    fn health(&mut self, key: &str, raw: &FileHealth) -> PassiveHealth {
+        let mut h = PassiveHealth::default();
+        let k = |name: &str| format!("{key}.{name}");
+        self.set_count(
+            &raw.max_connect_failures,
+            &k("max_connect_failures"),
+            &mut h.max_connect_failures,
+        );
+        self.set_count(&raw.max_5xx, &k("max_5xx"), &mut h.max_5xx);
+        self.set_positive_duration(&raw.ejection, &k("ejection"), &mut h.ejection);
+        self.set_positive_duration(&raw.max_ejection, &k("max_ejection"), &mut h.max_ejection);
+        self.set_duration(&raw.slow_start, &k("slow_start"), &mut h.slow_start);
+        if h.max_ejection < h.ejection {
+            if let Some(v) = &raw.max_ejection {
+                self.problem(v.span(), k("max_ejection"), "must be at least `ejection`");
+            }
+        }
+        h
+    }
+
+    fn check(&mut self, key: &str, raw: &FileHealthCheck) -> CheckConfig {
+        let k = |name: &str| format!("{key}.{name}");
+        let path = match route::parse_path_prefix(raw.path.get_ref()) {
+            Ok(_) => raw.path.get_ref().clone(),
+            Err(message) if !raw.path.get_ref().starts_with('/') => {
+                self.problem(raw.path.span(), k("path"), message);
+                "/".into()
+            }
+            // A query string is fine in a check's path.
+            Err(_) => raw.path.get_ref().clone(),
+        };
+        let mut check = CheckConfig {
+            path,
+            interval: defaults::CHECK_INTERVAL,
+            timeout: defaults::CHECK_TIMEOUT,
+            expect_status: None,
+            host: raw.host.as_ref().map(|h| h.get_ref().clone()),
+            thresholds: CheckThresholds::default(),
+        };
+        self.set_positive_duration(&raw.interval, &k("interval"), &mut check.interval);
+        self.set_positive_duration(&raw.timeout, &k("timeout"), &mut check.timeout);
+        if let Some(v) = &raw.expect_status {
+            match u16::try_from(*v.get_ref()) {
+                Ok(status @ 100..=599) => check.expect_status = Some(status),
+                _ => self.problem(v.span(), k("expect_status"), "must be a status from 100 to 599"),
+            }
+        }
+        if let Some(n) = raw.healthy.as_ref().and_then(|v| self.positive(v, &k("healthy"))) {
+            check.thresholds.healthy = n.try_into().unwrap_or(u32::MAX);
+        }
+        if let Some(n) = raw.unhealthy.as_ref().and_then(|v| self.positive(v, &k("unhealthy"))) {
+            check.thresholds.unhealthy = n.try_into().unwrap_or(u32::MAX);
+        }
+        check
     }
 
     fn socket_addr(&mut self, value: &Spanned<String>, key: &str) -> Option<SocketAddr> {
@@ -431,6 +619,21 @@ impl Validator<'_> {
         }
     }
 
+    /// Like [`Validator::set_duration`], but zero is a problem.
+    fn set_positive_duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+        slot: &mut Duration,
+    ) {
+        let Some(v) = value else { return };
+        match self.duration(v, key) {
+            Some(d) if d.is_zero() => self.problem(v.span(), key, "must be more than 0"),
+            Some(d) => *slot = d,
+            None => {}
+        }
+    }
+
     /// Sets `slot` from an optional count (0 or more), recording a problem if it is bad.
     fn set_count<T: TryFrom<usize>>(
         &mut self,
@@ -475,6 +678,24 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// A server entry: `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`.
+fn parse_server(text: &str) -> Result<ServerAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(ServerAddr::Ip(addr));
+    }
+    let bad = |why: &str| format!("{text:?} is not a server: {why} (use \"host:port\")");
+    let Some((host, port)) = text.rsplit_once(':') else { return Err(bad("no port")) };
+    let port: u16 = port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?;
+    if port == 0 {
+        return Err(bad("port 0"));
+    }
+    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+    if host.is_empty() || !host.chars().all(valid) || host.split('.').any(str::is_empty) {
+        return Err(bad("the host is not a name or IP address"));
+    }
+    Ok(ServerAddr::Name { host: host.to_ascii_lowercase(), port })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{HistogramSnapshot, STATUS_CLASSES};
-use crate::upstream::{Backend, Upstream};
+use crate::upstream::{Backend, Groups, Upstream};
 
 /// The content type of [`Exporter::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -25,6 +25,10 @@ pub struct ProcessSnapshot {
     pub client_connections_accepted: u64,
     pub access_log_dropped: u64,
     pub draining: bool,
+    /// Requests no route matched (answered 404).
+    pub unrouted_requests: u64,
+    pub reloads_ok: u64,
+    pub reloads_failed: u64,
 }
 
 /// Reads process-wide numbers for a scrape.
@@ -36,7 +40,7 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    pub fn new(upstreams: Vec<Arc<Upstream>>, process: ProcessReader) -> Self {
+    pub fn new(upstreams: Arc<Groups>, process: ProcessReader) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Sources { upstreams, process }));
         Exporter { registry }
@@ -52,13 +56,13 @@ impl Exporter {
 }
 
 struct Sources {
-    upstreams: Vec<Arc<Upstream>>,
+    upstreams: Arc<Groups>,
     process: ProcessReader,
 }
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sources").field("upstreams", &self.upstreams.len()).finish()
+        f.debug_struct("Sources").field("upstreams", &self.upstreams.current().len()).finish()
     }
 }
 
@@ -67,6 +71,8 @@ struct Server<'a> {
     upstream: &'a str,
     server: String,
     backend: &'a Backend,
+    /// Share of traffic health allows now (0 to 100).
+    weight: u32,
 }
 
 impl Server<'_> {
@@ -81,14 +87,17 @@ impl Server<'_> {
 
 impl Collector for Sources {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let servers: Vec<Server<'_>> = self
-            .upstreams
+        let upstreams = self.upstreams.current();
+        let members: Vec<_> = upstreams.iter().map(|u| (u, u.members())).collect();
+        let now = tokio::time::Instant::now();
+        let servers: Vec<Server<'_>> = members
             .iter()
-            .flat_map(|u| {
-                u.backends.iter().map(|b| Server {
+            .flat_map(|(u, m)| {
+                m.backends.iter().map(|b| Server {
                     upstream: &u.name,
                     server: b.addr.to_string(),
                     backend: b,
+                    weight: crate::balance::Candidate::weight(b, now),
                 })
             })
             .collect();
@@ -201,12 +210,32 @@ impl Collector for Sources {
             histogram(&mut enc, name, help, servers.iter().map(|s| (s.labels(), read(s.backend))))?;
         }
 
-        let groups = || self.upstreams.iter().map(|u| [("upstream", &*u.name)]);
+        counter(
+            &mut enc,
+            "holdfast_upstream_failovers",
+            "Requests sent to another server of the group after this one failed them.",
+            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.failovers))),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_backend_ejections",
+            "Times a server was taken out of service (passive detection or failed checks).",
+            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.ejections))),
+        )?;
+        gauge(
+            &mut enc,
+            "holdfast_backend_weight",
+            "Share of traffic health allows a server now, in percent: 100 in service, 0 out, in between while re-admitted.",
+            servers.iter().map(|s| (s.labels(), u64::from(s.weight))),
+        )?;
+
+        let upstreams: &[Arc<Upstream>] = &upstreams;
+        let groups = || upstreams.iter().map(|u| [("upstream", &*u.name)]);
         counter(
             &mut enc,
             "holdfast_downstream_requests",
             "Responses to clients, by upstream group and status class (refused requests included).",
-            self.upstreams.iter().flat_map(|u| {
+            upstreams.iter().flat_map(|u| {
                 let counts = u.metrics.requests.snapshot();
                 STATUS_CLASSES
                     .iter()
@@ -218,7 +247,7 @@ impl Collector for Sources {
             &mut enc,
             "holdfast_downstream_request_duration",
             "From a client's request head arriving to the end of the response to it.",
-            groups().zip(&self.upstreams).map(|(l, u)| (l, u.metrics.duration.snapshot())),
+            groups().zip(upstreams).map(|(l, u)| (l, u.metrics.duration.snapshot())),
         )?;
 
         let process = (self.process)();
@@ -240,6 +269,21 @@ impl Collector for Sources {
             "holdfast_access_log_dropped",
             "Access log lines dropped because the writer was behind.",
             [(none, process.access_log_dropped)],
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_unrouted_requests",
+            "Requests no route matched, answered 404.",
+            [(none, process.unrouted_requests)],
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_config_reloads",
+            "Config reloads, by result (a failed reload keeps the config in force).",
+            [
+                ([("result", "ok")], process.reloads_ok),
+                ([("result", "failed")], process.reloads_failed),
+            ],
         )?;
         gauge(
             &mut enc,

@@ -78,6 +78,11 @@ pub struct BackendMetrics {
     /// Requests that failed on a pooled connection after they may have reached the
     /// origin, and were answered 502 instead of being sent again.
     pub retries_refused: AtomicU64,
+    /// Requests sent to another server of the group after this one failed them (a
+    /// failed connect, or a failure before any response byte of an idempotent request).
+    pub failovers: AtomicU64,
+    /// Times this server was taken out of service (passive ejection or failed checks).
+    pub ejections: AtomicU64,
     /// Requests holdfast answered itself, by reason (`connect_refused`, ...).
     pub errors: ReasonCounts,
     /// TCP connect (and HTTP/1.1 handshake) of each new connection.

@@ -78,6 +78,21 @@ impl ProxyErrorKind {
     }
 }
 
+impl ProxyErrorKind {
+    /// Whether the failure is the backend's (it failed or did not answer in time), so
+    /// its health counts it like a 5xx. Connect failures are counted where they happen;
+    /// full queues and bad client bodies are not the backend's doing.
+    pub fn is_backend_failure(&self) -> bool {
+        matches!(
+            self,
+            ProxyErrorKind::HeaderTimeout(_)
+                | ProxyErrorKind::Closed(_)
+                | ProxyErrorKind::NotRetried { .. }
+                | ProxyErrorKind::BadResponse(_)
+        )
+    }
+}
+
 impl ProxyError {
     /// The status the client gets: 400, 502, 503 or 504.
     pub fn status(&self) -> u16 {

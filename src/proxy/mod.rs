@@ -1,10 +1,12 @@
 //! The request path: one client request in, one upstream exchange, one response out.
 //!
-//! For each request: pick a backend and rewrite the head for it ([`Proxy::prepare`]),
-//! lease a connection (pooled or new), send the head and body (once more on a new
-//! connection if a pooled one failed under the request and `retry` allows it), read
-//! the response head, and stream the response to the client. The connection goes back
-//! to its pool when the exchange ended cleanly; otherwise it is closed.
+//! For each request: route it to an upstream group, pick a backend and rewrite the
+//! head for it ([`Proxy::prepare`]), lease a connection (pooled or new), send the head
+//! and body (once more on a new connection if a pooled one failed under the request
+//! and `retry` allows it; to another backend of the group when the connect failed, or
+//! the backend failed a request that may be sent again), read the response head, and
+//! stream the response to the client. The connection goes back to its pool when the
+//! exchange ended cleanly; otherwise it is closed.
 //!
 //! One task does all of it: the client connection's. It owns the upstream connection
 //! for the length of the exchange, so a request costs no channel, no second task and no
@@ -17,8 +19,11 @@ pub mod transfer;
 
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
 
 use holdfast_pool::CloseReason;
 use http::Method;
@@ -30,14 +35,15 @@ use retry::{BodyReplay, Decision, SendOutcome};
 use trace::{Delivery, Trace};
 use transfer::{DownloadError, Upload, UploadError};
 
-use crate::config::Timeouts;
+use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding};
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
 use crate::http1::{Framing, Version};
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
+use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;
-use crate::upstream::{keepalive, Backend, Lease, Upstream};
+use crate::upstream::{keepalive, Assigned, Backend, Lease, LeaseError, Upstream};
 
 /// Responses whose unread remainder is at most this many bytes are drained after the
 /// client leaves, to keep the connection; 64 KiB is a few milliseconds on any link.
@@ -45,11 +51,23 @@ const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
 /// How long a background drain may take before the connection is closed instead.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Serves requests for one listener: everything goes to one upstream group.
+/// Serves requests for one listener, by the routes and settings of the config in force.
 pub struct Proxy {
-    upstream: Arc<Upstream>,
-    timeouts: Timeouts,
+    site: ArcSwap<Site>,
     access_log: Option<AccessLog>,
+    /// Requests no route matched, across listeners.
+    unrouted: Arc<AtomicU64>,
+}
+
+/// What a listener serves with: its routes and the settings of one config. A reload
+/// replaces it whole; a request keeps the one it started with.
+pub struct Site {
+    pub router: Router<Arc<Upstream>>,
+    /// The listener's own upstream group, which counts requests refused before they
+    /// could be routed.
+    pub fallback: Option<Arc<Upstream>>,
+    pub timeouts: Timeouts,
+    pub limits: ClientLimits,
 }
 
 /// The client side of an exchange: its socket and the bytes read from it that have
@@ -78,7 +96,10 @@ pub struct Outbound {
     upgrade: bool,
     /// The client's connection may carry another request after this one.
     keep_alive: bool,
-    backend: usize,
+    site: Arc<Site>,
+    /// The backend the request goes to; `None` when there is none (see `trace`'s
+    /// upstream: no route when it is `None` too, else no server that may take it).
+    backend: Option<Assigned>,
     /// The request body has been read from the client to its end.
     body_consumed: bool,
     trace: Trace,
@@ -123,14 +144,25 @@ enum Attempt {
 }
 
 impl Proxy {
-    /// Each request is traced into the metrics of `upstream`, and logged to
-    /// `access_log` if there is one.
-    pub fn new(upstream: Arc<Upstream>, timeouts: Timeouts, access_log: Option<AccessLog>) -> Self {
-        Proxy { upstream, timeouts, access_log }
+    /// Each request is traced into the metrics of its upstream group, and logged to
+    /// `access_log` if there is one; requests no route matches count in `unrouted`.
+    pub fn new(site: Site, access_log: Option<AccessLog>, unrouted: Arc<AtomicU64>) -> Self {
+        Proxy { site: ArcSwap::from_pointee(site), access_log, unrouted }
     }
 
-    /// Starts a request: picks its backend and writes, into `head`, the head the
-    /// origin gets (see [`encode::upstream_request`]).
+    /// The routes and settings in force now.
+    pub fn site(&self) -> Arc<Site> {
+        self.site.load_full()
+    }
+
+    /// Serves new requests with `site` (a reload); requests in flight finish with the
+    /// one they started with.
+    pub fn replace(&self, site: Site) {
+        self.site.store(Arc::new(site));
+    }
+
+    /// Starts a request: routes it, picks its backend and writes, into `head`, the head
+    /// the origin gets (see [`encode::upstream_request`]).
     pub fn prepare(
         &self,
         req: &Request<'_, '_>,
@@ -138,14 +170,22 @@ impl Proxy {
         client_ip: &str,
         head: &mut Vec<u8>,
     ) -> Outbound {
-        let trace = Trace::begin(&self.upstream, req, client, self.access_log.as_ref());
-        let backend = self.upstream.pick();
+        let site = self.site.load_full();
+        let upstream = match site.router.only() {
+            Some(only) => Some(only),
+            None => site.router.find(req.host, req.target.as_bytes()),
+        };
+        let mut trace = Trace::begin(upstream, req, client, self.access_log.as_ref());
+        let backend = upstream.and_then(|u| pick(u, &[], trace.started()));
         if head.capacity() == 0 {
             *head = net::scratch();
         }
         head.clear();
-        let fwd = Forwarding { client_ip, backend: self.upstream.backends[backend].addr };
-        encode::upstream_request(req, &fwd, head);
+        if let Some(backend) = &backend {
+            trace.chose(backend.backend());
+            let fwd = Forwarding { client_ip, backend: backend.addr };
+            encode::upstream_request(req, &fwd, head);
+        }
         Outbound {
             method: Method::from_bytes(req.method.as_bytes()).unwrap_or(Method::GET),
             version: req.version,
@@ -153,6 +193,7 @@ impl Proxy {
             expect_continue: req.expect_continue,
             upgrade: req.upgrade.is_some(),
             keep_alive: req.keep_alive(),
+            site,
             backend,
             body_consumed: req.framing == Framing::Empty,
             trace,
@@ -162,20 +203,21 @@ impl Proxy {
     /// Counts and logs a request refused before it could be parsed or forwarded; the
     /// caller answers it.
     pub fn refused(&self, client: SocketAddr, status: u16, reason: &'static str) {
-        let mut trace = Trace::refused(&self.upstream, client, self.access_log.as_ref());
+        let site = self.site.load();
+        let mut trace = Trace::refused(site.fallback.as_ref(), client, self.access_log.as_ref());
         trace.failed(reason);
         trace.finish(Delivery { status, bytes: 0, ended: Some(Instant::now()) });
     }
 
     /// Carries one request to its backend and the response back to the client.
     pub async fn forward(&self, mut out: Outbound, head: &[u8], mut client: Client<'_>) -> Done {
-        out.trace.chose(out.backend);
-        let backend = &self.upstream.backends[out.backend];
+        if out.backend.is_none() {
+            return self.answer_unserved(out, client.stream).await;
+        }
         let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
         let mut response_head = net::scratch();
-        let sent = self
-            .send(&mut out, backend, head, &mut client, &mut upstream_buf, &mut response_head)
-            .await;
+        let sent =
+            self.send(&mut out, head, &mut client, &mut upstream_buf, &mut response_head).await;
         let done = match sent {
             Ok(sent) => self.respond(out, sent, &response_head, client, &mut upstream_buf).await,
             Err(e) => self.answer_error(out, e, client.stream).await,
@@ -185,9 +227,27 @@ impl Proxy {
         done
     }
 
+    /// Answers a request that has nowhere to go: 404 when no route matched it, 502 when
+    /// its group has no backend that may take requests now.
+    async fn answer_unserved(&self, out: Outbound, client: &mut TcpStream) -> Done {
+        let (status, reason, text) = match out.trace.upstream() {
+            None => {
+                self.unrouted.fetch_add(1, Ordering::Relaxed);
+                (404, "no_route", "holdfast: no route for this host and path\n".to_string())
+            }
+            Some(upstream) => {
+                let why = upstream.with_members(|m| m.unavailable(Instant::now()));
+                tracing::warn!(upstream = %upstream.name, "{why}");
+                (502, "no_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
+            }
+        };
+        self.answer(out, status, reason, &text, client).await
+    }
+
     /// Leases a connection, sends the request and reads the response head; once more
     /// on a new connection when a pooled one failed under the request and
-    /// [`retry::may_replay`] allows it.
+    /// [`retry::may_replay`] allows it; on another backend when a connect failed or
+    /// [`retry::may_fail_over`] allows it, up to [`retry::MAX_BACKENDS`] backends.
     ///
     /// # Races
     /// A pooled connection may be closing at the origin just as the request goes out on
@@ -195,38 +255,44 @@ impl Proxy {
     /// before any response byte. The request is sent again when not a byte of it was
     /// written, and for idempotent requests whose body is empty or kept even when it
     /// may have arrived.
-    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         out: &mut Outbound,
-        backend: &Backend,
         head: &[u8],
         client: &mut Client<'_>,
         upstream_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<Sent, ProxyError> {
-        let kept = self.kept_body(out, backend, client).await?;
+        let kept = self.kept_body(out, client).await?;
         // One clock read serves the request's arrival and the pool's checkout, unless a
         // body was read in between.
         let asked = if kept.is_some() { Instant::now() } else { out.trace.started() };
         out.trace.asking(asked);
-        let mut lease = match backend.try_idle(asked) {
-            Some(lease) => {
-                out.trace.connected(Duration::ZERO);
-                lease
-            }
-            None => {
-                let lease = backend
-                    .lease(self.timeouts.connect)
-                    .await
-                    .map_err(|e| self.error(backend, e.into(), false))?;
-                out.trace.connected(asked.elapsed());
-                lease
-            }
+        let body = match (&kept, out.framing) {
+            (Some(_), _) => BodyReplay::Kept,
+            (None, Framing::Empty) => BodyReplay::Empty,
+            (None, _) => BodyReplay::Streamed,
         };
-        // At most two rounds: a retry goes out on a new connection, which `may_replay`
-        // never retries.
+        let mut tried = Vec::new();
+        // After a pooled connection failed under the request: the same backend, on a new
+        // connection.
+        let mut fresh = false;
         loop {
+            let backend = Arc::clone(out.backend());
+            let mut lease = match self.connect(out, &backend, fresh, asked).await {
+                Ok(lease) => lease,
+                Err(LeaseError::Connect(e)) => {
+                    if e.is_backend_failure() {
+                        backend.connect_failed(Instant::now());
+                    }
+                    if tried.len() + 1 < retry::MAX_BACKENDS && self.fail_over(out, &mut tried) {
+                        fresh = false;
+                        continue;
+                    }
+                    return Err(error(out, e.into(), false));
+                }
+                Err(e) => return Err(error(out, e.into(), false)),
+            };
             let reused = lease.is_reused();
             out.trace.sending(reused);
             let attempt = self
@@ -240,42 +306,96 @@ impl Proxy {
                     response_head,
                 )
                 .await;
-            let (outcome, error) = match attempt {
+            let (outcome, io_error) = match attempt {
                 Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
-                Err(Attempt::Failed(kind)) => return Err(self.error(backend, kind, reused)),
+                Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
             };
-            let body = match (&kept, out.framing) {
-                (Some(_), _) => BodyReplay::Kept,
-                (None, Framing::Empty) => BodyReplay::Empty,
-                (None, _) => BodyReplay::Streamed,
-            };
-            let decision = retry::may_replay(&out.method, outcome, reused, body);
-            self.record(backend, decision);
-            match decision {
-                Decision::Retry => {}
-                Decision::Refuse(why) => {
-                    let kind =
-                        ProxyErrorKind::NotRetried { error, method: out.method.clone(), why };
-                    return Err(self.error(backend, kind, reused));
-                }
-                Decision::Fail => {
-                    return Err(self.error(backend, ProxyErrorKind::Closed(error), reused))
-                }
-            }
-            tracing::debug!(
-                upstream = %self.upstream.name, backend = %backend.addr, method = %out.method,
-                outcome = ?outcome, error = %error, "pooled connection failed, retrying on a new one"
-            );
             lease.discard(CloseReason::UpstreamClosed);
             upstream_buf.consume(upstream_buf.len());
-            let asked = Instant::now();
-            lease = backend
-                .connect_fresh(self.timeouts.connect)
-                .await
-                .map_err(|e| self.error(backend, e.into(), false))?;
-            out.trace.connected(asked.elapsed());
+            let decision = retry::may_replay(&out.method, outcome, reused, body);
+            record(&backend, decision);
+            match decision {
+                Decision::Retry => {
+                    tracing::debug!(
+                        backend = %backend.addr, method = %out.method, outcome = ?outcome,
+                        error = %io_error, "pooled connection failed, retrying on a new one"
+                    );
+                    fresh = true;
+                    continue;
+                }
+                Decision::Refuse(why) => {
+                    let kind = ProxyErrorKind::NotRetried {
+                        error: io_error,
+                        method: out.method.clone(),
+                        why,
+                    };
+                    return Err(error(out, kind, reused));
+                }
+                Decision::Fail => {}
+            }
+            // A new connection failed before any response byte: the backend is failing.
+            backend.observe(502, None, Instant::now());
+            if retry::may_fail_over(&out.method, outcome, body)
+                && tried.len() + 1 < retry::MAX_BACKENDS
+                && self.fail_over(out, &mut tried)
+            {
+                tracing::debug!(
+                    backend = %backend.addr, method = %out.method, error = %io_error,
+                    "backend failed the request before answering; sending it to another"
+                );
+                fresh = false;
+                continue;
+            }
+            return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
         }
+    }
+
+    /// A connection to `backend` for the request: an idle pooled one if there is one
+    /// (unless `fresh`), else a new one, after the queue if the backend is at its limit.
+    async fn connect(
+        &self,
+        out: &mut Outbound,
+        backend: &Backend,
+        fresh: bool,
+        asked: Instant,
+    ) -> Result<Lease, LeaseError> {
+        if !fresh {
+            if let Some(lease) = backend.try_idle(asked) {
+                out.trace.connected(Duration::ZERO);
+                return Ok(lease);
+            }
+        }
+        let started = if fresh { Instant::now() } else { asked };
+        let connect = out.site.timeouts.connect;
+        let lease = if fresh {
+            backend.connect_fresh(connect).await?
+        } else {
+            backend.lease(connect).await?
+        };
+        out.trace.connected(started.elapsed());
+        Ok(lease)
+    }
+
+    /// Moves the request to another backend of its group, one it has not tried; false
+    /// when there is none that may take it.
+    fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
+        let (Some(upstream), Some(failed)) = (out.trace.upstream(), &out.backend) else {
+            return false;
+        };
+        tried.push(failed.addr);
+        let next = upstream.with_members(|m| {
+            let exclude: Vec<usize> =
+                (0..m.backends.len()).filter(|i| tried.contains(&m.backends[*i].addr)).collect();
+            m.balancer
+                .pick(&m.backends, &exclude, Instant::now())
+                .map(|i| Arc::clone(&m.backends[i]))
+        });
+        let Some(next) = next else { return false };
+        failed.metrics.failovers.fetch_add(1, Ordering::Relaxed);
+        out.trace.chose(&next);
+        out.backend = Some(Assigned::new(next));
+        true
     }
 
     /// The body of a small idempotent request, read in full before it is sent so it
@@ -283,14 +403,13 @@ impl Proxy {
     async fn kept_body(
         &self,
         out: &mut Outbound,
-        backend: &Backend,
         client: &mut Client<'_>,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
         let Framing::Length(len) = out.framing else { return Ok(None) };
         if !retry::should_keep_body(&out.method, Some(len)) {
             return Ok(None);
         }
-        let stall = self.timeouts.response_header;
+        let stall = out.site.timeouts.response_header;
         let read =
             transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, stall);
         match read.await {
@@ -299,11 +418,11 @@ impl Proxy {
                 Ok(Some(kept))
             }
             Err(e) => {
-                let kind = match self.upload_error(e) {
+                let kind = match upload_error(e, stall) {
                     Attempt::Failed(kind) => kind,
                     Attempt::Closed { error, .. } => ProxyErrorKind::Closed(error),
                 };
-                Err(self.error(backend, kind, false))
+                Err(error(out, kind, false))
             }
         }
     }
@@ -320,7 +439,7 @@ impl Proxy {
         upstream_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let limit = self.timeouts.response_header;
+        let limit = out.site.timeouts.response_header;
         let stream = &mut lease.conn().stream;
         let parts = [head, kept.unwrap_or_default()];
         if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
@@ -342,7 +461,7 @@ impl Proxy {
             let framing = out.framing;
             let expect = &mut out.expect_continue;
             let sent = transfer::upload(client.stream, client.buf, stream, framing, expect, limit);
-            (sent.await.map_err(|e| self.upload_error(e))?, Instant::now())
+            (sent.await.map_err(|e| upload_error(e, limit))?, Instant::now())
         };
         if upload == Upload::Complete {
             out.body_consumed = true;
@@ -355,22 +474,6 @@ impl Proxy {
             .response_head(out, upload, stream, upstream_buf, &mut deadline, response_head)
             .await?;
         Ok((upload, start))
-    }
-
-    /// What a failed upload means for the attempt: the origin's side failing is the
-    /// retry policy's to judge; the client's side failing is the client's error.
-    fn upload_error(&self, e: UploadError) -> Attempt {
-        let limit = self.timeouts.response_header;
-        match e {
-            UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
-            // A body that stops moving fails like a response that does not come.
-            UploadError::ClientStalled | UploadError::Upstream(WaitError::TimedOut) => {
-                Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))
-            }
-            UploadError::Upstream(WaitError::Io(error)) => {
-                Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
-            }
-        }
     }
 
     /// Reads the origin's response head (skipping interim 1xx responses) and writes the
@@ -407,7 +510,7 @@ impl Proxy {
                 }
                 Ok(_) => {}
                 Err(WaitError::TimedOut) => {
-                    let limit = self.timeouts.response_header;
+                    let limit = out.site.timeouts.response_header;
                     return Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)));
                 }
                 Err(WaitError::Io(error)) => return Err(closed(received_any, error)),
@@ -479,13 +582,14 @@ impl Proxy {
         upstream_buf: &mut InBuf,
     ) -> Done {
         let Sent { mut lease, upload, start } = sent;
-        out.trace.response_head(start.status);
+        let (header, now) = out.trace.response_head(start.status);
+        out.backend().observe(start.status, header, now);
         if start.connection == ConnectionOut::Upgrade {
             return self.switch(out, lease, response_head, client, upstream_buf).await;
         }
         lease.limit_by_server(start.limits);
         let reusable = start.reusable && upload == Upload::Complete;
-        let stall = self.timeouts.read;
+        let stall = out.site.timeouts.read;
         let downloaded = transfer::download(
             &mut lease.conn().stream,
             upstream_buf,
@@ -533,7 +637,7 @@ impl Proxy {
             }
             Err(DownloadError::Upstream { error, bytes }) => {
                 tracing::warn!(
-                    upstream = %self.upstream.name, backend = %self.upstream.backends[out.backend].addr,
+                    upstream = %out.upstream_name(), backend = %out.backend().addr,
                     status, error = %error, "upstream response body failed; client connection closed"
                 );
                 lease.discard(CloseReason::Error);
@@ -556,7 +660,7 @@ impl Proxy {
         upstream_buf: &mut InBuf,
     ) -> Done {
         let upstream = lease.into_inner(CloseReason::Upgraded).stream;
-        let stall = self.timeouts.read;
+        let stall = out.site.timeouts.read;
         let wrote = net::write_all(client.stream, &[response_head], stall).await;
         let at = Instant::now();
         out.trace.finish(Delivery { status: 101, bytes: 0, ended: Some(at) });
@@ -572,21 +676,35 @@ impl Proxy {
 
     /// Answers a request that failed with holdfast's own response naming the upstream,
     /// the backend and the reason.
-    async fn answer_error(&self, mut out: Outbound, e: ProxyError, client: &mut TcpStream) -> Done {
+    async fn answer_error(&self, out: Outbound, e: ProxyError, client: &mut TcpStream) -> Done {
         tracing::warn!(
             upstream = %e.upstream, backend = %e.backend, method = %out.method,
             reused = e.reused, status = e.status(), reason = e.kind.as_str(),
             "{}", e.kind
         );
-        out.trace.failed(e.kind.as_str());
-        let status = e.status();
+        if e.kind.is_backend_failure() {
+            out.backend().observe(e.status(), None, Instant::now());
+        }
+        self.answer(out, e.status(), e.kind.as_str(), &e.text(), client).await
+    }
+
+    /// Sends holdfast's own response, `status` with `text`, for a request that failed
+    /// for `reason`; keeps the client connection when the request was read in full.
+    async fn answer(
+        &self,
+        mut out: Outbound,
+        status: u16,
+        reason: &'static str,
+        text: &str,
+        client: &mut TcpStream,
+    ) -> Done {
+        out.trace.failed(reason);
         // Unread body bytes would be taken for the next request: close instead.
         let keep = out.keep_alive && out.body_consumed;
         let connection = ConnectionOut::for_client(keep, out.version);
-        let text = e.text();
         let mut response = Vec::with_capacity(256 + text.len());
-        encode::local_response(status, &text, connection, &mut response);
-        let sent = net::write_all(client, &[&response], self.timeouts.read).await;
+        encode::local_response(status, text, connection, &mut response);
+        let sent = net::write_all(client, &[&response], out.site.timeouts.read).await;
         let at = Instant::now();
         let ended = sent.is_ok().then_some(at);
         out.trace.finish(Delivery { status, bytes: text.len() as u64, ended });
@@ -598,24 +716,57 @@ impl Proxy {
         };
         Done { next, at }
     }
+}
 
-    fn error(&self, backend: &Backend, kind: ProxyErrorKind, reused: bool) -> ProxyError {
-        ProxyError {
-            upstream: Arc::clone(&self.upstream.name),
-            backend: backend.addr,
-            kind,
-            reused,
-        }
+impl Outbound {
+    /// The backend the request goes to; only called once one was picked.
+    fn backend(&self) -> &Arc<Backend> {
+        self.backend.as_ref().expect("the request has a backend").backend()
     }
 
-    /// Counts a retry decision for `backend`.
-    fn record(&self, backend: &Backend, decision: Decision) {
-        let counter = match decision {
-            Decision::Retry => &backend.metrics.retries,
-            Decision::Refuse(_) => &backend.metrics.retries_refused,
-            Decision::Fail => return,
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    fn upstream_name(&self) -> &str {
+        self.trace.upstream().map_or("-", |u| &u.name)
+    }
+}
+
+/// The least loaded backend of `upstream` that may take a request, by its balancer,
+/// skipping the indices in `exclude`; counted as assigned until the request ends.
+fn pick(upstream: &Upstream, exclude: &[usize], now: Instant) -> Option<Assigned> {
+    upstream.with_members(|m| {
+        let i = m.balancer.pick(&m.backends, exclude, now)?;
+        Some(Assigned::new(Arc::clone(&m.backends[i])))
+    })
+}
+
+/// The failure of a request to its backend, as the client hears of it.
+fn error(out: &Outbound, kind: ProxyErrorKind, reused: bool) -> ProxyError {
+    let upstream = out.trace.upstream().map_or_else(|| Arc::from("-"), |u| Arc::clone(&u.name));
+    ProxyError { upstream, backend: out.backend().addr, kind, reused }
+}
+
+/// Counts a retry decision for `backend`.
+fn record(backend: &Backend, decision: Decision) {
+    let counter = match decision {
+        Decision::Retry => &backend.metrics.retries,
+        Decision::Refuse(_) => &backend.metrics.retries_refused,
+        Decision::Fail => return,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What a failed upload means for the attempt: the origin's side failing is the retry
+/// policy's to judge; the client's side failing is the client's error. `limit` is the
+/// response-header timeout.
+fn upload_error(e: UploadError, limit: Duration) -> Attempt {
+    match e {
+        UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
+        // A body that stops moving fails like a response that does not come.
+        UploadError::ClientStalled | UploadError::Upstream(WaitError::TimedOut) => {
+            Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))
+        }
+        UploadError::Upstream(WaitError::Io(error)) => {
+            Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+        }
     }
 }
 

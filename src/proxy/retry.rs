@@ -8,9 +8,10 @@
 //! head is the rewritten head holdfast keeps until the response arrives, and its body
 //! is empty or was read in full beforehand ([`should_keep_body`]).
 //!
-//! It does not retry anything else: not a failed connect, not a timeout, not a failure on
-//! a connection that was new (the backend itself is failing then, and a retry would only
-//! add load), and never more than once.
+//! A failure on a connection that was new is not this race but the backend failing: it
+//! is not retried on the same backend (that would only add load), but [`may_fail_over`]
+//! decides whether another backend of the group gets the request, as it always does
+//! after a failed connect. Timeouts are never retried.
 
 use std::fmt;
 
@@ -104,6 +105,26 @@ pub fn may_replay(method: &Method, sent: SendOutcome, reused: bool, body: BodyRe
             BodyReplay::Empty | BodyReplay::Kept => Decision::Retry,
             BodyReplay::Streamed => Decision::Refuse(NotReplayed::BodyStreamed),
         },
+    }
+}
+
+/// Most backends one request is tried on: the first pick and two more after failures
+/// that are safe to send elsewhere. Bounded so that a group whose servers all fail
+/// answers in a few connect attempts, not one per server.
+pub const MAX_BACKENDS: usize = 3;
+
+/// Whether a request whose new connection failed before any response byte (the
+/// backend failing: killed, restarting, overloaded) is sent to another backend.
+///
+/// - [`SendOutcome::Unsent`]: always; nothing reached the failing backend.
+/// - [`SendOutcome::MaybeReceived`]: only an idempotent request whose body is empty or
+///   kept: running it twice is harmless, and a second backend likely answers it.
+///
+/// A failed connect is always sent elsewhere: nothing was sent at all.
+pub fn may_fail_over(method: &Method, sent: SendOutcome, body: BodyReplay) -> bool {
+    match sent {
+        SendOutcome::Unsent => true,
+        SendOutcome::MaybeReceived => is_idempotent(method) && body != BodyReplay::Streamed,
     }
 }
 

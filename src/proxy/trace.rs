@@ -12,14 +12,15 @@ use tokio::time::Instant;
 use crate::http1::request::Request;
 use crate::http1::Version;
 use crate::telemetry::access_log::{AccessEntry, AccessLog};
-use crate::upstream::Upstream;
+use crate::upstream::{Backend, Upstream};
 
 /// The record of one request, filled in along the proxy path.
 pub struct Trace {
-    upstream: Arc<Upstream>,
+    /// The group the request was routed to (`None`: no route matched).
+    upstream: Option<Arc<Upstream>>,
     started: Instant,
-    /// Index of the chosen server in `upstream.backends`.
-    backend: Option<usize>,
+    /// The server that got the request last.
+    backend: Option<Arc<Backend>>,
     upstream_started: Option<Instant>,
     connect: Option<Duration>,
     header: Option<Duration>,
@@ -59,7 +60,7 @@ pub struct Delivery {
 impl Trace {
     /// Starts the record of `req`, which has just arrived from `client`.
     pub fn begin(
-        upstream: &Arc<Upstream>,
+        upstream: Option<&Arc<Upstream>>,
         req: &Request<'_, '_>,
         client: SocketAddr,
         log: Option<&AccessLog>,
@@ -83,7 +84,11 @@ impl Trace {
     }
 
     /// Starts the record of a request that could not even be parsed.
-    pub fn refused(upstream: &Arc<Upstream>, client: SocketAddr, log: Option<&AccessLog>) -> Trace {
+    pub fn refused(
+        upstream: Option<&Arc<Upstream>>,
+        client: SocketAddr,
+        log: Option<&AccessLog>,
+    ) -> Trace {
         let log = log.map(|sink| {
             Box::new(LogFields {
                 sink: sink.clone(),
@@ -100,9 +105,9 @@ impl Trace {
         Trace::start(upstream, log)
     }
 
-    fn start(upstream: &Arc<Upstream>, log: Option<Box<LogFields>>) -> Trace {
+    fn start(upstream: Option<&Arc<Upstream>>, log: Option<Box<LogFields>>) -> Trace {
         Trace {
-            upstream: Arc::clone(upstream),
+            upstream: upstream.cloned(),
             started: Instant::now(),
             backend: None,
             upstream_started: None,
@@ -116,9 +121,14 @@ impl Trace {
         }
     }
 
-    /// The request goes to server `backend` of the group.
-    pub fn chose(&mut self, backend: usize) {
-        self.backend = Some(backend);
+    /// The request goes to `backend` (again after a failover: the last one counts).
+    pub fn chose(&mut self, backend: &Arc<Backend>) {
+        self.backend = Some(Arc::clone(backend));
+    }
+
+    /// The group the request was routed to, if any.
+    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
+        self.upstream.as_ref()
     }
 
     /// When the request head arrived.
@@ -148,10 +158,12 @@ impl Trace {
         }
     }
 
-    /// The upstream's response head arrived.
-    pub fn response_head(&mut self, status: u16) {
-        self.header = self.upstream_started.map(|t| t.elapsed());
+    /// The upstream's response head arrived: returns the time it took and the time now.
+    pub fn response_head(&mut self, status: u16) -> (Option<Duration>, Instant) {
+        let now = Instant::now();
+        self.header = self.upstream_started.map(|t| now - t);
         self.upstream_status = Some(status);
+        (self.header, now)
     }
 
     /// holdfast answers by itself, for `reason`; counted against the chosen server.
@@ -163,7 +175,7 @@ impl Trace {
     }
 
     fn backend_metrics(&self) -> Option<&crate::metrics::BackendMetrics> {
-        self.backend.and_then(|i| self.upstream.backends.get(i)).map(|b| &b.metrics)
+        self.backend.as_ref().map(|b| &b.metrics)
     }
 
     /// Records the finished request: in the metrics, and in the access log if any.
@@ -177,9 +189,10 @@ impl Trace {
             (Some(start), Some(_)) => Some(now - start),
             _ => None,
         };
-        let group = &self.upstream.metrics;
-        group.requests.record(status);
-        group.duration.observe(request_time);
+        if let Some(group) = &self.upstream {
+            group.metrics.requests.record(status);
+            group.metrics.duration.observe(request_time);
+        }
         if let Some(b) = self.backend_metrics() {
             b.responses.record(status);
             if let Some(header) = self.header {
@@ -204,8 +217,8 @@ impl Trace {
             bytes,
             referer: log.referer.as_deref(),
             user_agent: log.user_agent.as_deref(),
-            upstream: Some(&self.upstream.name),
-            upstream_addr: self.backend.and_then(|i| self.upstream.backends.get(i)).map(|b| b.addr),
+            upstream: self.upstream.as_ref().map(|u| &*u.name),
+            upstream_addr: self.backend.as_ref().map(|b| b.addr),
             upstream_status: self.upstream_status,
             reused: self.reused,
             retried: self.retried,

@@ -33,6 +33,14 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
+    /// Whether the failure says something about the backend (it refused, did not
+    /// answer, cannot be reached), so its health counts it. Running out of local ports
+    /// or a bad source address is this host's problem: ejecting the backend would not
+    /// help.
+    pub fn is_backend_failure(&self) -> bool {
+        !matches!(self, ConnectError::PortsExhausted(_) | ConnectError::SourceAddress { .. })
+    }
+
     /// A stable snake_case name for logs and metric labels.
     pub fn as_str(&self) -> &'static str {
         match self {

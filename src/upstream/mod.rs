@@ -1,23 +1,36 @@
-//! Upstream groups and their backends: each backend owns the pool of connections to it.
+//! Upstream groups and their backends: each backend owns the pool of connections to
+//! it, its health and its load; a group's set of backends changes with reloads and
+//! DNS answers while requests keep flowing.
+//!
+//! A group's current backends, balancer and settings form one [`Members`] value,
+//! swapped whole ([`Upstream::update`]): a request reads one consistent set, and a
+//! backend that leaves the set lives on (an `Arc`) until its last request ends.
 
+pub mod check;
 pub mod connect;
+pub mod discovery;
+pub mod health;
 pub mod keepalive;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use holdfast_pool::{
-    Checkout, CloseReason, ConnectPermit, Exhausted, IdleBudget, Pool, PoolConfig,
-    PoolStatsSnapshot, Pooled,
+    Checkout, CloseReason, ConnectPermit, Exhausted, IdleBudget, Pool, PoolStatsSnapshot, Pooled,
 };
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use connect::{ConnectError, UpstreamConn};
+pub use discovery::Resolution;
 
+use crate::balance::{Balancer, Candidate, Ewma};
 use crate::config::UpstreamConfig;
 use crate::metrics::{BackendMetrics, UpstreamMetrics};
+use health::{Health, PassiveHealth, Transition};
 
 /// One address of an upstream group, with the pool of connections to it.
 pub struct Backend {
@@ -26,6 +39,13 @@ pub struct Backend {
     /// Local address connections are made from (`None`: the kernel picks).
     pub source_address: Option<IpAddr>,
     pub metrics: BackendMetrics,
+    pub health: Health,
+    /// Smoothed time to the response head, for the balancer.
+    pub latency: Ewma,
+    /// The group's passive health settings (they may change on reload).
+    passive: ArcSwap<PassiveHealth>,
+    /// Requests assigned to this backend and not finished.
+    outstanding: AtomicUsize,
 }
 
 /// A connection ready to carry one request.
@@ -36,14 +56,78 @@ pub type Lease = Pooled<UpstreamConn>;
 pub const PROBE_AFTER_IDLE: Duration = Duration::from_millis(250);
 
 impl Backend {
-    fn new(
-        addr: SocketAddr,
-        config: PoolConfig,
-        source_address: Option<IpAddr>,
-        budget: Option<Arc<IdleBudget>>,
-    ) -> Self {
-        let pool = Pool::with_budget(config, budget);
-        Backend { addr, pool, source_address, metrics: BackendMetrics::default() }
+    fn new(addr: SocketAddr, config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Self {
+        let pool = Pool::with_budget(config.pool.clone(), Some(Arc::clone(budget)));
+        Backend {
+            addr,
+            pool,
+            source_address: config.source_address,
+            metrics: BackendMetrics::default(),
+            health: Health::new(),
+            latency: Ewma::new(Instant::now()),
+            passive: ArcSwap::from_pointee(config.health.clone()),
+            outstanding: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether this backend can stay in a group configured as `config` (same pool
+    /// settings and source address), keeping its pool, health and latency.
+    fn fits(&self, config: &UpstreamConfig) -> bool {
+        *self.pool.config() == config.pool
+            && self.source_address == config.source_address
+            && !self.pool.is_retired()
+    }
+
+    /// Requests assigned to this backend and not finished.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Whether health says the backend must get no requests now.
+    pub fn is_down(&self, now: Instant) -> bool {
+        self.health.is_down(now, &self.passive.load())
+    }
+
+    /// A response (or holdfast's own answer for a failed one) came back with `status`:
+    /// health and latency learn from it. `header` is the time to the response head,
+    /// when there was one.
+    pub fn observe(&self, status: u16, header: Option<Duration>, now: Instant) {
+        if let Some(header) = header {
+            self.latency.observe(header, now);
+        }
+        if status >= 500 {
+            let transition = self.health.on_server_error(now, &self.passive.load());
+            self.act_on(transition);
+        } else {
+            self.health.on_success();
+        }
+    }
+
+    /// A connect to this backend failed.
+    pub fn connect_failed(&self, now: Instant) {
+        let transition = self.health.on_connect_failure(now, &self.passive.load());
+        self.act_on(transition);
+    }
+
+    /// Logs a health change and, when the backend left service, closes its idle
+    /// connections: they lead to a server that is failing or gone.
+    pub fn act_on(&self, transition: Option<Transition>) {
+        let Some(transition) = transition else { return };
+        match transition {
+            Transition::Ejected { cause, for_ } => {
+                tracing::warn!(backend = %self.addr, cause = cause.as_str(), ejected_for = ?for_, "backend ejected");
+                self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
+                self.pool.clear_for(CloseReason::Ejected);
+            }
+            Transition::CheckFailed => {
+                tracing::warn!(backend = %self.addr, "backend failed its health checks");
+                self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
+                self.pool.clear_for(CloseReason::Ejected);
+            }
+            Transition::CheckPassed => {
+                tracing::info!(backend = %self.addr, "backend passed its health checks");
+            }
+        }
     }
 
     /// The most recently used idle connection that is ready for a request, if there is
@@ -129,43 +213,214 @@ pub enum LeaseError {
     QueueTimeout { max_connections: usize, waited: Duration },
 }
 
-/// A named group of backends (`[upstream.NAME]`), picked round robin.
+/// Counts a request against its backend while it lives: [`Candidate::outstanding`]
+/// is what least-outstanding and power-of-two-choices balancing read.
+pub struct Assigned(Arc<Backend>);
+
+impl Assigned {
+    pub fn new(backend: Arc<Backend>) -> Assigned {
+        backend.outstanding.fetch_add(1, Ordering::Relaxed);
+        Assigned(backend)
+    }
+
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Assigned {
+    type Target = Backend;
+
+    fn deref(&self) -> &Backend {
+        &self.0
+    }
+}
+
+impl Drop for Assigned {
+    fn drop(&mut self) {
+        self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Candidate for Arc<Backend> {
+    fn weight(&self, now: Instant) -> u32 {
+        self.health.weight(now, &self.passive.load())
+    }
+
+    fn outstanding(&self) -> usize {
+        Backend::outstanding(self)
+    }
+
+    fn latency(&self, now: Instant) -> Option<Duration> {
+        self.latency.get(now)
+    }
+
+    fn has_idle(&self) -> bool {
+        self.pool.has_idle()
+    }
+}
+
+/// A group's backends and settings at one moment; replaced whole on every change.
+pub struct Members {
+    pub config: UpstreamConfig,
+    pub backends: Vec<Arc<Backend>>,
+    pub balancer: Balancer,
+    /// What each configured server resolved to (names may fail to resolve).
+    pub resolution: Resolution,
+}
+
+impl Members {
+    /// Why no backend may take a request now, for the 502 the client gets.
+    pub fn unavailable(&self, now: Instant) -> String {
+        if self.backends.is_empty() {
+            let unresolved: Vec<String> = self
+                .resolution
+                .entries
+                .iter()
+                .filter_map(|e| {
+                    e.error.as_ref().map(|err| format!("{} does not resolve ({err})", e.server))
+                })
+                .collect();
+            if unresolved.is_empty() {
+                return "the group has no servers".into();
+            }
+            return format!("the group has no servers: {}", unresolved.join("; "));
+        }
+        let states: Vec<String> = self
+            .backends
+            .iter()
+            .map(|b| {
+                let h = b.health.snapshot(now, &self.config.health);
+                let cause = h.cause.map_or("", |c| c.as_str());
+                match h.ejected_for {
+                    Some(left) => {
+                        format!("{} ejected ({cause}) for {:.1}s more", b.addr, left.as_secs_f64())
+                    }
+                    None => format!("{} {} ({cause})", b.addr, h.state.as_str()),
+                }
+            })
+            .collect();
+        format!("all {} servers are down: {}", self.backends.len(), states.join("; "))
+    }
+}
+
+/// A named group of backends (`[upstream.NAME]`).
 pub struct Upstream {
     pub name: Arc<str>,
-    pub backends: Vec<Backend>,
     pub metrics: UpstreamMetrics,
-    next: AtomicUsize,
+    members: ArcSwap<Members>,
+    budget: Arc<IdleBudget>,
+    /// Serialises [`Upstream::update`] (a reload and a DNS refresh may race).
+    updating: Mutex<()>,
+    /// The group left the config: its background tasks end.
+    removed: AtomicBool,
+    /// Wakes the background tasks when the settings change.
+    pub(crate) changed: Notify,
 }
 
 impl Upstream {
-    /// Backends for every server in `config`; their idle connections count against
-    /// `budget`, shared by all upstreams.
-    pub fn new(config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Self {
-        let backends = config
-            .servers
-            .iter()
-            .map(|addr| {
-                let budget = Some(Arc::clone(budget));
-                Backend::new(*addr, config.pool.clone(), config.source_address, budget)
-            })
-            .collect();
+    /// A group with a backend for every address in `resolution`; idle connections count
+    /// against `budget`, shared by all groups.
+    pub fn new(config: UpstreamConfig, resolution: Resolution, budget: &Arc<IdleBudget>) -> Self {
+        let backends =
+            resolution.addrs().map(|addr| Arc::new(Backend::new(addr, &config, budget))).collect();
+        let members =
+            Members { balancer: Balancer::new(config.balance), config, backends, resolution };
         Upstream {
-            name: config.name.as_str().into(),
-            backends,
+            name: members.config.name.as_str().into(),
             metrics: UpstreamMetrics::default(),
-            next: AtomicUsize::new(0),
+            members: ArcSwap::from_pointee(members),
+            budget: Arc::clone(budget),
+            updating: Mutex::new(()),
+            removed: AtomicBool::new(false),
+            changed: Notify::new(),
         }
     }
 
-    /// The index in `backends` of the next backend in round-robin order.
-    pub fn pick(&self) -> usize {
-        self.next.fetch_add(1, Ordering::Relaxed) % self.backends.len()
+    /// The current backends and settings.
+    pub fn members(&self) -> Arc<Members> {
+        self.members.load_full()
+    }
+
+    /// Reads the current members without taking a reference count: for code that does
+    /// not hold them across an `.await`.
+    pub fn with_members<T>(&self, f: impl FnOnce(&Members) -> T) -> T {
+        f(&self.members.load())
+    }
+
+    /// Applies new settings and addresses. Backends whose address stays, with the same
+    /// pool settings, keep their pool (warm connections), health and latency; the others
+    /// are retired: no new requests, idle connections closed now, busy ones when their
+    /// request ends.
+    pub fn update(&self, config: UpstreamConfig, resolution: Resolution) {
+        let _serial = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+        self.apply(config, resolution);
+    }
+
+    /// Applies a fresh DNS answer, unless the members changed since `seen` was read (a
+    /// reload won the race, and its own lookup stands).
+    pub fn refresh(&self, seen: &Arc<Members>, resolution: Resolution) {
+        let _serial = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::ptr_eq(&self.members.load(), seen) {
+            self.apply(seen.config.clone(), resolution);
+        }
+    }
+
+    /// [`Upstream::update`]'s work; the caller holds `updating`.
+    fn apply(&self, config: UpstreamConfig, resolution: Resolution) {
+        let old = self.members.load_full();
+        let mut kept = Vec::new();
+        let backends: Vec<Arc<Backend>> = resolution
+            .addrs()
+            .map(|addr| match old.backends.iter().find(|b| b.addr == addr && b.fits(&config)) {
+                Some(b) => {
+                    b.passive.store(Arc::new(config.health.clone()));
+                    kept.push(addr);
+                    Arc::clone(b)
+                }
+                None => Arc::new(Backend::new(addr, &config, &self.budget)),
+            })
+            .collect();
+        for b in &old.backends {
+            if !backends.iter().any(|n| Arc::ptr_eq(n, b)) {
+                tracing::info!(upstream = %self.name, backend = %b.addr, "backend removed; draining");
+                b.pool.retire();
+            }
+        }
+        for b in &backends {
+            if !kept.contains(&b.addr) {
+                tracing::info!(upstream = %self.name, backend = %b.addr, "backend added");
+            }
+        }
+        let balancer = Balancer::new(config.balance);
+        self.members.store(Arc::new(Members { config, backends, balancer, resolution }));
+        self.changed.notify_waiters();
+    }
+
+    /// The group left the config: its backends drain and its background tasks end.
+    pub fn remove(&self) {
+        self.removed.store(true, Ordering::Release);
+        for b in &self.members.load().backends {
+            b.pool.retire();
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     /// Closes idle connections past their limits, on every backend.
     pub fn evict_expired(&self, now: Instant) {
-        for b in &self.backends {
+        for b in &self.members.load().backends {
             b.pool.evict_expired(now);
+        }
+    }
+
+    /// Closes every idle connection (shutdown).
+    pub fn clear(&self) {
+        for b in &self.members.load().backends {
+            b.pool.clear();
         }
     }
 }
@@ -182,4 +437,19 @@ pub struct BackendStats {
     /// origin, and were answered 502 instead of being sent again (non-idempotent
     /// method, or a streamed body).
     pub unsafe_to_retry: u64,
+}
+
+/// The upstream groups in force, for whoever reports on them (status, metrics); a
+/// reload replaces the list.
+#[derive(Default)]
+pub struct Groups(ArcSwap<Vec<Arc<Upstream>>>);
+
+impl Groups {
+    pub fn current(&self) -> Arc<Vec<Arc<Upstream>>> {
+        self.0.load_full()
+    }
+
+    pub fn set(&self, groups: Vec<Arc<Upstream>>) {
+        self.0.store(Arc::new(groups));
+    }
 }

@@ -105,8 +105,11 @@ async fn origin_connection_close_response_retires_the_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_the_origin_closed_while_idle_is_replaced_without_an_error() {
-    let origin =
-        Origin::start_with(OriginOptions { idle_close: Some(Duration::from_millis(100)) }).await;
+    let origin = Origin::start_with(OriginOptions {
+        idle_close: Some(Duration::from_millis(100)),
+        ..OriginOptions::default()
+    })
+    .await;
     let proxy = Proxy::start(config_for(&origin)).await;
     let mut client = proxy.client().await;
     assert_eq!(client.get("/first").await.status, StatusCode::OK);

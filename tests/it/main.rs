@@ -32,5 +32,9 @@ mod shutdown;
 mod cli;
 // The admin listener: /metrics matches the origin, /status, /healthz while draining.
 mod metrics;
+// Routing by host and path prefix, the default group, 404.
+mod routing;
+// Balancing policies: even spread, slow servers, idle-connection ties, pools per server.
+mod balance;
 // Access log lines (JSON, text, reopened on SIGUSR1) and the `holdfast stats` view.
 mod access_log;

@@ -1,7 +1,7 @@
 //! The idle stack: checkout takes the most recently used connection, release puts it
 //! back, unless demand, limits or the global budget say it should close.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -42,6 +42,8 @@ pub(crate) struct Inner<C> {
     pub(crate) connecting: AtomicUsize,
     /// Wakes one queued request when a connection is released or closed.
     pub(crate) wake: Notify,
+    /// Set by [`Pool::retire`]: connections coming back close instead of idling.
+    retired: AtomicBool,
 }
 
 struct State<C> {
@@ -214,6 +216,7 @@ impl<C: Poolable> Pool<C> {
                 open: AtomicUsize::new(0),
                 connecting: AtomicUsize::new(0),
                 wake: Notify::new(),
+                retired: AtomicBool::new(false),
             }),
         }
     }
@@ -285,6 +288,10 @@ impl<C: Poolable> Pool<C> {
 
     fn put_back(&self, entry: Idle<C>) {
         let now = entry.idle_since;
+        if self.is_retired() {
+            self.closed_active(CloseReason::Retired);
+            return;
+        }
         if let Some(reason) = self.release_reason(&entry, now) {
             self.closed_active(reason);
             return;
@@ -357,8 +364,42 @@ impl<C: Poolable> Pool<C> {
 
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
+        self.clear_for(CloseReason::Shutdown);
+    }
+
+    /// Closes every idle connection, counted under `reason`. Busy connections are not
+    /// touched: they come back, or close, when their request ends.
+    pub fn clear_for(&self, reason: CloseReason) {
         let all: Vec<_> = std::mem::take(&mut self.lock().idle);
-        self.close_idle(all.into_iter().map(|e| (e, CloseReason::Shutdown)).collect());
+        self.close_idle(all.into_iter().map(|e| (e, reason)).collect());
+    }
+
+    /// Winds the pool down for good: idle connections close now, busy ones when their
+    /// request ends, since nothing will ask for them again.
+    ///
+    /// # Races
+    /// The flag is set before the idle list is emptied, and `put_back` reads it before
+    /// it takes the lock, so a connection coming back meanwhile is either closed by
+    /// `put_back` or found and closed here.
+    pub fn retire(&self) {
+        self.inner.retired.store(true, Ordering::SeqCst);
+        self.clear_for(CloseReason::Retired);
+    }
+
+    /// Whether [`Pool::retire`] was called.
+    pub fn is_retired(&self) -> bool {
+        self.inner.retired.load(Ordering::SeqCst)
+    }
+
+    /// Connections open now: idle, busy, or being opened.
+    pub fn open_connections(&self) -> usize {
+        self.inner.open.load(Ordering::SeqCst)
+    }
+
+    /// Whether an idle connection is waiting now (a hint: it may be gone by the time a
+    /// request asks for it).
+    pub fn has_idle(&self) -> bool {
+        self.inner.stats.idle() > 0
     }
 
     /// How long until the first idle connection expires, if any is idle.

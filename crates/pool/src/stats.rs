@@ -23,11 +23,15 @@ pub enum CloseReason {
     Upgraded,
     /// The proxy is shutting down.
     Shutdown,
+    /// Its server left the upstream group (a reload or a DNS change removed it).
+    Retired,
+    /// Its server was taken out of service by a health check or passive detection.
+    Ejected,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (for exporting counters).
-    pub const ALL: [CloseReason; 8] = [
+    pub const ALL: [CloseReason; 10] = [
         CloseReason::IdleTimeout,
         CloseReason::MaxRequests,
         CloseReason::MaxLifetime,
@@ -36,6 +40,8 @@ impl CloseReason {
         CloseReason::PoolFull,
         CloseReason::Upgraded,
         CloseReason::Shutdown,
+        CloseReason::Retired,
+        CloseReason::Ejected,
     ];
 
     /// A stable snake_case name for logs and metric labels.
@@ -49,6 +55,8 @@ impl CloseReason {
             CloseReason::PoolFull => "pool_full",
             CloseReason::Upgraded => "upgraded",
             CloseReason::Shutdown => "shutdown",
+            CloseReason::Retired => "retired",
+            CloseReason::Ejected => "ejected",
         }
     }
 
@@ -64,7 +72,7 @@ pub struct PoolStats {
     reused: AtomicU64,
     checked_out: AtomicU64,
     idle: AtomicU64,
-    closed: [AtomicU64; 8],
+    closed: [AtomicU64; 10],
     waiting: AtomicU64,
     queue_full: AtomicU64,
     queue_timeouts: AtomicU64,
@@ -82,7 +90,7 @@ pub struct PoolStatsSnapshot {
     /// Connections idle in the pool now.
     pub idle: u64,
     /// Connections closed, per reason, in the order of [`CloseReason::ALL`].
-    pub closed: [u64; 8],
+    pub closed: [u64; 10],
     /// Requests waiting for a connection now (`max_connections` busy).
     pub waiting: u64,
     /// Requests refused because the queue was full.
@@ -128,6 +136,10 @@ impl PoolStats {
     pub(crate) fn on_close_active(&self, reason: CloseReason) {
         self.checked_out.fetch_sub(1, Relaxed);
         self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn idle(&self) -> u64 {
+        self.idle.load(Relaxed)
     }
 
     pub(crate) fn active(&self) -> usize {

@@ -6,6 +6,7 @@
 //! proxy fails a test instead of hanging it.
 
 pub mod client;
+pub mod load;
 pub mod node;
 pub mod origin;
 pub mod proxy;
@@ -24,6 +25,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
+pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawOrigin};
 pub use proxy::{config_for, config_to, config_with_admin, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};

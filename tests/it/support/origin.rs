@@ -13,6 +13,7 @@
 //! - `/hop`: a response carrying hop-by-hop headers (`Connection: X-Hop`, `X-Hop`,
 //!   `Keep-Alive`) next to an end-to-end `X-End`.
 //! - `/close`: answers with `Connection: close`, so the origin closes after it.
+//! - `/health`: answers the status set with [`Origin::set_health`] (200 at first).
 //! - `/upgrade`: switches protocols. `Upgrade: websocket` gets a WebSocket echo
 //!   (messages sent back as received); any other protocol gets a raw byte echo that
 //!   first sends `hello from origin\n`.
@@ -22,13 +23,17 @@
 //!
 //! Every response except an upgrade's carries `x-received-bytes` and `x-received-fnv`
 //! (FNV-1a) of the request body, and every one carries `x-path` (the request's path and
-//! query), so tests can match responses to requests.
+//! query) and `x-origin` (the origin's address), so tests can match responses to
+//! requests and to the origin that served them.
+//!
+//! [`Origin::kill`] stops it the way a crashed process stops: the listener closes and
+//! every open connection is dropped at once.
 
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -60,6 +65,8 @@ pub struct OriginOptions {
     /// Close a keep-alive connection that has been idle this long (hyper's header read
     /// timeout), without telling the peer first: the origin-side keep-alive timeout.
     pub idle_close: Option<Duration>,
+    /// Wait this long before answering every request (a slow server).
+    pub delay: Option<Duration>,
 }
 
 /// One request head as the origin received it.
@@ -80,6 +87,11 @@ impl RecordedRequest {
 
 #[derive(Default)]
 struct State {
+    addr: String,
+    /// The status `/health` answers with; 0 means 200.
+    health: AtomicU16,
+    /// Turns true when the origin is killed: every connection drops.
+    killed: tokio::sync::watch::Sender<bool>,
     accepted: AtomicUsize,
     closed: AtomicUsize,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -114,13 +126,30 @@ impl Origin {
     /// Serves on an already bound listener.
     pub fn serve(listener: TcpListener, options: OriginOptions) -> Origin {
         let addr = listener.local_addr().expect("origin local addr");
-        let state = Arc::new(State::default());
+        let state = Arc::new(State { addr: addr.to_string(), ..State::default() });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state), options));
         Origin { addr, state, accept }
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Stops it like a crashed process: no more accepts, every open connection dropped
+    /// (the peer sees a reset or end of stream). The port can be bound again.
+    pub fn kill(&self) {
+        self.accept.abort();
+        let _ = self.state.killed.send(true);
+    }
+
+    /// Makes `/health` answer `status` from now on.
+    pub fn set_health(&self, status: u16) {
+        self.state.health.store(status, Ordering::SeqCst);
+    }
+
+    /// Requests received whose path starts with `prefix`.
+    pub fn count_path(&self, prefix: &str) -> usize {
+        self.requests().iter().filter(|r| r.uri.path().starts_with(prefix)).count()
     }
 
     /// TCP connections accepted so far.
@@ -168,9 +197,15 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOp
         if let Some(idle) = options.idle_close {
             http.timer(TokioTimer::new()).header_read_timeout(idle);
         }
+        let mut killed = state.killed.subscribe();
+        let delay = options.delay;
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(req, Arc::clone(&state)));
-            let _ = http.serve_connection(TokioIo::new(stream), service).with_upgrades().await;
+            let service = service_fn(move |req| handle(req, Arc::clone(&state), delay));
+            let serve = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
+            tokio::select! {
+                _ = serve => {}
+                _ = killed.wait_for(|k| *k) => {}
+            }
         });
     }
 }
@@ -178,7 +213,11 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOp
 async fn handle(
     req: Request<Incoming>,
     state: Arc<State>,
+    delay: Option<Duration>,
 ) -> Result<Response<OriginBody>, io::Error> {
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
     state.requests.lock().unwrap().push(RecordedRequest {
         method: req.method().clone(),
@@ -217,6 +256,12 @@ async fn handle(
     let mut resp = match route.as_str() {
         "bytes" => Response::new(Generated::sized(number(&arg)).boxed()),
         "stream" => Response::new(Generated::chunked(number(&arg)).boxed()),
+        "health" => {
+            let mut resp = Response::new(Full::new(Bytes::from_static(b"health\n")).boxed());
+            let status = state.health.load(Ordering::SeqCst);
+            *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            resp
+        }
         "status" => {
             let mut resp = Response::new(Empty::new().boxed());
             *resp.status_mut() =
@@ -254,6 +299,7 @@ async fn handle(
     let h = resp.headers_mut();
     h.insert("x-received-bytes", HeaderValue::from(received));
     h.insert("x-received-fnv", HeaderValue::try_from(fnv.hex()).expect("hex is a valid header"));
+    h.insert("x-origin", HeaderValue::try_from(state.addr.as_str()).expect("an address"));
     Ok(with_path(resp, &path))
 }
 

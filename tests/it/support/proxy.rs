@@ -47,6 +47,27 @@ impl Proxy {
         Proxy { server: Some(server), addr }
     }
 
+    /// holdfast started from the config file at `path`, which [`Proxy::reload`] reads
+    /// again.
+    pub async fn start_file(path: &std::path::Path) -> Proxy {
+        let config = Config::load(path).expect("a valid config file");
+        let source = holdfast::ConfigSource { path: path.to_path_buf(), adjust: Box::new(|_| {}) };
+        let server =
+            holdfast::Server::start_from(&config, Some(source)).await.expect("holdfast starts");
+        let addr = server.local_addrs()[0];
+        Proxy { server: Some(server), addr }
+    }
+
+    /// Re-reads the config file, like SIGHUP.
+    pub async fn reload(&self) -> Result<String, holdfast::ReloadError> {
+        super::within("reload", self.server().reload()).await
+    }
+
+    /// Pool and retry counters of every backend in force.
+    pub fn stats(&self) -> Vec<holdfast::upstream::BackendStats> {
+        self.server().stats()
+    }
+
     /// The listener's bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -62,7 +83,7 @@ impl Proxy {
         super::Metrics::scrape(self.admin()).await
     }
 
-    fn server(&self) -> &holdfast::Server {
+    pub fn server(&self) -> &holdfast::Server {
         self.server.as_ref().expect("server is running")
     }
 

@@ -318,3 +318,32 @@ async fn requests_still_connecting_count_as_demand() {
     let snap = pool.stats().snapshot();
     assert_eq!((snap.idle, snap.closed_total()), (4, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn retired_pool_closes_idle_now_and_busy_connections_when_they_come_back() {
+    let pool = Pool::new(PoolConfig::default());
+    open_all_then_release(&pool, &[1, 2]).await;
+    let busy = pool.checkout(Instant::now()).expect("idle conn");
+    assert!(pool.has_idle());
+    pool.retire();
+    assert!(pool.is_retired());
+    assert!(!pool.has_idle());
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::Retired), 1, "the idle one");
+    assert_eq!(pool.open_connections(), 1, "the busy one is still open");
+    busy.release(Instant::now());
+    let snap = pool.stats().snapshot();
+    assert_eq!(snap.closed(CloseReason::Retired), 2, "closed on its way back");
+    assert_eq!(snap.idle, 0);
+    assert_eq!(pool.open_connections(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn clear_for_counts_the_reason_and_leaves_busy_connections_alone() {
+    let pool = Pool::new(PoolConfig::default());
+    open_all_then_release(&pool, &[1, 2]).await;
+    let busy = pool.checkout(Instant::now()).expect("idle conn");
+    pool.clear_for(CloseReason::Ejected);
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::Ejected), 1);
+    busy.release(Instant::now());
+    assert_eq!(pool.stats().snapshot().idle, 1, "a cleared pool still takes connections back");
+}

@@ -1,0 +1,149 @@
+//! Least outstanding: the eligible server with the fewest requests in flight for its
+//! weight.
+//!
+//! It scans every server on every pick, so its cost grows with the group; for groups of
+//! hundreds of servers `p2c` gets most of the benefit for two looks.
+
+use std::cmp::Ordering as Order;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::time::Instant;
+
+use super::{eligible_weight, Candidate, Load};
+
+/// The eligible server with the lowest `(outstanding + 1) / weight` (see [`Load`]).
+///
+/// Ties go to a server with an idle connection, which saves the new request a connect.
+/// Among servers still tied, the scan takes the first it meets, and each pick starts the
+/// scan one position further on (the cursor), so ties rotate over the group instead of
+/// always landing on the lowest index. When all eligible servers tie, as in a quiet group,
+/// that spreads picks exactly evenly; when other servers sit between the tied ones, a tied
+/// server gets the turns of the servers just before it as well, which evens out as soon
+/// as the picked server's own count goes up.
+///
+/// # Races
+/// Counts change while the scan reads them, so two concurrent picks may both see the
+/// same server as least loaded and both take it. Each difference is one request and is
+/// corrected on the next picks.
+pub(super) fn pick<C: Candidate>(
+    cursor: &AtomicUsize,
+    candidates: &[C],
+    exclude: &[usize],
+    now: Instant,
+) -> Option<usize> {
+    let len = candidates.len();
+    if len == 0 {
+        return None;
+    }
+    let start = cursor.fetch_add(1, Ordering::Relaxed) % len;
+    let mut best: Option<Best> = None;
+    for index in (start..len).chain(0..start) {
+        let candidate = &candidates[index];
+        let Some(weight) = eligible_weight(candidate, index, exclude, now) else {
+            continue;
+        };
+        let load = Load::in_flight(candidate.outstanding(), weight);
+        let Some(best) = &mut best else {
+            best = Some(Best { index, load, idle: None });
+            continue;
+        };
+        match load.compare(&best.load) {
+            Order::Less => *best = Best { index, load, idle: None },
+            Order::Equal if !best.has_idle(candidates) && candidate.has_idle() => {
+                *best = Best { index, load, idle: Some(true) };
+            }
+            Order::Equal | Order::Greater => {}
+        }
+    }
+    best.map(|best| best.index)
+}
+
+/// The least loaded server found so far.
+struct Best {
+    index: usize,
+    load: Load,
+    /// Its `has_idle()`, asked only once a tie needs it.
+    idle: Option<bool>,
+}
+
+impl Best {
+    fn has_idle<C: Candidate>(&mut self, candidates: &[C]) -> bool {
+        *self.idle.get_or_insert_with(|| candidates[self.index].has_idle())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fake::{count_picks, servers, Server};
+    use super::super::{Balancer, Policy, FULL_WEIGHT};
+    use super::*;
+
+    fn outstanding(counts: &[usize]) -> Vec<Server> {
+        counts.iter().map(|&count| Server::with_outstanding(count)).collect()
+    }
+
+    #[test]
+    fn server_with_fewest_outstanding_is_picked() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let group = outstanding(&[4, 2, 7, 1, 3]);
+        assert_eq!(count_picks(&balancer, &group, 20), [0, 0, 0, 20, 0]);
+    }
+
+    #[test]
+    fn outstanding_is_scaled_by_weight() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let now = Instant::now();
+        // A server at a tenth of full weight with nothing in flight counts as a full
+        // server with 9 in flight: (0 + 1) / 10 = (9 + 1) / 100.
+        let group = [Server::with_outstanding(8), Server::with_weight(FULL_WEIGHT / 10)];
+        assert_eq!(balancer.pick(&group, &[], now), Some(0));
+        group[0].outstanding.set(10);
+        assert_eq!(balancer.pick(&group, &[], now), Some(1));
+    }
+
+    #[test]
+    fn tie_goes_to_server_with_idle_connection() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let group = outstanding(&[2, 2, 2, 2, 2]);
+        group[3].idle.set(true);
+        assert_eq!(count_picks(&balancer, &group, 50), [0, 0, 0, 50, 0]);
+    }
+
+    #[test]
+    fn idle_connection_does_not_beat_fewer_outstanding() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let group = outstanding(&[2, 1, 2]);
+        group[0].idle.set(true);
+        group[2].idle.set(true);
+        assert_eq!(count_picks(&balancer, &group, 30), [0, 30, 0]);
+    }
+
+    #[test]
+    fn ties_without_idle_spread_evenly_over_a_quiet_group() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        assert_eq!(count_picks(&balancer, &servers(5), 5 * 40), [40; 5]);
+    }
+
+    #[test]
+    fn ties_reach_every_tied_server() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let group = outstanding(&[1, 0, 0, 3, 0, 5]);
+        let counts = count_picks(&balancer, &group, 600);
+        assert_eq!([counts[0], counts[3], counts[5]], [0, 0, 0], "{counts:?}");
+        assert!([1, 2, 4].iter().all(|&i| counts[i] >= 100), "{counts:?}");
+    }
+
+    #[test]
+    fn picks_follow_outstanding_as_it_changes() {
+        let balancer = Balancer::new(Policy::LeastOutstanding);
+        let group = servers(3);
+        let now = Instant::now();
+        // Each pick adds a request that never finishes: the counts must stay level.
+        for _ in 0..30 {
+            let index = balancer.pick(&group, &[], now).expect("all up");
+            group[index].outstanding.set(group[index].outstanding.get() + 1);
+        }
+        let counts: Vec<usize> = group.iter().map(|server| server.outstanding.get()).collect();
+        assert_eq!(counts, [10, 10, 10]);
+    }
+}

@@ -1,0 +1,170 @@
+//! Active health checks: every `interval`, `GET path` to each server of a group that
+//! has a `[upstream.NAME.health_check]`, on a pooled connection like any request, and
+//! the result told to the server's `Health`.
+//!
+//! A check that connects, gets a complete response head with the expected status
+//! (any 2xx or 3xx unless `expect_status` says) within `timeout` passes; anything else
+//! fails. The connection goes back to the pool when the response had a length and the
+//! origin keeps it open, so checks add no connections to a busy server.
+
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{Backend, Lease, Upstream};
+use crate::config::CheckConfig;
+use crate::http1::response;
+use crate::http1::Framing;
+use crate::net::{self, Deadline, InBuf};
+
+/// Why one check failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("no connection: {0}")]
+    Lease(#[from] super::LeaseError),
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("no complete response within the timeout")]
+    Timeout,
+    #[error("unexpected status {0}")]
+    Status(u16),
+    #[error("invalid response: {0}")]
+    Response(#[from] response::BadResponse),
+}
+
+/// Checks every server of the group each interval, until the group is removed.
+pub async fn run(upstream: Arc<Upstream>) {
+    loop {
+        let interval = upstream.with_members(|m| m.config.check.as_ref().map(|c| c.interval));
+        let changed = upstream.changed.notified();
+        tokio::select! {
+            () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(3600))) => {}
+            () = changed => continue,
+        }
+        if upstream.is_removed() {
+            return;
+        }
+        let members = upstream.members();
+        let Some(check) = members.config.check.clone() else { continue };
+        let check = Arc::new(check);
+        let mut running = JoinSet::new();
+        for backend in &members.backends {
+            running.spawn(check_one(Arc::clone(backend), Arc::clone(&check)));
+        }
+        while running.join_next().await.is_some() {}
+    }
+}
+
+/// Runs one check of `backend` and tells its health the result.
+pub async fn check_one(backend: Arc<Backend>, check: Arc<CheckConfig>) {
+    let result = match tokio::time::timeout(check.timeout, probe(&backend, &check)).await {
+        Ok(result) => result,
+        Err(_) => Err(CheckError::Timeout),
+    };
+    if let Err(e) = &result {
+        tracing::debug!(backend = %backend.addr, error = %e, "health check failed");
+    }
+    let transition = backend.health.on_check(result.is_ok(), Instant::now(), &check.thresholds);
+    backend.act_on(transition);
+}
+
+async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError> {
+    let mut lease = match backend.try_idle(Instant::now()) {
+        Some(lease) => lease,
+        None => backend.lease(check.timeout).await?,
+    };
+    let host = check.host.clone().unwrap_or_else(|| backend.addr.to_string());
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: holdfast-health-check\r\n\r\n",
+        check.path
+    );
+    let stream = &mut lease.conn().stream;
+    net::write_all(stream, &[request.as_bytes()], check.timeout)
+        .await
+        .map_err(|(_, e)| CheckError::Io(e.into_io()))?;
+    let mut buf = InBuf::new(net::UPSTREAM_BUF);
+    let mut deadline = Deadline::after(check.timeout);
+    let (status, rest) = loop {
+        if let Some(found) = parse_head(&mut buf)? {
+            break found;
+        }
+        match buf.fill(stream, &mut deadline).await {
+            Ok(0) => return Err(CheckError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => {}
+            Err(e) => return Err(CheckError::Io(e.into_io())),
+        }
+    };
+    let passed = check.expect_status.map_or((200..400).contains(&status), |s| s == status);
+    finish(lease, buf, rest, &mut deadline).await;
+    if passed {
+        Ok(())
+    } else {
+        Err(CheckError::Status(status))
+    }
+}
+
+/// What remains of a response after its head: a known number of body bytes, or
+/// nothing worth reading (the connection then closes).
+enum Rest {
+    Body(u64),
+    Unknown,
+}
+
+/// The status and body framing of a complete final response head in `buf`, consuming
+/// the head.
+fn parse_head(buf: &mut InBuf) -> Result<Option<(u16, Rest)>, CheckError> {
+    loop {
+        let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
+        let Some(resp) = response::parse(buf.data(), &mut storage, false)? else {
+            return Ok(None);
+        };
+        let len = resp.head_len;
+        if resp.is_interim() {
+            buf.consume(len);
+            continue;
+        }
+        let rest = match resp.framing {
+            _ if !resp.is_reusable() => Rest::Unknown,
+            Framing::Empty => Rest::Body(0),
+            Framing::Length(n) => Rest::Body(n),
+            _ => Rest::Unknown,
+        };
+        let status = resp.status;
+        buf.consume(len);
+        return Ok(Some((status, rest)));
+    }
+}
+
+/// Reads the rest of a small body and returns the connection to the pool; anything
+/// else closes it.
+async fn finish(mut lease: Lease, mut buf: InBuf, rest: Rest, deadline: &mut Deadline<'_>) {
+    /// Bodies of health endpoints are a few bytes; a bigger one is not worth keeping
+    /// the connection for.
+    const MAX_BODY: u64 = 64 * 1024;
+    let Rest::Body(mut remaining) = rest else {
+        return lease.discard(holdfast_pool::CloseReason::UpstreamClosed);
+    };
+    if remaining > MAX_BODY {
+        return lease.discard(holdfast_pool::CloseReason::Error);
+    }
+    loop {
+        let have = (buf.len() as u64).min(remaining);
+        buf.consume(have as usize);
+        remaining -= have;
+        if remaining == 0 {
+            break;
+        }
+        match buf.fill(&mut lease.conn().stream, deadline).await {
+            Ok(n) if n > 0 => {}
+            _ => return lease.discard(holdfast_pool::CloseReason::Error),
+        }
+    }
+    if buf.is_empty() {
+        lease.release(Instant::now());
+    } else {
+        lease.discard(holdfast_pool::CloseReason::Error);
+    }
+}

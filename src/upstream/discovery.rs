@@ -1,0 +1,128 @@
+//! Turns configured servers into addresses: an IP as it is, a name through the
+//! system resolver (`getaddrinfo`: `/etc/hosts`, then DNS), at start and again every
+//! `resolve_interval`, so a group follows containers and Kubernetes Services that
+//! change addresses.
+//!
+//! A name that fails to resolve keeps the addresses it had: a resolver hiccup must not
+//! empty a group that is serving. The failure is kept for `/status` and logged.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Upstream;
+use crate::config::ServerAddr;
+
+/// How long one lookup may take before it counts as failed.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What every configured server of a group resolved to, in config order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolution {
+    pub entries: Vec<Resolved>,
+}
+
+/// One configured server and its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub server: ServerAddr,
+    /// Sorted, so two lookups that return the same set compare equal.
+    pub addrs: Vec<SocketAddr>,
+    /// Why the last lookup failed, if it did (`addrs` then holds the previous answer).
+    pub error: Option<String>,
+}
+
+impl Resolution {
+    /// Every address once, in config order.
+    pub fn addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        let all = self.entries.iter().flat_map(|e| e.addrs.iter().copied());
+        all.enumerate().filter_map(move |(i, addr)| {
+            let earlier = self.entries.iter().flat_map(|e| e.addrs.iter()).take(i);
+            (!earlier.into_iter().any(|a| *a == addr)).then_some(addr)
+        })
+    }
+
+    /// Whether any server is a name (and so worth resolving again).
+    pub fn has_names(&self) -> bool {
+        self.entries.iter().any(|e| matches!(e.server, ServerAddr::Name { .. }))
+    }
+
+    /// The addresses of servers that are IPs, without a lookup (quick mode, tests).
+    pub fn of_ips(servers: &[ServerAddr]) -> Resolution {
+        let entries = servers
+            .iter()
+            .filter_map(|s| match s {
+                ServerAddr::Ip(addr) => {
+                    Some(Resolved { server: s.clone(), addrs: vec![*addr], error: None })
+                }
+                ServerAddr::Name { .. } => None,
+            })
+            .collect();
+        Resolution { entries }
+    }
+}
+
+/// Resolves `servers`; a name that fails keeps its addresses from `previous`.
+pub async fn resolve(servers: &[ServerAddr], previous: &Resolution) -> Resolution {
+    let mut entries = Vec::with_capacity(servers.len());
+    for server in servers {
+        let entry = match server {
+            ServerAddr::Ip(addr) => {
+                Resolved { server: server.clone(), addrs: vec![*addr], error: None }
+            }
+            ServerAddr::Name { host, port } => match lookup(host, *port).await {
+                Ok(addrs) => Resolved { server: server.clone(), addrs, error: None },
+                Err(error) => {
+                    let kept = previous.entries.iter().find(|e| e.server == *server);
+                    let addrs = kept.map(|e| e.addrs.clone()).unwrap_or_default();
+                    tracing::warn!(server = %server, error = %error, kept = addrs.len(), "cannot resolve server name");
+                    Resolved { server: server.clone(), addrs, error: Some(error) }
+                }
+            },
+        };
+        entries.push(entry);
+    }
+    Resolution { entries }
+}
+
+async fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let found = tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await;
+    let mut addrs: Vec<SocketAddr> = match found {
+        Err(_) => return Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Ok(Ok(addrs)) => addrs.collect(),
+    };
+    if addrs.is_empty() {
+        return Err("no addresses".into());
+    }
+    addrs.sort_unstable();
+    addrs.dedup();
+    Ok(addrs)
+}
+
+/// Resolves the group's names every `resolve_interval` and applies what changed,
+/// until the group is removed.
+pub async fn run(upstream: Arc<Upstream>) {
+    loop {
+        let (names, interval) =
+            upstream.with_members(|m| (m.resolution.has_names(), m.config.resolve_interval));
+        // Without names there is nothing to do until a reload brings some.
+        let wait = if names { interval } else { Duration::from_secs(3600) };
+        let changed = upstream.changed.notified();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = changed => {}
+        }
+        if upstream.is_removed() {
+            return;
+        }
+        let seen = upstream.members();
+        if !seen.resolution.has_names() {
+            continue;
+        }
+        let fresh = resolve(&seen.config.servers, &seen.resolution).await;
+        if fresh != seen.resolution {
+            upstream.refresh(&seen, fresh);
+        }
+    }
+}

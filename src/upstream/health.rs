@@ -1,0 +1,1082 @@
+//! Decides whether one backend gets traffic, and how much: passive outlier detection from
+//! real requests, results of active checks, ejection with exponential back-off, and slow
+//! start after an outage.
+//!
+//! This is a state machine and nothing else: it opens no sockets and runs no timers, and
+//! time comes in as an argument. The proxy reports each request's outcome, the active
+//! checker (elsewhere) reports each check, and the balancer asks for [`Health::weight`].
+//!
+//! A backend goes through these states:
+//!
+//! ```text
+//! Healthy --(failure threshold)--> Ejected --(time)--> Recovering --(slow_start)--> Healthy
+//!                                     ^                    |
+//!                                     +----(failure)-------+
+//! any --(failed checks)--> FailingChecks --(passing checks)--> Recovering (or Ejected)
+//! ```
+//!
+//! Healthy is the state almost every request sees, so it costs one relaxed atomic load and
+//! takes no lock; everything else is rare and goes through a mutex.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A backend's share of traffic when nothing is wrong with it.
+pub const FULL_WEIGHT: u32 = 100;
+
+/// The share a backend starts slow start with: enough requests to show at once whether
+/// it is still failing, few enough that a backend that is still warming up (caches,
+/// JIT, its own connection pools) is not flattened.
+const SLOW_START_WEIGHT: u32 = FULL_WEIGHT / 10;
+
+/// Default [`PassiveHealth::max_connect_failures`]: one refused connect can be a restart
+/// blip; three in a row is a dead server.
+pub const DEFAULT_MAX_CONNECT_FAILURES: u32 = 3;
+
+/// Default [`PassiveHealth::max_5xx`]: higher than for connects, because a 5xx can be one
+/// bad request or one broken endpoint on an otherwise working origin; five in a row with
+/// no success in between is the origin.
+pub const DEFAULT_MAX_5XX: u32 = 5;
+
+/// Default [`PassiveHealth::ejection`]: longer than a typical process restart, short
+/// enough that a wrong ejection costs little.
+pub const DEFAULT_EJECTION: Duration = Duration::from_secs(5);
+
+/// Default [`PassiveHealth::max_ejection`]: without active checks, letting a backend back
+/// in is the only way to learn that it has recovered, so a dead one is tried at least
+/// once a minute.
+pub const DEFAULT_MAX_EJECTION: Duration = Duration::from_secs(60);
+
+/// Default [`PassiveHealth::slow_start`]: long enough for a freshly started origin to
+/// warm up under a growing load instead of taking its full share cold.
+pub const DEFAULT_SLOW_START: Duration = Duration::from_secs(10);
+
+/// Default [`CheckThresholds::unhealthy`]: one lost check can be a dropped packet.
+pub const DEFAULT_UNHEALTHY_CHECKS: u32 = 2;
+
+/// Default [`CheckThresholds::healthy`]: one passing check can be a process that answers
+/// while it is still starting up or going down.
+pub const DEFAULT_HEALTHY_CHECKS: u32 = 2;
+
+/// Passive health settings of an upstream group: what real requests must do to get a
+/// backend ejected, and how it comes back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PassiveHealth {
+    /// Consecutive failed connects that eject a backend; 0 disables.
+    pub max_connect_failures: u32,
+    /// Consecutive 5xx responses (from the origin, or holdfast's own 502/504 for a
+    /// response that failed or timed out) that eject a backend; 0 disables.
+    pub max_5xx: u32,
+    /// The first ejection's length; each further ejection in a row doubles it.
+    pub ejection: Duration,
+    /// The longest ejection.
+    pub max_ejection: Duration,
+    /// After an outage ends, the backend's share of traffic ramps from a tenth to all of
+    /// [`FULL_WEIGHT`] over this long; zero gives the full share at once.
+    pub slow_start: Duration,
+}
+
+impl Default for PassiveHealth {
+    fn default() -> Self {
+        PassiveHealth {
+            max_connect_failures: DEFAULT_MAX_CONNECT_FAILURES,
+            max_5xx: DEFAULT_MAX_5XX,
+            ejection: DEFAULT_EJECTION,
+            max_ejection: DEFAULT_MAX_EJECTION,
+            slow_start: DEFAULT_SLOW_START,
+        }
+    }
+}
+
+/// How many active checks in a row change a backend's standing. The checker task that
+/// runs them lives elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckThresholds {
+    /// Consecutive failed checks that take a backend out of service; 0 counts as 1.
+    pub unhealthy: u32,
+    /// Consecutive passing checks that bring it back; 0 counts as 1.
+    pub healthy: u32,
+}
+
+impl Default for CheckThresholds {
+    fn default() -> Self {
+        CheckThresholds { unhealthy: DEFAULT_UNHEALTHY_CHECKS, healthy: DEFAULT_HEALTHY_CHECKS }
+    }
+}
+
+/// Why a backend is (or last was) out of service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    ConnectFailures,
+    ServerErrors,
+    FailedChecks,
+}
+
+impl Cause {
+    /// The name used in logs, metric labels and `/status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::ConnectFailures => "connect_failures",
+            Cause::ServerErrors => "server_errors",
+            Cause::FailedChecks => "failed_checks",
+        }
+    }
+}
+
+/// A change the caller acts on: log it, and on an ejection close the backend's idle
+/// connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Passive detection took the backend out for `for_`.
+    Ejected { cause: Cause, for_: Duration },
+    /// Active checks took the backend out.
+    CheckFailed,
+    /// Active checks let the backend back in; it starts with slow start, or stays out
+    /// until a passive ejection still running ends.
+    CheckPassed,
+}
+
+/// Where a backend stands, as `/status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// In service with its full share.
+    Healthy,
+    /// Out of service until its ejection ends.
+    Ejected,
+    /// In slow start after an outage.
+    Recovering,
+    /// Out of service until active checks pass again.
+    FailingChecks,
+}
+
+impl State {
+    /// The name used in logs, metric labels and `/status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Healthy => "healthy",
+            State::Ejected => "ejected",
+            State::Recovering => "recovering",
+            State::FailingChecks => "failing_checks",
+        }
+    }
+}
+
+/// A backend's health at one instant, for `/status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthSnapshot {
+    /// `FailingChecks` wins over `Ejected` when both hold: an ejection ends by itself,
+    /// failing checks need the origin to change. `ejected_for` still shows the ejection.
+    pub state: State,
+    /// Why the backend is out, or what it is recovering from; `None` when healthy.
+    pub cause: Option<Cause>,
+    /// Time left of a passive ejection, whatever the state.
+    pub ejected_for: Option<Duration>,
+    /// Passive ejections since start.
+    pub ejections: u64,
+    /// The share of traffic now, as [`Health::weight`] gives it.
+    pub weight: u32,
+}
+
+/// A request outcome that counts against a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Connect,
+    ServerError,
+}
+
+impl Failure {
+    fn cause(self) -> Cause {
+        match self {
+            Failure::Connect => Cause::ConnectFailures,
+            Failure::ServerError => Cause::ServerErrors,
+        }
+    }
+
+    /// Failures in a row that eject; 0 disables.
+    fn limit(self, passive: &PassiveHealth) -> u32 {
+        match self {
+            Failure::Connect => passive.max_connect_failures,
+            Failure::ServerError => passive.max_5xx,
+        }
+    }
+}
+
+/// Bit of [`Health::word`]: an outage has not fully ended yet (the backend is ejected,
+/// or waits for an ejection to end, or is in slow start); see [`Health::resume_at`].
+const RESUMING: u32 = 1;
+/// Bit of [`Health::word`]: active checks hold the backend out of service.
+const FAILING_CHECKS: u32 = 2;
+
+/// The health of one backend, shared by every request to it.
+///
+/// The hot path reads atomics only: [`Health::weight`] of a healthy backend is one load,
+/// [`Health::on_success`] two loads. Transitions take a mutex and decide under it, and
+/// publish the outcome to the atomics for lock-free readers.
+///
+/// # Races
+/// Requests finish on many threads at once. When several of them reach a failure
+/// threshold together, each takes the lock and the first ejects; the others find the
+/// backend already ejected and report nothing, so the caller sees one
+/// [`Transition::Ejected`]. Failures that complete while a backend is out of service
+/// were sent before it went out and say nothing new; they are dropped.
+///
+/// A failure counted by a thread that has not yet seen an ejection published can
+/// survive the counter reset and count towards the next threshold; the next success
+/// clears it.
+///
+/// [`Health::weight`] reads the state word and the resume time without the lock. The
+/// word is stored last, with release ordering, so a reader that sees it leave 0 also
+/// sees the resume time stored with it. A reader racing a second ejection of a
+/// recovering backend can, for a moment, still see the old resume time and give the
+/// backend its slow-start share.
+pub struct Health {
+    /// 0 while healthy (the fast path), else `RESUMING` and/or `FAILING_CHECKS`.
+    /// Written only under `inner`'s lock.
+    word: AtomicU32,
+    /// Mirror of the resume time in `inner`, in nanoseconds since `epoch`, for
+    /// lock-free readers.
+    resume_at: AtomicU64,
+    /// The instant `resume_at` counts from: the first transition's `now`. Set once,
+    /// before the word first leaves 0.
+    epoch: OnceLock<Instant>,
+    /// Consecutive failed connects; reset by a success and by an ejection.
+    connect_failures: AtomicU32,
+    /// Consecutive 5xx responses; reset by a success and by an ejection.
+    server_errors: AtomicU32,
+    inner: Mutex<Inner>,
+}
+
+/// The state transitions decide on; guarded by [`Health::inner`].
+#[derive(Debug, Default)]
+struct Inner {
+    /// Ejections since the backend was last fully healthy: the back-off exponent.
+    in_a_row: u32,
+    /// Ejections since start.
+    ejections: u64,
+    /// The last passive ejection, until the backend is fully healthy again.
+    ejection: Option<Ejection>,
+    /// When and from what the backend comes back; `None` while fully healthy.
+    resume: Option<Resume>,
+    checks: CheckStreak,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ejection {
+    cause: Cause,
+    until: Instant,
+}
+
+/// The end of an outage: weight 0 before `at`, slow start from it.
+#[derive(Debug, Clone, Copy)]
+struct Resume {
+    at: Instant,
+    after: Cause,
+}
+
+#[derive(Debug, Default)]
+struct CheckStreak {
+    /// Active checks hold the backend out of service.
+    failing: bool,
+    failed_in_a_row: u32,
+    passed_in_a_row: u32,
+}
+
+impl Inner {
+    fn is_ejected(&self, now: Instant) -> bool {
+        self.ejection.is_some_and(|e| e.until > now)
+    }
+
+    fn is_out(&self, now: Instant) -> bool {
+        self.checks.failing || self.is_ejected(now)
+    }
+
+    fn weight(&self, now: Instant, passive: &PassiveHealth) -> u32 {
+        if self.checks.failing {
+            return 0;
+        }
+        match self.resume {
+            None => FULL_WEIGHT,
+            Some(resume) => match now.checked_duration_since(resume.at) {
+                None => 0,
+                Some(elapsed) => ramp_weight(elapsed, passive.slow_start),
+            },
+        }
+    }
+
+    /// Ends slow start once it has run its course: the backend is healthy again and its
+    /// back-off starts over. Returns whether anything changed.
+    fn settle(&mut self, now: Instant, passive: &PassiveHealth) -> bool {
+        let Some(resume) = self.resume else { return false };
+        let ramped = now.checked_duration_since(resume.at).is_some_and(|e| e >= passive.slow_start);
+        if self.checks.failing || !ramped {
+            return false;
+        }
+        self.resume = None;
+        self.ejection = None;
+        self.in_a_row = 0;
+        true
+    }
+
+    fn state(&self, now: Instant) -> State {
+        if self.checks.failing {
+            State::FailingChecks
+        } else if self.is_ejected(now) {
+            State::Ejected
+        } else if self.resume.is_some() {
+            State::Recovering
+        } else {
+            State::Healthy
+        }
+    }
+
+    fn word(&self) -> u32 {
+        let resuming = if self.resume.is_some() { RESUMING } else { 0 };
+        let failing = if self.checks.failing { FAILING_CHECKS } else { 0 };
+        resuming | failing
+    }
+}
+
+/// The share of traffic `elapsed` into slow start: linear from [`SLOW_START_WEIGHT`]
+/// to [`FULL_WEIGHT`].
+fn ramp_weight(elapsed: Duration, slow_start: Duration) -> u32 {
+    if elapsed >= slow_start {
+        return FULL_WEIGHT;
+    }
+    let span = u128::from(FULL_WEIGHT - SLOW_START_WEIGHT);
+    // elapsed < slow_start, so the quotient is below `span` and fits in a u32.
+    let gained = span * elapsed.as_nanos() / slow_start.as_nanos();
+    SLOW_START_WEIGHT + u32::try_from(gained).expect("gained is below FULL_WEIGHT")
+}
+
+/// No ejection lasts longer, whatever the settings: longer than any process runs, and
+/// short enough that `now` plus an ejection cannot overflow an `Instant`.
+const LONGEST_EJECTION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// How long the `in_a_row`-th ejection in a row lasts: doubling from `ejection`, capped.
+fn ejection_length(passive: &PassiveHealth, in_a_row: u32) -> Duration {
+    // Past 2^31 the cap has long been reached; the saturating product stays correct.
+    let factor = 1u32 << in_a_row.saturating_sub(1).min(31);
+    passive.ejection.saturating_mul(factor).min(passive.max_ejection).min(LONGEST_EJECTION)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health::new()
+    }
+}
+
+impl Health {
+    /// A healthy backend.
+    pub fn new() -> Health {
+        Health {
+            word: AtomicU32::new(0),
+            resume_at: AtomicU64::new(0),
+            epoch: OnceLock::new(),
+            connect_failures: AtomicU32::new(0),
+            server_errors: AtomicU32::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The backend's share of traffic now: [`FULL_WEIGHT`] when healthy, 0 while ejected
+    /// or failing active checks, and during slow start a share rising linearly from a
+    /// tenth of [`FULL_WEIGHT`] to all of it.
+    ///
+    /// Takes no lock except once, when slow start has run its course and the backend is
+    /// marked healthy again.
+    pub fn weight(&self, now: Instant, passive: &PassiveHealth) -> u32 {
+        let word = self.word.load(Ordering::Relaxed);
+        if word == 0 {
+            return FULL_WEIGHT;
+        }
+        if word & FAILING_CHECKS != 0 {
+            return 0;
+        }
+        // Pairs with the release store of the word: the resume time read below is at
+        // least as new as the word read above.
+        fence(Ordering::Acquire);
+        let epoch = self.epoch.get().expect("the epoch is set before the word leaves 0");
+        let since_epoch = nanos(now.saturating_duration_since(*epoch));
+        let resume_at = self.resume_at.load(Ordering::Relaxed);
+        let Some(elapsed) = since_epoch.checked_sub(resume_at) else { return 0 };
+        let elapsed = Duration::from_nanos(elapsed);
+        if elapsed < passive.slow_start {
+            return ramp_weight(elapsed, passive.slow_start);
+        }
+        self.settled_weight(now, passive)
+    }
+
+    /// Whether the backend is out of service (weight 0) now.
+    pub fn is_down(&self, now: Instant, passive: &PassiveHealth) -> bool {
+        self.weight(now, passive) == 0
+    }
+
+    /// A response that counts as a success (not a 5xx): the failure streaks end.
+    /// Stores only when a streak is running, so that backends under load do not bounce
+    /// the counters' cache line between cores.
+    pub fn on_success(&self) {
+        if self.connect_failures.load(Ordering::Relaxed) != 0 {
+            self.connect_failures.store(0, Ordering::Relaxed);
+        }
+        if self.server_errors.load(Ordering::Relaxed) != 0 {
+            self.server_errors.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A connect to the backend failed (refused, reset, timed out).
+    ///
+    /// Ejects at `max_connect_failures` in a row, and during slow start at the first
+    /// one: a backend that has just come back and refuses a connect is still down.
+    pub fn on_connect_failure(&self, now: Instant, passive: &PassiveHealth) -> Option<Transition> {
+        self.on_failure(Failure::Connect, now, passive)
+    }
+
+    /// A 5xx response: from the origin, or holdfast's own 502/504 for a response that
+    /// failed or timed out. Ejects at `max_5xx` in a row, in slow start as well: a few
+    /// errors are what slow start's small share is there to absorb.
+    pub fn on_server_error(&self, now: Instant, passive: &PassiveHealth) -> Option<Transition> {
+        self.on_failure(Failure::ServerError, now, passive)
+    }
+
+    /// The result of one active check. Active checks are independent of passive
+    /// ejection: a backend both ejected and failing checks stays out until both end.
+    pub fn on_check(
+        &self,
+        passed: bool,
+        now: Instant,
+        thresholds: &CheckThresholds,
+    ) -> Option<Transition> {
+        let mut inner = self.lock();
+        let checks = &mut inner.checks;
+        if passed {
+            checks.failed_in_a_row = 0;
+            checks.passed_in_a_row = checks.passed_in_a_row.saturating_add(1);
+            if !checks.failing || checks.passed_in_a_row < thresholds.healthy.max(1) {
+                return None;
+            }
+            checks.failing = false;
+            // Slow start begins now, or when a passive ejection still running ends.
+            let resume = match inner.ejection {
+                Some(e) if e.until > now => Resume { at: e.until, after: e.cause },
+                _ => Resume { at: now, after: Cause::FailedChecks },
+            };
+            inner.resume = Some(resume);
+            self.publish(&inner, now);
+            Some(Transition::CheckPassed)
+        } else {
+            checks.passed_in_a_row = 0;
+            checks.failed_in_a_row = checks.failed_in_a_row.saturating_add(1);
+            if checks.failing || checks.failed_in_a_row < thresholds.unhealthy.max(1) {
+                return None;
+            }
+            checks.failing = true;
+            self.publish(&inner, now);
+            Some(Transition::CheckFailed)
+        }
+    }
+
+    /// Where the backend stands now, for `/status`.
+    pub fn snapshot(&self, now: Instant, passive: &PassiveHealth) -> HealthSnapshot {
+        let mut inner = self.lock();
+        if inner.settle(now, passive) {
+            self.publish(&inner, now);
+        }
+        let state = inner.state(now);
+        let cause = match state {
+            State::Healthy => None,
+            State::Ejected => inner.ejection.map(|e| e.cause),
+            State::Recovering => inner.resume.map(|r| r.after),
+            State::FailingChecks => Some(Cause::FailedChecks),
+        };
+        let ejected_for = inner
+            .ejection
+            .and_then(|e| e.until.checked_duration_since(now))
+            .filter(|d| !d.is_zero());
+        HealthSnapshot {
+            state,
+            cause,
+            ejected_for,
+            ejections: inner.ejections,
+            weight: inner.weight(now, passive),
+        }
+    }
+
+    /// Counts a failure; takes the lock only at the threshold or when the backend is not
+    /// healthy.
+    fn on_failure(
+        &self,
+        failure: Failure,
+        now: Instant,
+        passive: &PassiveHealth,
+    ) -> Option<Transition> {
+        let limit = failure.limit(passive);
+        if limit == 0 {
+            return None;
+        }
+        let counter = match failure {
+            Failure::Connect => &self.connect_failures,
+            Failure::ServerError => &self.server_errors,
+        };
+        let in_a_row = counter.fetch_add(1, Ordering::Relaxed).saturating_add(1);
+        if in_a_row < limit && self.word.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut inner = self.lock();
+        if inner.settle(now, passive) {
+            self.publish(&inner, now);
+        }
+        if inner.is_out(now) {
+            counter.store(0, Ordering::Relaxed);
+            return None;
+        }
+        let in_slow_start = inner.resume.is_some();
+        let ejects = in_a_row >= limit || (in_slow_start && failure == Failure::Connect);
+        if !ejects {
+            return None;
+        }
+        Some(self.eject(&mut inner, failure.cause(), now, passive))
+    }
+
+    fn eject(
+        &self,
+        inner: &mut Inner,
+        cause: Cause,
+        now: Instant,
+        passive: &PassiveHealth,
+    ) -> Transition {
+        inner.in_a_row = inner.in_a_row.saturating_add(1);
+        inner.ejections += 1;
+        let for_ = ejection_length(passive, inner.in_a_row);
+        let until = now + for_;
+        inner.ejection = Some(Ejection { cause, until });
+        inner.resume = Some(Resume { at: until, after: cause });
+        self.connect_failures.store(0, Ordering::Relaxed);
+        self.server_errors.store(0, Ordering::Relaxed);
+        self.publish(inner, now);
+        Transition::Ejected { cause, for_ }
+    }
+
+    /// Copies `inner`'s standing to the atomics lock-free readers use. Called under the
+    /// lock after every change.
+    fn publish(&self, inner: &Inner, now: Instant) {
+        let epoch = *self.epoch.get_or_init(|| now);
+        if let Some(resume) = inner.resume {
+            let at = nanos(resume.at.saturating_duration_since(epoch));
+            self.resume_at.store(at, Ordering::Relaxed);
+        }
+        self.word.store(inner.word(), Ordering::Release);
+    }
+
+    /// The weight computed under the lock, after ending slow start if it is over.
+    fn settled_weight(&self, now: Instant, passive: &PassiveHealth) -> u32 {
+        let mut inner = self.lock();
+        if inner.settle(now, passive) {
+            self.publish(&inner, now);
+        }
+        inner.weight(now, passive)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing here panics while holding the lock, and every field is valid on its
+        // own, so a poisoned lock still holds a usable state.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::Barrier;
+
+    use super::*;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Defaults: 3 connect failures, 5 5xx, 5 s ejection doubling to 60 s, 10 s slow start.
+    fn passive() -> PassiveHealth {
+        PassiveHealth::default()
+    }
+
+    fn checks() -> CheckThresholds {
+        CheckThresholds::default()
+    }
+
+    /// Fails connects until the backend is ejected; returns the ejection's length.
+    fn eject_by_connects(health: &Health, now: Instant, passive: &PassiveHealth) -> Duration {
+        for _ in 1..passive.max_connect_failures {
+            assert_eq!(health.on_connect_failure(now, passive), None);
+        }
+        match health.on_connect_failure(now, passive) {
+            Some(Transition::Ejected { cause: Cause::ConnectFailures, for_ }) => for_,
+            other => panic!("expected an ejection, got {other:?}"),
+        }
+    }
+
+    fn fail_checks(health: &Health, now: Instant) -> Option<Transition> {
+        (0..checks().unhealthy).map(|_| health.on_check(false, now, &checks())).last().flatten()
+    }
+
+    fn pass_checks(health: &Health, now: Instant) -> Option<Transition> {
+        (0..checks().healthy).map(|_| health.on_check(true, now, &checks())).last().flatten()
+    }
+
+    #[test]
+    fn healthy_backend_has_full_weight() {
+        let health = Health::new();
+        let now = Instant::now();
+        assert_eq!(health.weight(now, &passive()), FULL_WEIGHT);
+        assert!(!health.is_down(now, &passive()));
+        assert_eq!(health.snapshot(now, &passive()).state, State::Healthy);
+    }
+
+    #[test]
+    fn healthy_backend_is_served_without_the_lock() {
+        let health = Health::new();
+        let now = Instant::now();
+        let (sent, received) = mpsc::channel();
+        std::thread::scope(|s| {
+            let guard = health.lock();
+            s.spawn(|| {
+                health.on_success();
+                sent.send(health.weight(now, &passive())).expect("receiver waits");
+            });
+            let weight = received.recv_timeout(secs(10));
+            drop(guard);
+            assert_eq!(weight, Ok(FULL_WEIGHT));
+        });
+    }
+
+    #[test]
+    fn failures_below_threshold_do_not_eject() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        for _ in 1..p.max_connect_failures {
+            assert_eq!(health.on_connect_failure(now, &p), None);
+        }
+        for _ in 1..p.max_5xx {
+            assert_eq!(health.on_server_error(now, &p), None);
+        }
+        assert_eq!(health.weight(now, &p), FULL_WEIGHT);
+        assert_eq!(health.snapshot(now, &p).ejections, 0);
+    }
+
+    #[test]
+    fn success_in_between_resets_failure_counts() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        for _ in 0..10 {
+            for _ in 1..p.max_connect_failures {
+                assert_eq!(health.on_connect_failure(now, &p), None);
+            }
+            for _ in 1..p.max_5xx {
+                assert_eq!(health.on_server_error(now, &p), None);
+            }
+            health.on_success();
+        }
+        assert_eq!(health.weight(now, &p), FULL_WEIGHT);
+    }
+
+    #[test]
+    fn connect_failure_threshold_ejects_for_base_time() {
+        let health = Health::new();
+        let now = Instant::now();
+        assert_eq!(eject_by_connects(&health, now, &passive()), DEFAULT_EJECTION);
+    }
+
+    #[test]
+    fn server_error_threshold_ejects_for_base_time() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        for _ in 1..p.max_5xx {
+            assert_eq!(health.on_server_error(now, &p), None);
+        }
+        let ejected = health.on_server_error(now, &p);
+        assert_eq!(
+            ejected,
+            Some(Transition::Ejected { cause: Cause::ServerErrors, for_: DEFAULT_EJECTION })
+        );
+    }
+
+    #[test]
+    fn server_errors_do_not_add_to_connect_failures() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        for _ in 0..10 {
+            assert_eq!(health.on_connect_failure(now, &p), None);
+            assert_eq!(health.on_server_error(now, &p), None);
+            health.on_success();
+        }
+        assert_eq!(health.on_connect_failure(now, &p), None);
+        assert_eq!(health.on_server_error(now, &p), None);
+    }
+
+    #[test]
+    fn concurrent_failures_at_threshold_eject_once() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        let threads = 8;
+        let barrier = Barrier::new(threads);
+        let transitions: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        (0..4).filter_map(|_| health.on_connect_failure(now, &p)).count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("no panic")).collect()
+        });
+        assert_eq!(transitions.iter().sum::<usize>(), 1);
+        assert_eq!(health.snapshot(now, &p).ejections, 1);
+    }
+
+    #[test]
+    fn ejected_backend_has_zero_weight_until_ejection_ends() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let for_ = eject_by_connects(&health, t0, &p);
+        assert_eq!(health.weight(t0, &p), 0);
+        assert!(health.is_down(t0 + for_ - ms(1), &p));
+        assert!(!health.is_down(t0 + for_, &p));
+    }
+
+    #[test]
+    fn failures_while_ejected_are_ignored() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        eject_by_connects(&health, t0, &p);
+        for _ in 0..10 {
+            assert_eq!(health.on_connect_failure(t0 + secs(1), &p), None);
+            assert_eq!(health.on_server_error(t0 + secs(1), &p), None);
+        }
+        let snapshot = health.snapshot(t0 + secs(1), &p);
+        assert_eq!(snapshot.ejections, 1);
+        assert_eq!(snapshot.ejected_for, Some(secs(4)));
+        // The failures ignored above do not count in slow start either.
+        let ramping = t0 + secs(6);
+        for _ in 1..p.max_5xx {
+            assert_eq!(health.on_server_error(ramping, &p), None);
+        }
+    }
+
+    #[test]
+    fn weight_ramps_linearly_during_slow_start() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        let cases = [
+            (Duration::ZERO, 10),
+            (secs(1), 19),
+            (secs(5), 55),
+            (ms(9_999), 99),
+            (p.slow_start, FULL_WEIGHT),
+        ];
+        for (into_ramp, expected) in cases {
+            let now = end + into_ramp;
+            // The lock-free weight and the one /status computes under the lock agree.
+            assert_eq!(health.snapshot(now, &p).weight, expected, "{into_ramp:?} in");
+            assert_eq!(health.weight(now, &p), expected, "{into_ramp:?} in");
+        }
+        assert_eq!(health.snapshot(end + secs(5), &p).state, State::Healthy);
+    }
+
+    #[test]
+    fn backend_is_healthy_after_slow_start() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        assert_eq!(health.snapshot(end + secs(1), &p).state, State::Recovering);
+        let after = end + p.slow_start;
+        assert_eq!(health.weight(after, &p), FULL_WEIGHT);
+        assert_eq!(health.word.load(Ordering::Relaxed), 0, "back on the fast path");
+        let snapshot = health.snapshot(after, &p);
+        assert_eq!((snapshot.state, snapshot.cause), (State::Healthy, None));
+    }
+
+    #[test]
+    fn connect_failure_in_slow_start_ejects_again_for_double_time() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        let ejected = health.on_connect_failure(end + secs(1), &p);
+        assert_eq!(
+            ejected,
+            Some(Transition::Ejected { cause: Cause::ConnectFailures, for_: secs(10) })
+        );
+        assert!(health.is_down(end + secs(10), &p));
+        assert!(!health.is_down(end + secs(11), &p));
+    }
+
+    #[test]
+    fn server_errors_in_slow_start_eject_at_threshold_for_double_time() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let ramping = t0 + eject_by_connects(&health, t0, &p) + secs(1);
+        for _ in 1..p.max_5xx {
+            assert_eq!(health.on_server_error(ramping, &p), None);
+        }
+        assert_eq!(
+            health.on_server_error(ramping, &p),
+            Some(Transition::Ejected { cause: Cause::ServerErrors, for_: secs(10) })
+        );
+    }
+
+    #[test]
+    fn back_off_doubles_up_to_max_ejection() {
+        let health = Health::new();
+        let mut now = Instant::now();
+        let p = passive();
+        let mut lengths = vec![eject_by_connects(&health, now, &p)];
+        for _ in 0..5 {
+            now += *lengths.last().expect("one ejection") + secs(1);
+            match health.on_connect_failure(now, &p) {
+                Some(Transition::Ejected { for_, .. }) => lengths.push(for_),
+                other => panic!("expected an ejection, got {other:?}"),
+            }
+        }
+        assert_eq!(lengths, [5, 10, 20, 40, 60, 60].map(secs));
+    }
+
+    #[test]
+    fn completing_slow_start_resets_back_off() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let first = eject_by_connects(&health, t0, &p);
+        let again = t0 + first + secs(1);
+        assert!(matches!(health.on_connect_failure(again, &p), Some(Transition::Ejected { .. })));
+        // Nothing looks at the backend until long after its slow start ends: the next
+        // failure finds it healthy, counts as one, and the next ejection is short again.
+        let later = again + secs(600);
+        assert_eq!(eject_by_connects(&health, later, &p), DEFAULT_EJECTION);
+        assert_eq!(health.snapshot(later, &p).ejections, 3);
+    }
+
+    #[test]
+    fn huge_ejection_settings_do_not_overflow() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = PassiveHealth { ejection: Duration::MAX, max_ejection: Duration::MAX, ..passive() };
+        assert_eq!(eject_by_connects(&health, t0, &p), LONGEST_EJECTION);
+        assert!(health.is_down(t0 + secs(86_400), &p));
+    }
+
+    #[test]
+    fn zero_thresholds_disable_ejection() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = PassiveHealth { max_connect_failures: 0, max_5xx: 0, ..passive() };
+        for _ in 0..100 {
+            assert_eq!(health.on_connect_failure(t0, &p), None);
+            assert_eq!(health.on_server_error(t0, &p), None);
+        }
+        assert_eq!(health.weight(t0, &p), FULL_WEIGHT);
+    }
+
+    #[test]
+    fn disabled_connect_threshold_also_holds_in_slow_start() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = PassiveHealth { max_connect_failures: 0, max_5xx: 1, ..passive() };
+        let ejected = health.on_server_error(t0, &p);
+        assert!(matches!(ejected, Some(Transition::Ejected { .. })));
+        assert_eq!(health.on_connect_failure(t0 + secs(6), &p), None);
+        assert!(!health.is_down(t0 + secs(6), &p));
+    }
+
+    #[test]
+    fn failed_checks_take_backend_out_at_unhealthy_threshold() {
+        let health = Health::new();
+        let now = Instant::now();
+        let p = passive();
+        assert_eq!(health.on_check(false, now, &checks()), None);
+        assert_eq!(health.weight(now, &p), FULL_WEIGHT);
+        assert_eq!(health.on_check(false, now, &checks()), Some(Transition::CheckFailed));
+        assert_eq!(health.weight(now, &p), 0);
+        assert_eq!(health.on_check(false, now, &checks()), None, "reported once");
+        assert_eq!(health.snapshot(now, &p).ejections, 0, "not a passive ejection");
+    }
+
+    #[test]
+    fn passing_check_in_between_resets_failed_checks() {
+        let health = Health::new();
+        let now = Instant::now();
+        for _ in 0..10 {
+            assert_eq!(health.on_check(false, now, &checks()), None);
+            assert_eq!(health.on_check(true, now, &checks()), None);
+        }
+        assert_eq!(health.weight(now, &passive()), FULL_WEIGHT);
+    }
+
+    #[test]
+    fn passing_checks_bring_backend_back_with_slow_start() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        assert_eq!(fail_checks(&health, t0), Some(Transition::CheckFailed));
+        let back = t0 + secs(30);
+        assert_eq!(health.on_check(true, back, &checks()), None);
+        assert_eq!(health.on_check(false, back, &checks()), None, "resets the passes");
+        assert_eq!(health.on_check(true, back, &checks()), None);
+        assert_eq!(health.weight(back, &p), 0);
+        assert_eq!(health.on_check(true, back, &checks()), Some(Transition::CheckPassed));
+        assert_eq!(health.weight(back, &p), SLOW_START_WEIGHT);
+        assert_eq!(health.weight(back + secs(5), &p), 55);
+        let snapshot = health.snapshot(back + secs(5), &p);
+        assert_eq!(snapshot.state, State::Recovering);
+        assert_eq!(snapshot.cause, Some(Cause::FailedChecks));
+        assert_eq!(health.weight(back + p.slow_start, &p), FULL_WEIGHT);
+        assert_eq!(health.snapshot(back + p.slow_start, &p).state, State::Healthy);
+    }
+
+    #[test]
+    fn ejected_backend_failing_checks_stays_down_until_checks_pass() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        assert_eq!(fail_checks(&health, t0 + secs(1)), Some(Transition::CheckFailed));
+        assert!(health.is_down(end + secs(20), &p), "ejection over, checks still failing");
+        assert_eq!(health.snapshot(end + secs(20), &p).state, State::FailingChecks);
+        assert_eq!(pass_checks(&health, end + secs(20)), Some(Transition::CheckPassed));
+        assert_eq!(health.weight(end + secs(20), &p), SLOW_START_WEIGHT);
+    }
+
+    #[test]
+    fn backend_passing_checks_stays_down_until_ejection_ends() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        assert_eq!(fail_checks(&health, t0), Some(Transition::CheckFailed));
+        // In-flight requests fail while checks hold it out: not counted.
+        assert_eq!(health.on_connect_failure(t0, &p), None);
+        assert_eq!(pass_checks(&health, t0 + secs(1)), Some(Transition::CheckPassed));
+        // In slow start after the checks, one failed connect ejects.
+        let ejected = health.on_connect_failure(t0 + secs(2), &p);
+        let for_ = DEFAULT_EJECTION;
+        assert_eq!(ejected, Some(Transition::Ejected { cause: Cause::ConnectFailures, for_ }));
+        let end = t0 + secs(2) + for_;
+        assert_eq!(fail_checks(&health, t0 + secs(2)), Some(Transition::CheckFailed));
+        assert_eq!(pass_checks(&health, t0 + secs(3)), Some(Transition::CheckPassed));
+        assert!(health.is_down(end - ms(1), &p), "checks pass, ejection still running");
+        let snapshot = health.snapshot(end - ms(1), &p);
+        assert_eq!(
+            (snapshot.state, snapshot.cause),
+            (State::Ejected, Some(Cause::ConnectFailures))
+        );
+        assert_eq!(health.weight(end, &p), SLOW_START_WEIGHT);
+        let snapshot = health.snapshot(end, &p);
+        assert_eq!(snapshot.state, State::Recovering);
+        assert_eq!(snapshot.cause, Some(Cause::ConnectFailures));
+    }
+
+    #[test]
+    fn snapshot_reports_state_cause_remaining_time_and_count() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        eject_by_connects(&health, t0, &p);
+        let ejected = health.snapshot(t0 + secs(2), &p);
+        let expected = HealthSnapshot {
+            state: State::Ejected,
+            cause: Some(Cause::ConnectFailures),
+            ejected_for: Some(secs(3)),
+            ejections: 1,
+            weight: 0,
+        };
+        assert_eq!(ejected, expected);
+
+        assert_eq!(fail_checks(&health, t0 + secs(3)), Some(Transition::CheckFailed));
+        let both = health.snapshot(t0 + secs(3), &p);
+        assert_eq!(both.state, State::FailingChecks);
+        assert_eq!(both.cause, Some(Cause::FailedChecks));
+        assert_eq!(both.ejected_for, Some(secs(2)), "the ejection still shows");
+
+        assert_eq!(pass_checks(&health, t0 + secs(4)), Some(Transition::CheckPassed));
+        let recovering = health.snapshot(t0 + secs(10), &p);
+        let expected = HealthSnapshot {
+            state: State::Recovering,
+            cause: Some(Cause::ConnectFailures),
+            ejected_for: None,
+            ejections: 1,
+            weight: 55,
+        };
+        assert_eq!(recovering, expected);
+
+        let healthy = health.snapshot(t0 + secs(15), &p);
+        let expected = HealthSnapshot {
+            state: State::Healthy,
+            cause: None,
+            ejected_for: None,
+            ejections: 1,
+            weight: FULL_WEIGHT,
+        };
+        assert_eq!(healthy, expected);
+    }
+
+    #[test]
+    fn zero_slow_start_gives_full_weight_at_once() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = PassiveHealth { slow_start: Duration::ZERO, ..passive() };
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        assert_eq!(health.weight(end - ms(1), &p), 0);
+        assert_eq!(health.weight(end, &p), FULL_WEIGHT);
+        assert_eq!(health.snapshot(end, &p).state, State::Healthy);
+        assert_eq!(eject_by_connects(&health, end, &p), DEFAULT_EJECTION, "back-off reset");
+    }
+
+    #[test]
+    fn zero_check_thresholds_count_as_one() {
+        let health = Health::new();
+        let now = Instant::now();
+        let once = CheckThresholds { unhealthy: 0, healthy: 0 };
+        assert_eq!(health.on_check(false, now, &once), Some(Transition::CheckFailed));
+        assert_eq!(health.on_check(true, now, &once), Some(Transition::CheckPassed));
+    }
+
+    #[test]
+    fn names_are_stable() {
+        let causes = [Cause::ConnectFailures, Cause::ServerErrors, Cause::FailedChecks];
+        assert_eq!(
+            causes.map(Cause::as_str),
+            ["connect_failures", "server_errors", "failed_checks"]
+        );
+        let states = [State::Healthy, State::Ejected, State::Recovering, State::FailingChecks];
+        assert_eq!(
+            states.map(State::as_str),
+            ["healthy", "ejected", "recovering", "failing_checks"]
+        );
+    }
+
+    #[test]
+    fn health_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Health>();
+    }
+}
