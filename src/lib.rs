@@ -3,18 +3,21 @@
 //! Data flows one way; a module calls only modules to its right:
 //!
 //! ```text
-//! listener -> client -> proxy -> route -> balance -> upstream -> pool (holdfast-pool) -> origin
+//! listener -> client -> proxy -> route -> upstream -> balance
+//!                                              \-> pool (holdfast-pool) -> origin
 //!               \-> http1, net (message syntax and socket I/O, used by both)
 //! ```
 //!
 //! `listener` accepts clients; `client` reads each request head (refusing ambiguous or
 //! oversized ones) and keeps the connection between requests; `proxy` routes the
-//! request to an upstream group (`route`), picks one of its backends (`balance`, which
-//! reads each backend's load, latency and health), rewrites the request for it, leases
-//! a connection from that backend's pool in `upstream`, and streams the response back
-//! in the same task, returning the connection to its pool when the exchange ends
-//! cleanly. `upstream` also follows server names (`discovery`), checks servers
-//! (`check`) and takes failing ones out of service (`health`). `http1` parses and writes
+//! request to an upstream group (`route`), picks one of its backends with the group's
+//! balancer (`balance`: pure policies over each backend's load, latency and health,
+//! which an upstream group owns the way an nginx `upstream {}` block owns its method),
+//! rewrites the request for it, leases a connection from that backend's pool in
+//! `upstream`, and streams the response back in the same task, returning the
+//! connection to its pool when the exchange ends cleanly. `upstream` also follows
+//! server names (`discovery`), checks servers (`check`) and takes failing ones out of
+//! service (`health`). `http1` parses and writes
 //! HTTP/1.1 heads and follows body framing; `net` reads and writes sockets with bounded
 //! waits. `config` builds the settings each part takes; `server` wires them together and
 //! applies a reloaded config;

@@ -606,7 +606,10 @@ impl Proxy {
         match downloaded {
             Ok(done) => {
                 let now = Instant::now();
-                if reusable && !done.extra {
+                if reusable && !done.extra && out.backend().is_down(now) {
+                    // Taken out of service while this response was on its way.
+                    lease.discard(CloseReason::Ejected);
+                } else if reusable && !done.extra {
                     lease.release(now);
                 } else {
                     let reason =

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// A backend's share of traffic when nothing is wrong with it.
-pub const FULL_WEIGHT: u32 = 100;
+/// A backend's share of traffic when nothing is wrong with it (the balancer's scale).
+pub use crate::balance::FULL_WEIGHT;
 
 /// The share a backend starts slow start with: enough requests to show at once whether
 /// it is still failing, few enough that a backend that is still warming up (caches,
@@ -411,6 +411,12 @@ impl Health {
             return ramp_weight(elapsed, passive.slow_start);
         }
         self.settled_weight(now, passive)
+    }
+
+    /// Whether the backend is plainly healthy: in service, nothing pending. One relaxed
+    /// load; false means "ask [`Health::weight`]", not "down".
+    pub fn is_healthy(&self) -> bool {
+        self.word.load(Ordering::Relaxed) == 0
     }
 
     /// Whether the backend is out of service (weight 0) now.

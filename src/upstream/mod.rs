@@ -85,7 +85,7 @@ impl Backend {
 
     /// Whether health says the backend must get no requests now.
     pub fn is_down(&self, now: Instant) -> bool {
-        self.health.is_down(now, &self.passive.load())
+        !self.health.is_healthy() && self.health.is_down(now, &self.passive.load())
     }
 
     /// A response (or holdfast's own answer for a failed one) came back with `status`:
@@ -244,6 +244,9 @@ impl Drop for Assigned {
 
 impl Candidate for Arc<Backend> {
     fn weight(&self, now: Instant) -> u32 {
+        if self.health.is_healthy() {
+            return health::FULL_WEIGHT;
+        }
         self.health.weight(now, &self.passive.load())
     }
 

@@ -36,5 +36,7 @@ mod metrics;
 mod routing;
 // Balancing policies: even spread, slow servers, idle-connection ties, pools per server.
 mod balance;
+// Passive and active health: killed servers, 5xx bursts, checks, all servers down.
+mod health;
 // Access log lines (JSON, text, reopened on SIGUSR1) and the `holdfast stats` view.
 mod access_log;

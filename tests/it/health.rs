@@ -1,0 +1,174 @@
+//! Passive and active health: servers killed and restarted under load, 5xx bursts,
+//! failing health checks, and the 502 when every server of a group is down.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use holdfast::Config;
+use holdfast_pool::CloseReason;
+use tokio::net::TcpListener;
+
+use crate::support::{wait_until, Load, Origin, OriginOptions, Proxy, RawClient, DEADLINE};
+
+/// A listener in front of one group of `servers`; `extra` is appended to the group's
+/// table (health settings).
+fn group(servers: &[SocketAddr], extra: &str) -> Config {
+    let servers: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!(
+        r#"
+        [[listener]]
+        address = "127.0.0.1:0"
+        upstream = "app"
+
+        [upstream.app]
+        servers = [{}]
+        {extra}
+        "#,
+        servers.join(", ")
+    );
+    Config::parse(&text, std::path::Path::new("health.toml")).expect("a valid config")
+}
+
+/// Passive health with short times, so tests see ejection and re-admission quickly.
+const QUICK_PASSIVE: &str = r#"
+        [upstream.app.health]
+        ejection = "300ms"
+        max_ejection = "300ms"
+        slow_start = "200ms"
+"#;
+
+/// An address where nothing listens (connects are refused).
+async fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() {
+    let (a, b, c) = (Origin::start().await, Origin::start().await, Origin::start().await);
+    let proxy = Proxy::start(group(&[a.addr(), b.addr(), c.addr()], QUICK_PASSIVE)).await;
+    let load = Load::start(proxy.addr(), 6, "app.test", "/");
+    load.advance(300, DEADLINE).await;
+    let b_addr = b.addr();
+    b.kill();
+    let b_before = b.request_count();
+    load.advance(600, DEADLINE).await;
+    // B is out: the other two take everything.
+    assert!(b.request_count() <= b_before, "requests still reach the killed server");
+
+    // Restarted on the same port: after the ejection it is tried again, gradually.
+    let b =
+        Origin::serve(TcpListener::bind(b_addr).await.expect("rebind"), OriginOptions::default());
+    wait_until("the restarted server gets traffic again", DEADLINE, || b.request_count() > 20)
+        .await;
+    let tally = load.stop().await;
+    assert!(tally.failures.is_empty(), "{} failed: {:?}", tally.failures.len(), tally.failures);
+    let stats = proxy.stats();
+    let killed =
+        stats.iter().find(|s| s.backend == b_addr).expect("the server is still in its group");
+    assert!(
+        killed.pool.closed(CloseReason::Ejected) + killed.pool.closed(CloseReason::UpstreamClosed)
+            > 0
+    );
+}
+
+#[tokio::test]
+async fn a_burst_of_5xx_ejects_a_server_and_closes_its_idle_connections() {
+    let (good, bad) = (Origin::start().await, Origin::start().await);
+    bad.set_health(503);
+    let config =
+        group(&[good.addr(), bad.addr()], &format!("balance = \"round_robin\"\n{QUICK_PASSIVE}"));
+    let proxy = Proxy::start(config).await;
+    let mut client = proxy.client().await;
+    let mut errors = 0;
+    for _ in 0..40 {
+        if client.get("/health").await.status != 200 {
+            errors += 1;
+        }
+    }
+    // Five 503s in a row eject it (the default `max_5xx`); after that everything goes
+    // to the good server while it stays out.
+    assert_eq!(errors, 5, "the 503s that reached the client");
+    assert_eq!(bad.count_path("/health"), 5);
+    let bad_stats =
+        proxy.stats().into_iter().find(|s| s.backend == bad.addr()).expect("bad server");
+    assert_eq!(bad_stats.pool.closed(CloseReason::Ejected), 1, "its idle connection was closed");
+    assert_eq!(bad_stats.pool.idle, 0);
+}
+
+#[tokio::test]
+async fn failing_health_checks_take_a_server_out_before_requests_reach_it_and_passing_ones_bring_it_back(
+) {
+    let (good, sick) = (Origin::start().await, Origin::start().await);
+    let checks = r#"
+        [upstream.app.health]
+        slow_start = "0s"
+
+        [upstream.app.health_check]
+        path = "/health"
+        interval = "50ms"
+        timeout = "1s"
+        unhealthy = 2
+        healthy = 2
+    "#;
+    let proxy = Proxy::start(group(&[good.addr(), sick.addr()], checks)).await;
+    sick.set_health(500);
+    wait_until("two failed checks", DEADLINE, || sick.count_path("/health") >= 3).await;
+    let mut client = proxy.client().await;
+    for _ in 0..30 {
+        assert_eq!(client.get("/").await.status, 200);
+    }
+    assert_eq!(
+        sick.count_path("/") - sick.count_path("/health"),
+        0,
+        "no request reached the sick server"
+    );
+
+    sick.set_health(200);
+    wait_until("the server is back", DEADLINE, || {
+        sick.requests().iter().any(|r| r.uri.path() == "/") || sick.count_path("/health") > 100
+    })
+    .await;
+    let traffic = async {
+        for _ in 0..200 {
+            assert_eq!(client.get("/").await.status, 200);
+            if sick.requests().iter().any(|r| r.uri.path() == "/") {
+                return true;
+            }
+        }
+        false
+    };
+    assert!(traffic.await, "the healed server got no request");
+    // Checks went over pooled connections: a handful, not one per check.
+    assert!(
+        sick.accepted() <= 3,
+        "{} connections for {} checks",
+        sick.accepted(),
+        sick.count_path("/health")
+    );
+}
+
+#[tokio::test]
+async fn when_every_server_is_down_the_client_gets_502_naming_the_group_and_why() {
+    let (dead1, dead2) = (closed_port().await, closed_port().await);
+    let passive = r#"
+        [upstream.app.health]
+        max_connect_failures = 1
+        ejection = "30s"
+    "#;
+    let proxy = Proxy::start(group(&[dead1, dead2], passive)).await;
+    let mut client = RawClient::connect(proxy.addr()).await;
+    // The first request tries both servers (a failed connect goes to the next one).
+    client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let first = client.response().await;
+    assert_eq!(first.status, 502);
+    assert!(first.body_text().contains("connection refused"), "{}", first.body_text());
+    // Now both are ejected: holdfast answers without trying.
+    client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let next = client.response().await;
+    assert_eq!(next.status, 502);
+    let body = next.body_text();
+    assert!(body.contains("upstream app: all 2 servers are down"), "{body}");
+    assert!(body.contains(&format!("{dead1} ejected (connect_failures)")), "{body}");
+    assert!(body.contains(&format!("{dead2} ejected (connect_failures)")), "{body}");
+}
