@@ -394,9 +394,9 @@ impl Validator<'_> {
                                would get 404";
                 self.problem(l.address.span(), key.clone(), message);
             }
-            if let (Some(addr), Some(same)) =
-                (addr, out.iter().position(|o: &ListenerConfig| Some(o.addr) == addr))
-            {
+            // Port 0 (any free port) may repeat: each listener gets a port of its own.
+            let taken = |o: &ListenerConfig| Some(o.addr) == addr && o.addr.port() != 0;
+            if let (Some(addr), Some(same)) = (addr, out.iter().position(taken)) {
                 let message = format!("{addr} is also listener[{same}]'s address");
                 self.problem(l.address.span(), format!("{key}.address"), message);
             }

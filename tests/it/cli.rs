@@ -166,3 +166,59 @@ fn demo_shows_reuse_against_a_no_reuse_path() {
     assert!(no_reuse_path > 100, "no-reuse path opened {no_reuse_path}: {report}");
     assert_eq!(report.matches(", 0 errors").count(), 2, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_the_reload_command_apply_a_changed_config_file() {
+    let (first, second) = (Origin::start().await, Origin::start().await);
+    let dir = TempDir::new("reload-binary");
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let write = |listen: std::net::SocketAddr, server: std::net::SocketAddr, extra: &str| {
+        dir.write(
+            "holdfast.toml",
+            &format!(
+                "threads = 2\n\n[admin]\naddress = \"{admin}\"\n\n[[listener]]\n\
+                 address = \"{listen}\"\nupstream = \"app\"\n\n[upstream.app]\n\
+                 servers = [\"{server}\"]\n{extra}"
+            ),
+        )
+    };
+    let proxy = ChildProxy::launch(|listen| {
+        let path = write(listen, first.addr(), "");
+        vec!["--config".to_string(), path.display().to_string()]
+    })
+    .await;
+    let mut client = HttpClient::connect(proxy.addr()).await;
+    let origin_of =
+        |reply: crate::support::client::Reply| reply.header("x-origin").map(String::from);
+    assert_eq!(origin_of(client.get("/").await), Some(first.addr().to_string()));
+
+    // SIGHUP: the same client connection's next requests follow the new file.
+    write(proxy.addr(), second.addr(), "");
+    proxy.signal(nix::sys::signal::Signal::SIGHUP);
+    let mut moved = false;
+    for _ in 0..200 {
+        if origin_of(client.get("/").await) == Some(second.addr().to_string()) {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(moved, "SIGHUP did not apply the new file: {}", proxy.stderr());
+
+    // `holdfast reload --config FILE` finds the admin listener in the file.
+    let path = write(proxy.addr(), first.addr(), "");
+    let out = holdfast(&["reload", "--config", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("reloaded: "));
+    assert_eq!(origin_of(client.get("/").await), Some(first.addr().to_string()));
+
+    // A broken file: the command fails naming the line and key; nothing changes.
+    let path = write(proxy.addr(), second.addr(), "balance = \"fastest\"\n");
+    let out = holdfast(&["reload", "--admin", &admin.to_string()]);
+    assert!(!out.status.success(), "a broken file was accepted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:", path.display())), "{stderr}");
+    assert!(stderr.contains("upstream.app.balance"), "{stderr}");
+    assert_eq!(origin_of(client.get("/").await), Some(first.addr().to_string()));
+    assert!(proxy.stderr().contains("reload rejected"), "{}", proxy.stderr());
+}

@@ -2,7 +2,6 @@
 //! failing health checks, and the 502 when every server of a group is down.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use holdfast::Config;
 use holdfast_pool::CloseReason;

@@ -38,5 +38,10 @@ mod routing;
 mod balance;
 // Passive and active health: killed servers, 5xx bursts, checks, all servers down.
 mod health;
+// Hot reload: warm pools kept, removed servers drained, invalid files rejected.
+mod reload;
+// Server names re-resolved: a hosts file in a mount namespace changes under holdfast.
+#[cfg(target_os = "linux")]
+mod discovery;
 // Access log lines (JSON, text, reopened on SIGUSR1) and the `holdfast stats` view.
 mod access_log;

@@ -145,10 +145,21 @@ impl ChildProxy {
     /// found free just before. Another process may take that port in between, so a child
     /// that exits before listening is retried on a new port, a few times.
     pub async fn launch(args: impl Fn(SocketAddr) -> Vec<String>) -> ChildProxy {
+        ChildProxy::launch_wrapped(&[], args).await
+    }
+
+    /// [`ChildProxy::launch`] through `wrapper`: the command line is the wrapper's
+    /// words, then the binary's path, then its arguments (for example `unshare ... sh
+    /// -c 'mount ... && exec "$@"' ARG0`). The wrapper must exec the binary, so the
+    /// child is holdfast itself.
+    pub async fn launch_wrapped(
+        wrapper: &[String],
+        args: impl Fn(SocketAddr) -> Vec<String>,
+    ) -> ChildProxy {
         let mut last_error = String::new();
         for _attempt in 0..5 {
             let addr = free_port();
-            let mut child = ChildProxy::spawn(&args(addr), addr);
+            let mut child = ChildProxy::spawn(wrapper, &args(addr), addr);
             match child.wait_listening().await {
                 Ok(()) => return child,
                 Err(e) => last_error = e,
@@ -157,9 +168,11 @@ impl ChildProxy {
         panic!("holdfast binary did not start listening: {last_error}");
     }
 
-    fn spawn(args: &[String], addr: SocketAddr) -> ChildProxy {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-            .args(args)
+    fn spawn(wrapper: &[String], args: &[String], addr: SocketAddr) -> ChildProxy {
+        let binary = env!("CARGO_BIN_EXE_holdfast").to_string();
+        let words: Vec<&String> = wrapper.iter().chain([&binary]).chain(args).collect();
+        let mut child = Command::new(words[0])
+            .args(&words[1..])
             .env("RUST_LOG", "holdfast=info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
