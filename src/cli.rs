@@ -30,7 +30,7 @@ pub struct RunArgs {
     /// Address to accept clients on (quick mode).
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     pub listen: Option<SocketAddr>,
-    /// Backend to proxy to; repeat for several (round robin). Quick mode.
+    /// Backend to proxy to; repeat for several (balanced by power of two choices). Quick mode.
     #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config")]
     pub upstreams: Vec<SocketAddr>,
     /// Config file (TOML); see examples/holdfast.toml.

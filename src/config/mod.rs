@@ -380,7 +380,8 @@ impl Validator<'_> {
             self.problems.push(ConfigProblem {
                 line: None,
                 key: "listener".into(),
-                message: "no [[listener]]: add one with `address` and `upstream`".into(),
+                message: "no [[listener]]: add one with `address` (and `upstream`, or [[route]]s)"
+                    .into(),
             });
         }
         let mut out = Vec::new();

@@ -204,3 +204,125 @@ fn unknown_keys_in_admin_and_access_log_are_rejected() {
     assert!(message.starts_with("holdfast.toml:7:"), "{message}");
     assert!(message.contains("path"), "{message}");
 }
+
+const ROUTED: &str = r#"
+[[listener]]
+address = "127.0.0.1:8080"
+
+[[route]]
+host = "*.Example.com"
+path = "/api"
+upstream = "api"
+
+[[route]]
+upstream = "web"
+
+[upstream.api]
+servers = ["api.internal:3000", "10.0.0.5:3000"]
+balance = "least_outstanding"
+resolve_interval = "2s"
+
+[upstream.api.health]
+max_connect_failures = 0
+ejection = "1s"
+slow_start = "0s"
+
+[upstream.api.health_check]
+path = "/healthz?full=1"
+interval = "3s"
+expect_status = 204
+
+[upstream.web]
+servers = ["127.0.0.1:4000"]
+"#;
+
+#[test]
+fn routes_groups_health_and_names_parse_with_defaults_for_the_rest() {
+    use crate::balance::Policy;
+    use crate::route::HostPattern;
+
+    let config = parse(ROUTED).unwrap();
+    assert_eq!(config.listeners[0].upstream, None);
+    assert_eq!(config.routes.len(), 2);
+    assert_eq!(config.routes[0].host, HostPattern::Suffix(".example.com".into()));
+    assert_eq!(config.routes[0].path, "/api");
+    assert_eq!(
+        (config.routes[1].host.clone(), config.routes[1].path.as_str()),
+        (HostPattern::Any, "/")
+    );
+    let api = &config.upstreams[0];
+    assert_eq!(api.servers[0], super::ServerAddr::Name { host: "api.internal".into(), port: 3000 });
+    assert_eq!(api.servers[1], super::ServerAddr::Ip("10.0.0.5:3000".parse().unwrap()));
+    assert_eq!(api.balance, Policy::LeastOutstanding);
+    assert_eq!(api.resolve_interval, Duration::from_secs(2));
+    assert_eq!(api.health.max_connect_failures, 0);
+    assert_eq!(api.health.ejection, Duration::from_secs(1));
+    assert_eq!(api.health.slow_start, Duration::ZERO);
+    assert_eq!(api.health.max_5xx, crate::upstream::health::PassiveHealth::default().max_5xx);
+    let check = api.check.as_ref().expect("a health check");
+    assert_eq!(check.path, "/healthz?full=1");
+    assert_eq!(check.interval, Duration::from_secs(3));
+    assert_eq!(check.timeout, super::defaults::CHECK_TIMEOUT);
+    assert_eq!(check.expect_status, Some(204));
+    let web = &config.upstreams[1];
+    assert_eq!(web.balance, Policy::PowerOfTwoChoices);
+    assert!(web.check.is_none());
+    assert_eq!(web.resolve_interval, super::defaults::RESOLVE_INTERVAL);
+}
+
+#[test]
+fn bad_routes_and_group_settings_name_their_line_and_key() {
+    let text = r#"
+[[listener]]
+address = "127.0.0.1:8080"
+
+[[route]]
+host = "api.example.com:8080"
+upstream = "api"
+
+[[route]]
+path = "api"
+upstream = "nowhere"
+
+[[route]]
+host = "api.example.com:8080"
+upstream = "api"
+
+[upstream.api]
+servers = ["localhost", "app.internal:99999", "10.0.0.1:80", "10.0.0.1:80"]
+balance = "fastest"
+resolve_interval = "0s"
+
+[upstream.api.health_check]
+path = "healthz"
+expect_status = 42
+"#;
+    let message = errors(text);
+    for expected in [
+        "holdfast.toml:6: route[0].host: \"api.example.com:8080\"",
+        "holdfast.toml:11: route[1].upstream: no upstream named \"nowhere\"",
+        "holdfast.toml:10: route[1].path:",
+        "holdfast.toml:18: upstream.api.servers: \"localhost\" is not a server: no port",
+        "holdfast.toml:18: upstream.api.servers: \"app.internal:99999\" is not a server",
+        "holdfast.toml:18: upstream.api.servers: 10.0.0.1:80 is listed twice",
+        "holdfast.toml:19: upstream.api.balance: unknown balance policy \"fastest\"",
+        "holdfast.toml:20: upstream.api.resolve_interval: must be more than 0",
+        "holdfast.toml:23: upstream.api.health_check.path:",
+        "holdfast.toml:24: upstream.api.health_check.expect_status: must be a status",
+    ] {
+        assert!(message.contains(expected), "missing {expected:?} in:\n{message}");
+    }
+}
+
+#[test]
+fn a_listener_without_upstream_needs_routes() {
+    let text = r#"
+[[listener]]
+address = "127.0.0.1:8080"
+
+[upstream.app]
+servers = ["127.0.0.1:3000"]
+"#;
+    let message = errors(text);
+    assert!(message.contains("holdfast.toml:3: listener[0]: has no `upstream`"), "{message}");
+}

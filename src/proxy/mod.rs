@@ -736,7 +736,11 @@ impl Outbound {
 /// skipping the indices in `exclude`; counted as assigned until the request ends.
 fn pick(upstream: &Upstream, exclude: &[usize], now: Instant) -> Option<Assigned> {
     upstream.with_members(|m| {
-        let i = m.balancer.pick(&m.backends, exclude, now)?;
+        let i = match &m.backends[..] {
+            // One server: nothing to compare, only whether it may take the request.
+            [only] if exclude.is_empty() => (!only.is_down(now)).then_some(0)?,
+            backends => m.balancer.pick(backends, exclude, now)?,
+        };
         Some(Assigned::new(Arc::clone(&m.backends[i])))
     })
 }

@@ -162,6 +162,25 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_backend_hands_over_what_is_safe_to_send_twice() {
+        for method in IDEMPOTENT.iter().cloned().chain(not_idempotent()) {
+            for body in [Empty, Kept, Streamed] {
+                assert!(may_fail_over(&method, Unsent, body), "{method} unsent goes elsewhere");
+            }
+        }
+        for method in IDEMPOTENT {
+            assert!(may_fail_over(&method, MaybeReceived, Empty));
+            assert!(may_fail_over(&method, MaybeReceived, Kept));
+            assert!(!may_fail_over(&method, MaybeReceived, Streamed), "{method} body is gone");
+        }
+        for method in not_idempotent() {
+            for body in [Empty, Kept, Streamed] {
+                assert!(!may_fail_over(&method, MaybeReceived, body), "{method} may have acted");
+            }
+        }
+    }
+
+    #[test]
     fn failure_on_a_new_connection_is_never_retried() {
         for method in IDEMPOTENT.iter().cloned().chain(not_idempotent()) {
             for sent in [Unsent, MaybeReceived] {

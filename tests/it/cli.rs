@@ -222,3 +222,18 @@ async fn sighup_and_the_reload_command_apply_a_changed_config_file() {
     assert_eq!(origin_of(client.get("/").await), Some(first.addr().to_string()));
     assert!(proxy.stderr().contains("reload rejected"), "{}", proxy.stderr());
 }
+
+#[test]
+fn every_example_config_passes_check() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&examples).expect("examples/") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = holdfast(&["check", path.to_str().unwrap()]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "only {checked} example configs found");
+}
