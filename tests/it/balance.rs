@@ -44,7 +44,7 @@ async fn power_of_two_choices_spreads_load_evenly_over_equal_servers() {
     let origins = [Origin::start().await, Origin::start().await, Origin::start().await];
     let proxy = Proxy::start(group(&origins.iter().collect::<Vec<_>>(), "p2c")).await;
     let load = Load::start(proxy.addr(), 8, "app.test", "/");
-    load.advance(1500, Duration::from_secs(30)).await;
+    load.advance(800, Duration::from_secs(30)).await;
     let tally = load.stop().await;
     assert!(tally.failures.is_empty(), "{:?}", tally.failures);
     for o in &origins {
@@ -64,7 +64,7 @@ async fn slow_server_share(policy: &str) -> f64 {
     .await;
     let proxy = Proxy::start(group(&[&fast[0], &fast[1], &slow], policy)).await;
     let load = Load::start(proxy.addr(), 8, "app.test", "/");
-    load.advance(1500, Duration::from_secs(30)).await;
+    load.advance(800, Duration::from_secs(30)).await;
     let tally = load.stop().await;
     assert!(tally.failures.is_empty(), "{:?}", tally.failures);
     for o in &fast {
@@ -113,14 +113,14 @@ async fn each_server_gets_a_pool_sized_by_its_own_share_of_demand() {
     ];
     let proxy = Proxy::start(group(&origins.iter().collect::<Vec<_>>(), "round_robin")).await;
     let load = Load::start(proxy.addr(), 16, "app.test", "/");
-    load.advance(2000, Duration::from_secs(30)).await;
+    load.advance(800, Duration::from_secs(30)).await;
     let tally = load.stop().await;
     assert!(tally.failures.is_empty(), "{:?}", tally.failures);
     let stats = proxy.stats();
     assert_eq!(stats.len(), 4);
     for s in &stats {
         assert!((1..=10).contains(&s.pool.opened), "{}: opened {}", s.backend, s.pool.opened);
-        assert!(s.pool.reused > 100, "{}: reused {}", s.backend, s.pool.reused);
+        assert!(s.pool.reused > 50, "{}: reused {}", s.backend, s.pool.reused);
     }
     let opened: u64 = stats.iter().map(|s| s.pool.opened).sum();
     assert!(opened <= 24, "{opened} connections for 16 clients");

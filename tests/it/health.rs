@@ -47,7 +47,7 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
     let (a, b, c) = (Origin::start().await, Origin::start().await, Origin::start().await);
     let proxy = Proxy::start(group(&[a.addr(), b.addr(), c.addr()], QUICK_PASSIVE)).await;
     let load = Load::start(proxy.addr(), 6, "app.test", "/");
-    load.advance(300, DEADLINE).await;
+    load.advance(200, DEADLINE).await;
     let b_addr = b.addr();
     b.kill();
     // Requests the dying server had already read still get recorded; count from when
@@ -55,7 +55,7 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
     wait_until("the killed server's connections drop", DEADLINE, || b.closed() == b.accepted())
         .await;
     let b_before = b.request_count();
-    load.advance(600, DEADLINE).await;
+    load.advance(300, DEADLINE).await;
     // B is out: the other two take everything.
     assert!(b.request_count() <= b_before, "requests still reach the killed server");
 

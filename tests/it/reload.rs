@@ -23,7 +23,7 @@ async fn a_reload_under_load_keeps_warm_pools_and_fails_no_request() {
     let path = dir.write("holdfast.toml", &config(&[a.addr(), b.addr()], ""));
     let proxy = Proxy::start_file(&path).await;
     let load = Load::start(proxy.addr(), 8, "app.test", "/");
-    load.advance(500, DEADLINE).await;
+    load.advance(300, DEADLINE).await;
     let before = a.accepted() + b.accepted();
 
     // Same servers plus one, a changed balancing policy, and a new route.
@@ -32,7 +32,7 @@ async fn a_reload_under_load_keeps_warm_pools_and_fails_no_request() {
     for _ in 0..3 {
         let report = proxy.reload().await.expect("the new config is valid");
         assert!(report.contains("1 updated"), "{report}");
-        load.advance(300, DEADLINE).await;
+        load.advance(150, DEADLINE).await;
     }
     let tally = load.stop().await;
     assert!(tally.failures.is_empty(), "{:?}", tally.failures);
