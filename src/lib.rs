@@ -17,11 +17,10 @@
 //! `upstream`, and streams the response back in the same task, returning the
 //! connection to its pool when the exchange ends cleanly. `upstream` also follows
 //! server names (`discovery`), checks servers (`check`) and takes failing ones out of
-//! service (`health`). `http1` parses and writes
-//! HTTP/1.1 heads and follows body framing; `net` reads and writes sockets with bounded
-//! waits. `config` builds the settings each part takes; `server` wires them together and
-//! applies a reloaded config;
-//! `demo` shows it working.
+//! service (`health`). `http1` parses and writes HTTP/1.1 heads and follows body
+//! framing; `net` reads and writes sockets with bounded waits. `config` builds the
+//! settings each part takes; `server` wires them together and applies a reloaded
+//! config; `demo` shows it working.
 
 pub mod admin;
 pub mod balance;
