@@ -13,7 +13,9 @@ use crate::client;
 use crate::proxy::Proxy;
 
 /// Counts client connections (open now, so shutdown can wait for them, and accepted
-/// since start) and tells them when the server stops. Clones share the counts.
+/// since start) and tells them when the server stops. Clones share the counts; a
+/// [`Connections::child`] (one listener's) counts in its parent too, but is stopped on
+/// its own.
 #[derive(Clone, Default)]
 pub struct Connections(Arc<Counts>);
 
@@ -24,6 +26,8 @@ struct Counts {
     stopping: AtomicBool,
     /// The task of each connection that asked to hear about the stop, by its id.
     waiting: Mutex<HashMap<u64, Waker>>,
+    /// Where a child's connections are counted as well.
+    parent: Option<Arc<Counts>>,
 }
 
 impl Connections {
@@ -46,10 +50,20 @@ impl Connections {
         }
     }
 
+    /// Connections of one listener: counted here too, stopped by their own
+    /// [`Connections::stop`] (a listener removed by a reload).
+    pub fn child(&self) -> Connections {
+        Connections(Arc::new(Counts { parent: Some(Arc::clone(&self.0)), ..Counts::default() }))
+    }
+
     /// Counts a newly accepted connection; it is open until the guard drops.
     fn track(&self) -> OpenConnection {
         let id = self.0.accepted.fetch_add(1, Ordering::Relaxed);
         self.0.open.fetch_add(1, Ordering::AcqRel);
+        if let Some(parent) = &self.0.parent {
+            parent.accepted.fetch_add(1, Ordering::Relaxed);
+            parent.open.fetch_add(1, Ordering::AcqRel);
+        }
         OpenConnection { counts: Arc::clone(&self.0), id, registered: false }
     }
 }
@@ -96,6 +110,9 @@ impl Drop for OpenConnection {
             self.counts.lock().remove(&self.id);
         }
         self.counts.open.fetch_sub(1, Ordering::AcqRel);
+        if let Some(parent) = &self.counts.parent {
+            parent.open.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -169,5 +186,22 @@ mod tests {
         drop((open, late));
         assert_eq!(connections.count(), 0);
         assert_eq!(connections.accepted(), 2);
+    }
+
+    #[test]
+    fn a_child_counts_in_its_parent_and_stops_alone() {
+        let all = Connections::default();
+        let (one, other) = (all.child(), all.child());
+        let waker = Waker::from(Arc::new(Wakes::default()));
+        let cx = Context::from_waker(&waker);
+        let (mut a, mut b) = (one.track(), other.track());
+        assert_eq!((all.count(), all.accepted(), one.count()), (2, 2, 1));
+        one.stop();
+        assert!(a.poll_stop(&cx), "its own listener stopped");
+        assert!(!b.poll_stop(&cx), "another listener's connection carries on");
+        drop(a);
+        assert_eq!((all.count(), one.count(), other.count()), (1, 0, 1));
+        drop(b);
+        assert_eq!(all.count(), 0);
     }
 }

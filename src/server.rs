@@ -98,6 +98,8 @@ struct LiveListener {
     stop: watch::Sender<bool>,
     /// The accept loop, which closes the listening socket when it ends.
     accepting: tokio::task::JoinHandle<()>,
+    /// The listener's client connections (counted in `Shared::connections` too).
+    connections: Connections,
 }
 
 impl Server {
@@ -249,13 +251,13 @@ impl Server {
         let listeners = std::mem::take(&mut self.shared.live.lock().await.listeners);
         for l in &listeners {
             let _ = l.stop.send(true);
+            l.connections.stop();
         }
         // Once this returns, no listening socket is left to accept a client.
         for l in listeners {
             let _ = l.accepting.await;
         }
         let connections = &self.shared.connections;
-        connections.stop();
         let deadline = Instant::now() + drain;
         while connections.count() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -362,8 +364,12 @@ impl Shared {
             listeners.push(self.listen(l, site, bound.swap_remove(tcp).1));
         }
         for old in std::mem::take(&mut live.listeners) {
-            tracing::info!(listen = %old.configured, "listener removed; its connections finish");
+            tracing::info!(
+                listen = %old.configured,
+                "listener removed; its connections close after the request in flight"
+            );
             let _ = old.stop.send(true);
+            old.connections.stop();
         }
         live.listeners = listeners;
         live.upstreams = upstreams;
@@ -381,10 +387,14 @@ impl Shared {
         tracing::info!(listen = %addr, upstream = ?l.upstream, "listening");
         let proxy = Arc::new(Proxy::new(site, self.access_log.clone(), Arc::clone(&self.unrouted)));
         let (stop, stop_rx) = watch::channel(false);
-        let connections = self.connections.clone();
-        let accepting =
-            tokio::spawn(listener::accept_loop(tcp, Arc::clone(&proxy), connections, stop_rx));
-        LiveListener { configured: l.addr, proxy, stop, accepting }
+        let connections = self.connections.child();
+        let accepting = tokio::spawn(listener::accept_loop(
+            tcp,
+            Arc::clone(&proxy),
+            connections.clone(),
+            stop_rx,
+        ));
+        LiveListener { configured: l.addr, proxy, stop, accepting, connections }
     }
 }
 

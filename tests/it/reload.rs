@@ -108,6 +108,9 @@ async fn a_reload_adds_and_removes_listeners() {
     let dir = TempDir::new("reload-listeners");
     let path = dir.write("holdfast.toml", &config(&[app.addr()], ""));
     let proxy = Proxy::start_file(&path).await;
+    let mut old_client = RawClient::connect(proxy.addr()).await;
+    old_client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(old_client.response().await.status, 200);
     let spare =
         std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
     let text = config(&[app.addr()], "").replace(
@@ -119,6 +122,9 @@ async fn a_reload_adds_and_removes_listeners() {
     let mut client = RawClient::connect(spare).await;
     client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     assert_eq!(client.response().await.status, 200, "the new listener serves");
+    // An idle keep-alive client of the removed listener is closed, not left on the old
+    // routes.
+    old_client.expect_closed().await;
     wait_until("the old listener stops accepting", DEADLINE, || {
         std::net::TcpStream::connect_timeout(&proxy.addr(), Duration::from_millis(200)).is_err()
     })
