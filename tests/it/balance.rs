@@ -6,24 +6,12 @@ use std::time::Duration;
 
 use holdfast::Config;
 
-use crate::support::{Load, Origin, OriginOptions, Proxy};
+use crate::support::{group_config, Load, Origin, OriginOptions, Proxy};
 
 /// A listener in front of one group of `origins` balanced by `policy`.
 fn group(origins: &[&Origin], policy: &str) -> Config {
-    let servers: Vec<String> = origins.iter().map(|o| format!("\"{}\"", o.addr())).collect();
-    let text = format!(
-        r#"
-        [[listener]]
-        address = "127.0.0.1:0"
-        upstream = "app"
-
-        [upstream.app]
-        servers = [{}]
-        balance = "{policy}"
-        "#,
-        servers.join(", ")
-    );
-    Config::parse(&text, std::path::Path::new("balance.toml")).expect("a valid config")
+    let servers: Vec<_> = origins.iter().map(|o| o.addr()).collect();
+    group_config(&servers, &format!("balance = \"{policy}\""))
 }
 
 #[tokio::test]

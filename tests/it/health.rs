@@ -3,30 +3,12 @@
 
 use std::net::SocketAddr;
 
-use holdfast::Config;
 use holdfast_pool::CloseReason;
 use tokio::net::TcpListener;
 
-use crate::support::{wait_until, Load, Origin, OriginOptions, Proxy, RawClient, DEADLINE};
-
-/// A listener in front of one group of `servers`; `extra` is appended to the group's
-/// table (health settings).
-fn group(servers: &[SocketAddr], extra: &str) -> Config {
-    let servers: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
-    let text = format!(
-        r#"
-        [[listener]]
-        address = "127.0.0.1:0"
-        upstream = "app"
-
-        [upstream.app]
-        servers = [{}]
-        {extra}
-        "#,
-        servers.join(", ")
-    );
-    Config::parse(&text, std::path::Path::new("health.toml")).expect("a valid config")
-}
+use crate::support::{
+    group_config, wait_until, Load, Origin, OriginOptions, Proxy, RawClient, DEADLINE,
+};
 
 /// Passive health with short times, so tests see ejection and re-admission quickly.
 const QUICK_PASSIVE: &str = r#"
@@ -45,7 +27,7 @@ async fn closed_port() -> SocketAddr {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() {
     let (a, b, c) = (Origin::start().await, Origin::start().await, Origin::start().await);
-    let proxy = Proxy::start(group(&[a.addr(), b.addr(), c.addr()], QUICK_PASSIVE)).await;
+    let proxy = Proxy::start(group_config(&[a.addr(), b.addr(), c.addr()], QUICK_PASSIVE)).await;
     let load = Load::start(proxy.addr(), 6, "app.test", "/");
     load.advance(200, DEADLINE).await;
     let b_addr = b.addr();
@@ -79,8 +61,10 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
 async fn a_burst_of_5xx_ejects_a_server_and_closes_its_idle_connections() {
     let (good, bad) = (Origin::start().await, Origin::start().await);
     bad.set_health(503);
-    let config =
-        group(&[good.addr(), bad.addr()], &format!("balance = \"round_robin\"\n{QUICK_PASSIVE}"));
+    let config = group_config(
+        &[good.addr(), bad.addr()],
+        &format!("balance = \"round_robin\"\n{QUICK_PASSIVE}"),
+    );
     let proxy = Proxy::start(config).await;
     let mut client = proxy.client().await;
     let mut errors = 0;
@@ -114,7 +98,7 @@ async fn failing_health_checks_take_a_server_out_before_requests_reach_it_and_pa
         unhealthy = 2
         healthy = 2
     "#;
-    let proxy = Proxy::start(group(&[good.addr(), sick.addr()], checks)).await;
+    let proxy = Proxy::start(group_config(&[good.addr(), sick.addr()], checks)).await;
     sick.set_health(500);
     wait_until("two failed checks", DEADLINE, || sick.count_path("/health") >= 3).await;
     let mut client = proxy.client().await;
@@ -159,7 +143,7 @@ async fn when_every_server_is_down_the_client_gets_502_naming_the_group_and_why(
         max_connect_failures = 1
         ejection = "30s"
     "#;
-    let proxy = Proxy::start(group(&[dead1, dead2], passive)).await;
+    let proxy = Proxy::start(group_config(&[dead1, dead2], passive)).await;
     let mut client = RawClient::connect(proxy.addr()).await;
     // The first request tries both servers (a failed connect goes to the next one).
     client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;

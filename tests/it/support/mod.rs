@@ -27,7 +27,7 @@ use tokio::time::Instant;
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
 pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawOrigin};
-pub use proxy::{config_for, config_to, config_with_admin, ChildProxy, Proxy};
+pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};
 
 /// The longest any single step of a test may take before the test fails.

@@ -23,6 +23,18 @@ pub fn config_to(addr: SocketAddr) -> Config {
     Config::quick(loopback_any_port(), vec![addr])
 }
 
+/// A listener on `127.0.0.1:0` in front of one group, `app`, of `servers`; `extra` is
+/// written into the group's table (its `balance`, `[upstream.app.health]`, ...).
+pub fn group_config(servers: &[SocketAddr], extra: &str) -> Config {
+    let servers: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\nupstream = \"app\"\n\n\
+         [upstream.app]\nservers = [{}]\n{extra}\n",
+        servers.join(", ")
+    );
+    Config::parse(&text, std::path::Path::new("group.toml")).expect("a valid config")
+}
+
 /// [`config_for`] with an admin listener on `127.0.0.1:0`.
 pub fn config_with_admin(origin: &Origin) -> Config {
     let mut config = config_for(origin);
