@@ -127,7 +127,7 @@ pub fn status(state: &AdminState) -> Value {
         .map(|u| {
             let members = u.members();
             let servers: Vec<Value> =
-                members.backends.iter().map(|b| server_status(b, &members, now)).collect();
+                members.backends.iter().map(|b| server_status(b, now)).collect();
             json!({
                 "name": &*u.name,
                 "balance": members.config.balance.as_str(),
@@ -158,9 +158,9 @@ fn names_status(members: &Members) -> Vec<Value> {
         .collect()
 }
 
-fn server_status(b: &Backend, members: &Members, now: Instant) -> Value {
+fn server_status(b: &Backend, now: Instant) -> Value {
     let pool = b.pool.stats().snapshot();
-    let health = b.health.snapshot(now, &members.config.health);
+    let health = b.health_now(now);
     let m = &b.metrics;
     let reused = m.sent_reused.load(Ordering::Relaxed);
     let requests = reused + m.sent_new.load(Ordering::Relaxed);

@@ -381,6 +381,24 @@ fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> io::R
     }
 }
 
+/// Reads and discards `remaining` body bytes within `limit`, so the connection can be
+/// reused (after a client left mid-response, after a health check). True when the body
+/// ended cleanly: no early end, nothing beyond it.
+pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration) -> bool {
+    let mut deadline = Deadline::after(limit);
+    let mut buf = InBuf::new(UPSTREAM_BUF);
+    while remaining > 0 {
+        match buf.fill(upstream, &mut deadline).await {
+            Ok(n) if n > 0 && n as u64 <= remaining => {
+                remaining -= n as u64;
+                buf.consume(n);
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::{pending, ready};

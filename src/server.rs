@@ -21,7 +21,7 @@ use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
 use crate::proxy::{Proxy, Site};
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
-use crate::upstream::{check, discovery, BackendStats, Groups, Resolution, Upstream};
+use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
 use holdfast_pool::IdleBudget;
 
 /// Why holdfast could not start.
@@ -146,11 +146,9 @@ impl Server {
             reloads_failed: AtomicU64::new(0),
         });
         let mut addrs = Vec::new();
-        for (_, tcp) in &bound {
-            addrs.push(tcp.local_addr().map_err(|source| StartError::Bind {
-                addr: config.listeners[addrs.len()].addr,
-                source,
-            })?);
+        for (addr, tcp) in &bound {
+            addrs
+                .push(tcp.local_addr().map_err(|source| StartError::Bind { addr: *addr, source })?);
         }
         {
             let mut live = shared.live.lock().await;
@@ -198,29 +196,14 @@ impl Server {
 
     /// Pool and retry counters of every backend in force.
     pub fn stats(&self) -> Vec<BackendStats> {
-        self.shared
-            .groups
-            .current()
-            .iter()
-            .flat_map(|u| {
-                u.members()
-                    .backends
-                    .iter()
-                    .map(|b| BackendStats {
-                        upstream: Arc::clone(&u.name),
-                        backend: b.addr,
-                        pool: b.pool.stats().snapshot(),
-                        retries: b.metrics.retries.load(Ordering::Relaxed),
-                        unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    /// The groups in force.
-    pub fn upstreams(&self) -> Arc<Vec<Arc<Upstream>>> {
-        self.shared.groups.current()
+        let stats = |(u, b): (Arc<Upstream>, Arc<Backend>)| BackendStats {
+            upstream: Arc::clone(&u.name),
+            backend: b.addr,
+            pool: b.pool.stats().snapshot(),
+            retries: b.metrics.retries.load(Ordering::Relaxed),
+            unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
+        };
+        self.shared.groups.backends().into_iter().map(stats).collect()
     }
 
     /// Makes the access log reopen its file (after rotation).
@@ -272,25 +255,30 @@ impl Server {
 
 impl Shared {
     async fn reload_file(&self) -> Result<String, ReloadError> {
-        let result = match &self.source {
-            None => Err(ReloadError::NoFile),
-            Some(source) => match Config::load(&source.path) {
-                Ok(mut config) => {
-                    (source.adjust)(&mut config);
-                    return self.reload(config).await;
-                }
-                Err(e) => Err(ReloadError::Config(e)),
-            },
+        let result = match self.read_source() {
+            Ok(config) => self.try_reload(config).await,
+            Err(e) => Err(e),
         };
-        if let Err(e) = &result {
-            self.reloads_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::error!("reload rejected, the config in force stays: {e}");
-        }
-        result
+        self.settle(result)
     }
 
     /// Applies `config`; on any error nothing changes.
     async fn reload(&self, config: Config) -> Result<String, ReloadError> {
+        let result = self.try_reload(config).await;
+        self.settle(result)
+    }
+
+    /// The config file, adjusted like the one read at start.
+    fn read_source(&self) -> Result<Config, ReloadError> {
+        let source = self.source.as_ref().ok_or(ReloadError::NoFile)?;
+        let mut config = Config::load(&source.path)?;
+        (source.adjust)(&mut config);
+        Ok(config)
+    }
+
+    /// Resolves and binds what `config` needs, then applies it; on any error nothing
+    /// changes.
+    async fn try_reload(&self, config: Config) -> Result<String, ReloadError> {
         let mut live = self.live.lock().await;
         warn_unreloadable(&live.config, &config);
         let resolved = resolve_all(&config, &live.upstreams).await;
@@ -299,20 +287,26 @@ impl Shared {
             if live.listeners.iter().any(|o| o.configured == l.addr) {
                 continue;
             }
-            match bind(l.addr).await {
-                Ok(tcp) => bound.push((l.addr, tcp)),
-                Err(source) => {
-                    self.reloads_failed.fetch_add(1, Ordering::Relaxed);
-                    let e = ReloadError::Bind { addr: l.addr, source };
-                    tracing::error!("reload rejected, the config in force stays: {e}");
-                    return Err(e);
-                }
+            let tcp =
+                bind(l.addr).await.map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
+            bound.push((l.addr, tcp));
+        }
+        Ok(self.apply(&mut live, config, resolved, bound))
+    }
+
+    /// Counts and logs how a reload ended.
+    fn settle(&self, result: Result<String, ReloadError>) -> Result<String, ReloadError> {
+        match &result {
+            Ok(report) => {
+                self.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("config reloaded: {report}");
+            }
+            Err(e) => {
+                self.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("reload rejected, the config in force stays: {e}");
             }
         }
-        let report = self.apply(&mut live, config, resolved, bound);
-        self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-        tracing::info!("config reloaded: {report}");
-        Ok(report)
+        result
     }
 
     /// Makes `config` the config in force: `resolved` holds every group's addresses,
@@ -510,15 +504,9 @@ fn open_file_limit() -> Option<usize> {
 async fn evict_idle(groups: Arc<Groups>, mut stop: watch::Receiver<bool>) {
     loop {
         let period = groups
-            .current()
+            .backends()
             .iter()
-            .flat_map(|u| {
-                u.members()
-                    .backends
-                    .iter()
-                    .map(|b| b.pool.config().idle_timeout / 4)
-                    .collect::<Vec<_>>()
-            })
+            .map(|(_, b)| b.pool.config().idle_timeout / 4)
             .min()
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(50), Duration::from_secs(1));

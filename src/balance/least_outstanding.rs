@@ -5,11 +5,11 @@
 //! hundreds of servers `p2c` gets most of the benefit for two looks.
 
 use std::cmp::Ordering as Order;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 
 use tokio::time::Instant;
 
-use super::{eligible_weight, Candidate, Load};
+use super::{eligible_weight, rotation, Candidate, Load};
 
 /// The eligible server with the lowest `(outstanding + 1) / weight` (see [`Load`]).
 ///
@@ -31,13 +31,8 @@ pub(super) fn pick<C: Candidate>(
     exclude: &[usize],
     now: Instant,
 ) -> Option<usize> {
-    let len = candidates.len();
-    if len == 0 {
-        return None;
-    }
-    let start = cursor.fetch_add(1, Ordering::Relaxed) % len;
     let mut best: Option<Best> = None;
-    for index in (start..len).chain(0..start) {
+    for index in rotation(cursor, candidates.len())? {
         let candidate = &candidates[index];
         let Some(weight) = eligible_weight(candidate, index, exclude, now) else {
             continue;

@@ -125,6 +125,17 @@ impl Balancer {
     }
 }
 
+/// Every index of `len` servers once, starting at the cursor's next position and
+/// wrapping around, so that successive picks start their scans at successive servers;
+/// `None` when there are no servers.
+fn rotation(cursor: &AtomicUsize, len: usize) -> Option<impl Iterator<Item = usize>> {
+    if len == 0 {
+        return None;
+    }
+    let start = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % len;
+    Some((start..len).chain(0..start))
+}
+
 /// The weight of the server at `index` when it may take this request: not in `exclude`
 /// and weight above 0. Weights above [`FULL_WEIGHT`] are capped, so the policies' share
 /// arithmetic holds whatever a `Candidate` reports.

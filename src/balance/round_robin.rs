@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
-use super::{eligible_weight, random, Candidate, FULL_WEIGHT};
+use super::{eligible_weight, random, rotation, Candidate, FULL_WEIGHT};
 
 /// The next eligible server at or after the cursor, which then moves past it.
 ///
@@ -28,13 +28,8 @@ pub(super) fn pick<C: Candidate>(
     exclude: &[usize],
     now: Instant,
 ) -> Option<usize> {
-    let len = candidates.len();
-    if len == 0 {
-        return None;
-    }
-    let start = cursor.fetch_add(1, Ordering::Relaxed) % len;
     let mut first_eligible = None;
-    for (passed, index) in (start..len).chain(0..start).enumerate() {
+    for (passed, index) in rotation(cursor, candidates.len())?.enumerate() {
         let Some(weight) = eligible_weight(&candidates[index], index, exclude, now) else {
             continue;
         };

@@ -485,14 +485,13 @@ impl Validator<'_> {
 
     fn check(&mut self, key: &str, raw: &FileHealthCheck) -> CheckConfig {
         let k = |name: &str| format!("{key}.{name}");
-        let path = match route::parse_path_prefix(raw.path.get_ref()) {
-            Ok(_) => raw.path.get_ref().clone(),
-            Err(message) if !raw.path.get_ref().starts_with('/') => {
-                self.problem(raw.path.span(), k("path"), message);
-                "/".into()
-            }
-            // A query string is fine in a check's path.
-            Err(_) => raw.path.get_ref().clone(),
+        // Any request target that starts with '/' will do, query string included.
+        let path = if raw.path.get_ref().starts_with('/') {
+            raw.path.get_ref().clone()
+        } else {
+            let message = format!("{:?} must start with '/'", raw.path.get_ref());
+            self.problem(raw.path.span(), k("path"), message);
+            "/".into()
         };
         let mut check = CheckConfig {
             path,

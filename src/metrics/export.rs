@@ -88,17 +88,15 @@ impl Server<'_> {
 impl Collector for Sources {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let upstreams = self.upstreams.current();
-        let members: Vec<_> = upstreams.iter().map(|u| (u, u.members())).collect();
+        let backends = self.upstreams.backends();
         let now = tokio::time::Instant::now();
-        let servers: Vec<Server<'_>> = members
+        let servers: Vec<Server<'_>> = backends
             .iter()
-            .flat_map(|(u, m)| {
-                m.backends.iter().map(|b| Server {
-                    upstream: &u.name,
-                    server: b.addr.to_string(),
-                    backend: b,
-                    weight: crate::balance::Candidate::weight(b, now),
-                })
+            .map(|(u, b)| Server {
+                upstream: &u.name,
+                server: b.addr.to_string(),
+                backend: b,
+                weight: b.weight(now),
             })
             .collect();
         let pools: Vec<_> = servers.iter().map(|s| s.backend.pool.stats().snapshot()).collect();

@@ -285,7 +285,7 @@ impl Proxy {
                     if e.is_backend_failure() {
                         backend.connect_failed(Instant::now());
                     }
-                    if tried.len() + 1 < retry::MAX_BACKENDS && self.fail_over(out, &mut tried) {
+                    if self.fail_over(out, &mut tried) {
                         fresh = false;
                         continue;
                     }
@@ -336,10 +336,7 @@ impl Proxy {
             }
             // A new connection failed before any response byte: the backend is failing.
             backend.observe(502, None, Instant::now());
-            if retry::may_fail_over(&out.method, outcome, body)
-                && tried.len() + 1 < retry::MAX_BACKENDS
-                && self.fail_over(out, &mut tried)
-            {
+            if retry::may_fail_over(&out.method, outcome, body) && self.fail_over(out, &mut tried) {
                 tracing::debug!(
                     backend = %backend.addr, method = %out.method, error = %io_error,
                     "backend failed the request before answering; sending it to another"
@@ -378,23 +375,20 @@ impl Proxy {
     }
 
     /// Moves the request to another backend of its group, one it has not tried; false
-    /// when there is none that may take it.
+    /// when there is none that may take it, or the request has been to
+    /// [`retry::MAX_BACKENDS`] already.
     fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
         let (Some(upstream), Some(failed)) = (out.trace.upstream(), &out.backend) else {
             return false;
         };
         tried.push(failed.addr);
-        let next = upstream.with_members(|m| {
-            let exclude: Vec<usize> =
-                (0..m.backends.len()).filter(|i| tried.contains(&m.backends[*i].addr)).collect();
-            m.balancer
-                .pick(&m.backends, &exclude, Instant::now())
-                .map(|i| Arc::clone(&m.backends[i]))
-        });
-        let Some(next) = next else { return false };
+        if tried.len() >= retry::MAX_BACKENDS {
+            return false;
+        }
+        let Some(next) = pick(upstream, tried, Instant::now()) else { return false };
         failed.metrics.failovers.fetch_add(1, Ordering::Relaxed);
-        out.trace.chose(&next);
-        out.backend = Some(Assigned::new(next));
+        out.trace.chose(next.backend());
+        out.backend = Some(next);
         true
     }
 
@@ -733,13 +727,19 @@ impl Outbound {
 }
 
 /// The least loaded backend of `upstream` that may take a request, by its balancer,
-/// skipping the indices in `exclude`; counted as assigned until the request ends.
-fn pick(upstream: &Upstream, exclude: &[usize], now: Instant) -> Option<Assigned> {
+/// other than those at the addresses in `tried`; counted as assigned until the request
+/// ends.
+fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assigned> {
     upstream.with_members(|m| {
         let i = match &m.backends[..] {
             // One server: nothing to compare, only whether it may take the request.
-            [only] if exclude.is_empty() => (!only.is_down(now)).then_some(0)?,
-            backends => m.balancer.pick(backends, exclude, now)?,
+            [only] if tried.is_empty() => (!only.is_down(now)).then_some(0)?,
+            backends if tried.is_empty() => m.balancer.pick(backends, &[], now)?,
+            backends => {
+                let exclude: Vec<usize> =
+                    (0..backends.len()).filter(|i| tried.contains(&backends[*i].addr)).collect();
+                m.balancer.pick(backends, &exclude, now)?
+            }
         };
         Some(Assigned::new(Arc::clone(&m.backends[i])))
     })
@@ -790,7 +790,7 @@ fn closed(received_any: bool, error: std::io::Error) -> Attempt {
 /// Reads the rest of a response nobody wants, then returns the connection to its pool.
 fn drain_in_background(mut lease: Lease, remaining: u64) {
     tokio::spawn(async move {
-        if transfer::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
+        if net::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
             lease.release(Instant::now());
         } else {
             lease.discard(CloseReason::Error);

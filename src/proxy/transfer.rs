@@ -363,23 +363,6 @@ fn invalid_data() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "invalid chunked body from the origin")
 }
 
-/// Reads and discards `remaining` body bytes within `limit`, so the connection can be
-/// reused after the client left mid-response. True when the body ended cleanly.
-pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration) -> bool {
-    let mut deadline = Deadline::after(limit);
-    let mut buf = InBuf::new(net::UPSTREAM_BUF);
-    while remaining > 0 {
-        match buf.fill(upstream, &mut deadline).await {
-            Ok(n) if n > 0 && n as u64 <= remaining => {
-                remaining -= n as u64;
-                buf.consume(n);
-            }
-            _ => return false,
-        }
-    }
-    true
-}
-
 /// Copies bytes both ways between an upgraded client connection and its upstream
 /// connection until either side ends; bytes already read on either side go first.
 pub async fn tunnel(

@@ -11,6 +11,7 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::Duration;
 
+use holdfast_pool::CloseReason;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -98,7 +99,7 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
         }
     };
     let passed = check.expect_status.map_or((200..400).contains(&status), |s| s == status);
-    finish(lease, buf, rest, &mut deadline).await;
+    finish(lease, buf, rest, check.timeout).await;
     if passed {
         Ok(())
     } else {
@@ -140,31 +141,24 @@ fn parse_head(buf: &mut InBuf) -> Result<Option<(u16, Rest)>, CheckError> {
 
 /// Reads the rest of a small body and returns the connection to the pool; anything
 /// else closes it.
-async fn finish(mut lease: Lease, mut buf: InBuf, rest: Rest, deadline: &mut Deadline<'_>) {
+async fn finish(mut lease: Lease, mut buf: InBuf, rest: Rest, limit: Duration) {
     /// Bodies of health endpoints are a few bytes; a bigger one is not worth keeping
     /// the connection for.
     const MAX_BODY: u64 = 64 * 1024;
-    let Rest::Body(mut remaining) = rest else {
-        return lease.discard(holdfast_pool::CloseReason::UpstreamClosed);
+    let Rest::Body(remaining) = rest else {
+        return lease.discard(CloseReason::UpstreamClosed);
     };
     if remaining > MAX_BODY {
-        return lease.discard(holdfast_pool::CloseReason::Error);
+        return lease.discard(CloseReason::Error);
     }
-    loop {
-        let have = (buf.len() as u64).min(remaining);
-        buf.consume(have as usize);
-        remaining -= have;
-        if remaining == 0 {
-            break;
-        }
-        match buf.fill(&mut lease.conn().stream, deadline).await {
-            Ok(n) if n > 0 => {}
-            _ => return lease.discard(holdfast_pool::CloseReason::Error),
-        }
-    }
-    if buf.is_empty() {
+    let buffered = (buf.len() as u64).min(remaining);
+    buf.consume(buffered as usize);
+    // Bytes past the body are bytes nobody asked for.
+    let clean =
+        buf.is_empty() && net::drain(&mut lease.conn().stream, remaining - buffered, limit).await;
+    if clean {
         lease.release(Instant::now());
     } else {
-        lease.discard(holdfast_pool::CloseReason::Error);
+        lease.discard(CloseReason::Error);
     }
 }

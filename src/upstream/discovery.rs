@@ -34,31 +34,19 @@ pub struct Resolved {
 
 impl Resolution {
     /// Every address once, in config order.
-    pub fn addrs(&self) -> impl Iterator<Item = SocketAddr> + '_ {
-        let all = self.entries.iter().flat_map(|e| e.addrs.iter().copied());
-        all.enumerate().filter_map(move |(i, addr)| {
-            let earlier = self.entries.iter().flat_map(|e| e.addrs.iter()).take(i);
-            (!earlier.into_iter().any(|a| *a == addr)).then_some(addr)
-        })
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for addr in self.entries.iter().flat_map(|e| &e.addrs) {
+            if !out.contains(addr) {
+                out.push(*addr);
+            }
+        }
+        out
     }
 
     /// Whether any server is a name (and so worth resolving again).
     pub fn has_names(&self) -> bool {
         self.entries.iter().any(|e| matches!(e.server, ServerAddr::Name { .. }))
-    }
-
-    /// The addresses of servers that are IPs, without a lookup (quick mode, tests).
-    pub fn of_ips(servers: &[ServerAddr]) -> Resolution {
-        let entries = servers
-            .iter()
-            .filter_map(|s| match s {
-                ServerAddr::Ip(addr) => {
-                    Some(Resolved { server: s.clone(), addrs: vec![*addr], error: None })
-                }
-                ServerAddr::Name { .. } => None,
-            })
-            .collect();
-        Resolution { entries }
     }
 }
 

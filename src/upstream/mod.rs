@@ -83,9 +83,23 @@ impl Backend {
         self.outstanding.load(Ordering::Relaxed)
     }
 
+    /// Share of traffic health allows now: `FULL_WEIGHT` in service, 0 out, in between
+    /// while re-admitted.
+    pub fn weight(&self, now: Instant) -> u32 {
+        if self.health.is_healthy() {
+            return health::FULL_WEIGHT;
+        }
+        self.health.weight(now, &self.passive.load())
+    }
+
+    /// Its health now, for status output.
+    pub fn health_now(&self, now: Instant) -> health::HealthSnapshot {
+        self.health.snapshot(now, &self.passive.load())
+    }
+
     /// Whether health says the backend must get no requests now.
     pub fn is_down(&self, now: Instant) -> bool {
-        !self.health.is_healthy() && self.health.is_down(now, &self.passive.load())
+        self.weight(now) == 0
     }
 
     /// A response (or holdfast's own answer for a failed one) came back with `status`:
@@ -244,10 +258,7 @@ impl Drop for Assigned {
 
 impl Candidate for Arc<Backend> {
     fn weight(&self, now: Instant) -> u32 {
-        if self.health.is_healthy() {
-            return health::FULL_WEIGHT;
-        }
-        self.health.weight(now, &self.passive.load())
+        Backend::weight(self, now)
     }
 
     fn outstanding(&self) -> usize {
@@ -293,7 +304,7 @@ impl Members {
             .backends
             .iter()
             .map(|b| {
-                let h = b.health.snapshot(now, &self.config.health);
+                let h = b.health_now(now);
                 let cause = h.cause.map_or("", |c| c.as_str());
                 match h.ejected_for {
                     Some(left) => {
@@ -325,8 +336,11 @@ impl Upstream {
     /// A group with a backend for every address in `resolution`; idle connections count
     /// against `budget`, shared by all groups.
     pub fn new(config: UpstreamConfig, resolution: Resolution, budget: &Arc<IdleBudget>) -> Self {
-        let backends =
-            resolution.addrs().map(|addr| Arc::new(Backend::new(addr, &config, budget))).collect();
+        let backends = resolution
+            .addrs()
+            .into_iter()
+            .map(|addr| Arc::new(Backend::new(addr, &config, budget)))
+            .collect();
         let members =
             Members { balancer: Balancer::new(config.balance), config, backends, resolution };
         Upstream {
@@ -375,6 +389,7 @@ impl Upstream {
         let mut kept = Vec::new();
         let backends: Vec<Arc<Backend>> = resolution
             .addrs()
+            .into_iter()
             .map(|addr| match old.backends.iter().find(|b| b.addr == addr && b.fits(&config)) {
                 Some(b) => {
                     b.passive.store(Arc::new(config.health.clone()));
@@ -419,13 +434,6 @@ impl Upstream {
             b.pool.evict_expired(now);
         }
     }
-
-    /// Closes every idle connection (shutdown).
-    pub fn clear(&self) {
-        for b in &self.members.load().backends {
-            b.pool.clear();
-        }
-    }
 }
 
 /// Pool counters of one backend, for status output and tests.
@@ -454,5 +462,16 @@ impl Groups {
 
     pub fn set(&self, groups: Vec<Arc<Upstream>>) {
         self.0.store(Arc::new(groups));
+    }
+
+    /// Every backend in force, with its group.
+    pub fn backends(&self) -> Vec<(Arc<Upstream>, Arc<Backend>)> {
+        let mut out = Vec::new();
+        for u in self.current().iter() {
+            for b in &u.members().backends {
+                out.push((Arc::clone(u), Arc::clone(b)));
+            }
+        }
+        out
     }
 }
