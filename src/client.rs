@@ -8,6 +8,15 @@
 //! requests are read from the same buffer and answered in order.
 //!
 //! While idle, a connection holds its socket and no buffer (see `net::InBuf`).
+//!
+//! A head is parsed once it is complete; until then [`HeadScan`] looks at each new
+//! byte once, so a head that trickles in costs time linear in its size. A head that
+//! starts and does not finish within `client_header` gets 408.
+//!
+//! This module handles bytes from the network: the lints below keep indexing and
+//! unchecked arithmetic out of it, so no input can make it panic.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
@@ -24,7 +33,8 @@ use tokio::time::Instant;
 
 use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, ConnectionOut};
-use crate::http1::request::{self, Refusal};
+use crate::http1::head::{self, HeadScan, Scan};
+use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::proxy::{Client, Next, Outbound, Proxy};
@@ -74,6 +84,7 @@ pub async fn serve(
         ip: addr.ip().to_string(),
         buf: InBuf::new(net::CLIENT_BUF),
         head: Vec::new(),
+        scan: HeadScan::default(),
         timer: Timer::new(),
         idle_since: Instant::now(),
     };
@@ -103,6 +114,8 @@ struct Conn {
     buf: InBuf,
     /// The rewritten head of the request in flight, as the origin gets it.
     head: Vec<u8>,
+    /// How far the buffered start of the next head has been looked at.
+    scan: HeadScan,
     /// The one timer all waits on this connection share.
     timer: Timer,
     /// When the last exchange ended (or the connection was accepted).
@@ -151,13 +164,15 @@ impl Conn {
         // The head must be complete `client_header` after the accept, or after its
         // first byte.
         let header_limit = settings.timeouts.client_header;
-        let mut head_deadline = first.then(|| self.idle_since + header_limit);
+        let mut head_deadline = first.then(|| net::later(self.idle_since, header_limit));
         loop {
             if !self.buf.is_empty() {
                 match self.parse(settings) {
                     Ok(Some(out)) => return Read::Request(out),
                     Ok(None) if self.buf.is_full() => {
-                        if !self.buf.grow(settings.limits.max_header_bytes) {
+                        // The limit is checked on the head, so a full buffer of the
+                        // largest size holds a head that is too large.
+                        if !self.buf.grow(settings.limits.max_header_bytes.saturating_add(1)) {
                             return Read::Refused(Refusal::HeadTooLarge);
                         }
                     }
@@ -167,9 +182,9 @@ impl Conn {
             }
             let idle = self.buf.is_empty();
             let at = if idle && !first {
-                self.idle_since + settings.timeouts.client_idle
+                net::later(self.idle_since, settings.timeouts.client_idle)
             } else {
-                *head_deadline.get_or_insert_with(|| Instant::now() + header_limit)
+                *head_deadline.get_or_insert_with(|| net::later(Instant::now(), header_limit))
             };
             if idle {
                 self.buf.release();
@@ -182,8 +197,10 @@ impl Conn {
             match read {
                 Ok(0) => return Read::Gone,
                 Ok(_) => {}
+                // RFC 9110, 15.5.9: a head that started and did not finish gets 408.
+                Err(WaitError::TimedOut) if !idle => return Read::Refused(Refusal::HeadTimeout),
                 Err(WaitError::TimedOut) => {
-                    tracing::debug!(client = %self.addr, idle, "client connection timed out");
+                    tracing::debug!(client = %self.addr, "client connection timed out");
                     return Read::Gone;
                 }
                 Err(WaitError::Io(e)) => {
@@ -197,17 +214,31 @@ impl Conn {
     /// Parses the head at the start of the buffer, if it is complete, and prepares it
     /// for its backend; the head's bytes are then consumed.
     fn parse(&mut self, settings: &ClientSettings) -> Result<Option<Outbound>, Refusal> {
+        if self.scan.scanned() == 0 {
+            let empty_lines = head::leading_empty_lines(self.buf.data());
+            self.buf.consume(empty_lines);
+        }
+        let limits = HeadLimits {
+            max_line_bytes: settings.limits.max_line_bytes,
+            max_head_bytes: settings.limits.max_header_bytes,
+        };
+        let data = self.buf.data();
+        let scanned = self.scan.scan(data);
+        request::check_request_line(data, self.scan.first_line(), &limits)?;
+        let len = match scanned {
+            Scan::Complete(len) => len,
+            Scan::Partial if data.len() > limits.max_head_bytes => {
+                return Err(Refusal::HeadTooLarge)
+            }
+            Scan::Partial => return Ok(None),
+        };
         let mut storage = [const { MaybeUninit::uninit() }; request::MAX_HEADERS];
         let max_headers = settings.limits.max_headers.min(request::MAX_HEADERS);
-        let parsed = request::parse(
-            self.buf.data(),
-            &mut storage[..max_headers],
-            settings.limits.max_header_bytes,
-        )?;
-        let Some(req) = parsed else { return Ok(None) };
+        let storage = storage.get_mut(..max_headers).unwrap_or_default();
+        let req = request::parse(data, len, storage, &limits)?;
         let out = settings.proxy.prepare(&req, self.addr, &self.ip, &mut self.head);
-        let len = req.head_len;
         self.buf.consume(len);
+        self.scan = HeadScan::default();
         Ok(Some(out))
     }
 
@@ -230,7 +261,7 @@ impl Conn {
     /// client has read it.
     async fn linger(&mut self) {
         let _ = SockRef::from(&self.stream).shutdown(Shutdown::Write);
-        let mut deadline = Deadline::at(Instant::now() + LINGER);
+        let mut deadline = Deadline::after(LINGER);
         loop {
             self.buf.consume(self.buf.len());
             match self.buf.fill(&mut self.stream, &mut deadline).await {

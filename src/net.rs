@@ -8,6 +8,12 @@
 //! between requests, a pooled upstream connection) holds none; [`InBuf`] takes its
 //! storage from a small per-thread cache and gives it back, so ten thousand idle
 //! clients cost no buffer memory and a busy connection does not hit the allocator.
+//!
+//! Offsets here follow bytes from the network, so the module uses no indexing and no
+//! unchecked arithmetic (the lints below deny them; tests may): a wrong offset gives an
+//! empty slice, never a panic.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
@@ -75,16 +81,17 @@ fn stack_of(size: usize) -> Option<usize> {
 
 /// Storage of `size` bytes, from this thread's cache when it has one.
 fn take_storage(size: usize) -> Vec<u8> {
-    let cached = stack_of(size).and_then(|s| CACHE.with(|c| c.borrow_mut()[s].pop()));
+    let cached = stack_of(size).and_then(|s| CACHE.with(|c| c.borrow_mut().get_mut(s)?.pop()));
     cached.unwrap_or_else(|| vec![0; size])
 }
 
 fn give_storage(storage: Vec<u8>) {
     let Some(s) = stack_of(storage.len()) else { return };
     CACHE.with(|c| {
-        let stack = &mut c.borrow_mut()[s];
-        if stack.len() < CACHED_BUFFERS {
-            stack.push(storage);
+        if let Some(stack) = c.borrow_mut().get_mut(s) {
+            if stack.len() < CACHED_BUFFERS {
+                stack.push(storage);
+            }
         }
     });
 }
@@ -108,11 +115,16 @@ impl InBuf {
 
     /// The bytes read and not yet consumed.
     pub fn data(&self) -> &[u8] {
-        &self.storage[self.start..self.end]
+        self.storage.get(self.start..self.end).unwrap_or_default()
+    }
+
+    /// The bytes read and not yet consumed, to decode in place.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.storage.get_mut(self.start..self.end).unwrap_or_default()
     }
 
     pub fn len(&self) -> usize {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -122,7 +134,7 @@ impl InBuf {
     /// Marks the first `n` bytes of `data()` as used.
     pub fn consume(&mut self, n: usize) {
         debug_assert!(n <= self.len());
-        self.start += n;
+        self.start = self.start.saturating_add(n).min(self.end);
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -147,7 +159,7 @@ impl InBuf {
         if len >= limit {
             return false;
         }
-        self.storage.resize((len * 2).min(limit), 0);
+        self.storage.resize(len.saturating_mul(2).min(limit), 0);
         true
     }
 
@@ -158,10 +170,10 @@ impl InBuf {
         }
         if self.end == self.storage.len() && self.start > 0 {
             self.storage.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
+            self.end = self.len();
             self.start = 0;
         }
-        &mut self.storage[self.end..]
+        self.storage.get_mut(self.end..).unwrap_or_default()
     }
 
     /// One read from `stream`, waiting within `limit` for something to arrive.
@@ -194,7 +206,7 @@ impl InBuf {
             }
         });
         let n = wait(read, deadline).await?.map_err(WaitError::Io)?;
-        self.end += n;
+        self.end = self.end.saturating_add(n).min(self.storage.len());
         Ok(n)
     }
 }
@@ -250,8 +262,19 @@ impl Deadline<'_> {
 
     fn instant(&mut self) -> Instant {
         let span = self.span;
-        *self.at.get_or_insert_with(|| Instant::now() + span)
+        *self.at.get_or_insert_with(|| later(Instant::now(), span))
     }
+
+    /// For a deadline made by [`Deadline::after`]: when its first wait began, if
+    /// anything had to wait.
+    pub fn first_wait(&self) -> Option<Instant> {
+        self.at.map(|at| at.checked_sub(self.span).unwrap_or(at))
+    }
+}
+
+/// `span` after `at`, or a day after it if `span` is absurdly long.
+pub fn later(at: Instant, span: Duration) -> Instant {
+    at.checked_add(span).or_else(|| at.checked_add(Duration::from_secs(86_400))).unwrap_or(at)
 }
 
 /// One timer for the waits of a connection, moved as rarely as possible.
@@ -272,7 +295,7 @@ impl Timer {
     pub fn new() -> Timer {
         // Armed on the first wait; until then this deadline is never polled.
         let sleep =
-            Box::pin(tokio::time::sleep_until(Instant::now() + Duration::from_secs(86_400)));
+            Box::pin(tokio::time::sleep_until(later(Instant::now(), Duration::from_secs(86_400))));
         Timer { sleep, armed: None }
     }
 
@@ -334,23 +357,33 @@ impl WaitError {
     }
 }
 
-/// Writes all of `parts` to `stream` (vectored), waiting up to `stall` each time the
-/// socket has no room. Returns how many bytes went out before an error, with it.
+/// Writes all of `parts` to `stream` (vectored), waiting for room within `stall` of
+/// the first wait. Returns how many bytes went out before an error, with it.
 pub async fn write_all(
     stream: &TcpStream,
     parts: &[&[u8]],
     stall: Duration,
 ) -> Result<(), (u64, WaitError)> {
-    let total: usize = parts.iter().map(|p| p.len()).sum();
-    let mut written = 0;
+    write_all_by(stream, parts, &mut Deadline::after(stall)).await
+}
+
+/// Writes all of `parts` to `stream` (vectored), waiting for room until `deadline`.
+/// Returns how many bytes went out before an error, with it.
+pub async fn write_all_by(
+    stream: &TcpStream,
+    parts: &[&[u8]],
+    deadline: &mut Deadline<'_>,
+) -> Result<(), (u64, WaitError)> {
+    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
+    let mut written = 0usize;
     while written < total {
         match try_write_from(stream, parts, written) {
-            Ok(n) => written += n,
+            Ok(n) => written = written.saturating_add(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(stall, stream.writable()).await {
+                match wait(stream.writable(), deadline).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err((written as u64, WaitError::Io(e))),
-                    Err(_) => return Err((written as u64, WaitError::TimedOut)),
+                    Err(e) => return Err((written as u64, e)),
                 }
             }
             Err(e) => return Err((written as u64, WaitError::Io(e))),
@@ -359,25 +392,27 @@ pub async fn write_all(
     Ok(())
 }
 
+/// Most parts one vectored write takes: a head, a chunk's size line, its data, its
+/// CRLF, and the last chunk with trailers.
+const MAX_PARTS: usize = 8;
+
 /// One vectored write of `parts`, skipping the first `skip` bytes.
-fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
-    let mut slices = [IoSlice::new(&[]); 4];
-    let mut count = 0;
+pub fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+    let mut count = 0usize;
     for part in parts {
         if skip >= part.len() {
-            skip -= part.len();
+            skip = skip.saturating_sub(part.len());
             continue;
         }
-        if count == slices.len() {
-            break;
-        }
-        slices[count] = IoSlice::new(&part[skip..]);
+        let Some(slot) = slices.get_mut(count) else { break };
+        *slot = IoSlice::new(part.get(skip..).unwrap_or_default());
         skip = 0;
-        count += 1;
+        count = count.saturating_add(1);
     }
-    match count {
-        1 => stream.try_write(&slices[0]),
-        _ => stream.try_write_vectored(&slices[..count]),
+    match slices.get(..count).unwrap_or_default() {
+        [one] => stream.try_write(one),
+        some => stream.try_write_vectored(some),
     }
 }
 
@@ -390,7 +425,7 @@ pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration
     while remaining > 0 {
         match buf.fill(upstream, &mut deadline).await {
             Ok(n) if n > 0 && n as u64 <= remaining => {
-                remaining -= n as u64;
+                remaining = remaining.saturating_sub(n as u64);
                 buf.consume(n);
             }
             _ => return false,
@@ -400,6 +435,7 @@ pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration
 }
 
 #[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 mod tests {
     use std::future::{pending, ready};
 

@@ -18,7 +18,8 @@ use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
-use crate::proxy::{Proxy, Site};
+use crate::proxy::forwarded::TrustedProxies;
+use crate::proxy::{Destination, Proxy, Site};
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
@@ -416,25 +417,39 @@ async fn resolve_all(
     out
 }
 
-/// A listener's routes: every `[[route]]`, then its own upstream as the catch-all.
+/// A listener's routes: every `[[route]]`, then its own upstream as the catch-all. A
+/// route's body limit is its own `client_max_body`, else the listener's, else
+/// `[limits]`'s.
 fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Site {
     let group = |name: &String| {
         Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
     };
-    let mut routes: Vec<Route<Arc<Upstream>>> = config
+    let listener_max_body = l.client_max_body.or(config.client_limits.max_body);
+    let mut routes: Vec<Route<Destination>> = config
         .routes
         .iter()
-        .map(|r| Route { host: r.host.clone(), path: r.path.clone(), target: group(&r.upstream) })
+        .map(|r| Route {
+            host: r.host.clone(),
+            path: r.path.clone(),
+            target: Destination {
+                upstream: group(&r.upstream),
+                max_body: r.client_max_body.or(listener_max_body),
+            },
+        })
         .collect();
     let fallback = l.upstream.as_ref().map(group);
     if let Some(f) = &fallback {
-        routes.push(Route { host: HostPattern::Any, path: "/".into(), target: Arc::clone(f) });
+        let target = Destination { upstream: Arc::clone(f), max_body: listener_max_body };
+        routes.push(Route { host: HostPattern::Any, path: "/".into(), target });
     }
+    let mut limits = config.client_limits;
+    limits.max_body = listener_max_body;
     Site {
         router: Router::new(routes),
         fallback,
         timeouts: config.timeouts,
-        limits: config.client_limits,
+        limits,
+        trusted: TrustedProxies::new(config.trusted_proxies.clone()),
     }
 }
 

@@ -29,6 +29,26 @@ pub const CLIENT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// holdfast a socket and a few hundred bytes, no buffer.
 pub const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Head start a client gets to move a request or response body before its average
+/// rate counts (see `client_body_min_bytes_per_second`). nginx's `client_body_timeout`
+/// and `send_timeout` are 60 s, but per read or write, so a byte a minute keeps a
+/// connection forever; here the 60 s is a total a trickle cannot renew.
+pub const CLIENT_BODY_GRACE: Duration = Duration::from_secs(60);
+
+/// After the head start, a client must move a body at an average of at least this
+/// many bytes per second, counting only the time holdfast waits on it (Apache httpd's
+/// `mod_reqtimeout` asks for 500). 1 KiB/s is slower than any working connection, and a
+/// slow-reading or slow-sending attacker holding a connection gets a minute at most.
+pub const CLIENT_BODY_MIN_BYTES_PER_SECOND: u64 = 1024;
+
+/// Request body size: no limit, as in HAProxy and Envoy. nginx's 1 MB default breaks
+/// uploads behind it; `client_max_body` sets one where it is wanted.
+pub const CLIENT_MAX_BODY: Option<u64> = None;
+
+/// Bytes of the request line (method, target, version). nginx's
+/// `large_client_header_buffers` allows 8 kB; longer URLs get 414.
+pub const MAX_REQUEST_LINE_BYTES: usize = 8 * 1024;
+
 /// Request header lines. Browsers send about 20; 100 is many servers' limit.
 pub const MAX_REQUEST_HEADERS: usize = 100;
 

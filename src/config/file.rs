@@ -22,6 +22,16 @@ pub struct FileConfig {
     /// Present (even empty): the admin listener is on.
     pub admin: Option<FileAdmin>,
     pub access_log: Option<FileAccessLog>,
+    /// Networks (`"10.0.0.0/8"`) whose forwarding headers are believed.
+    pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// A byte size as written: a number of bytes, or text with a unit (`"10MB"`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum FileSize {
+    Bytes(i64),
+    Text(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -30,6 +40,7 @@ pub struct FileListener {
     pub address: Spanned<String>,
     /// Where requests no `[[route]]` matches go; without it they get 404.
     pub upstream: Option<Spanned<String>>,
+    pub client_max_body: Option<Spanned<FileSize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -40,6 +51,7 @@ pub struct FileRoute {
     /// A path prefix; absent: `"/"`.
     pub path: Option<Spanned<String>>,
     pub upstream: Spanned<String>,
+    pub client_max_body: Option<Spanned<FileSize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +114,7 @@ pub struct FileTimeouts {
     pub read: Option<Spanned<String>>,
     pub client_header: Option<Spanned<String>>,
     pub client_idle: Option<Spanned<String>>,
+    pub client_body: Option<Spanned<String>>,
     pub drain: Option<Spanned<String>>,
 }
 
@@ -110,6 +123,9 @@ pub struct FileTimeouts {
 pub struct FileLimits {
     pub max_request_headers: Option<Spanned<i64>>,
     pub max_request_header_bytes: Option<Spanned<i64>>,
+    pub max_request_line_bytes: Option<Spanned<i64>>,
+    pub client_max_body: Option<Spanned<FileSize>>,
+    pub client_body_min_bytes_per_second: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

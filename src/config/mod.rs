@@ -19,6 +19,7 @@ use holdfast_pool::PoolConfig;
 
 use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
+use crate::proxy::forwarded::Cidr;
 use crate::route::{self, HostPattern};
 use crate::upstream::health::{CheckThresholds, PassiveHealth};
 use toml::Spanned;
@@ -44,6 +45,8 @@ pub struct Config {
     /// listener.
     pub admin: Option<SocketAddr>,
     pub access_log: AccessLogConfig,
+    /// Peers whose forwarding headers are extended rather than replaced.
+    pub trusted_proxies: Vec<Cidr>,
 }
 
 /// The admin listener's address when `[admin]` names none: loopback only.
@@ -83,6 +86,8 @@ pub struct ListenerConfig {
     pub addr: SocketAddr,
     /// The upstream group for requests no route matches (`None`: they get 404).
     pub upstream: Option<String>,
+    /// Request body bytes allowed on this listener (over `[limits]`'s).
+    pub client_max_body: Option<u64>,
 }
 
 /// Requests for `host` under `path` go to the group `upstream`.
@@ -91,6 +96,8 @@ pub struct RouteConfig {
     pub host: HostPattern,
     pub path: String,
     pub upstream: String,
+    /// Request body bytes allowed on this route (over the listener's and `[limits]`'s).
+    pub client_max_body: Option<u64>,
 }
 
 /// A named group of servers with one pool configuration.
@@ -149,6 +156,9 @@ pub struct Timeouts {
     pub client_header: Duration,
     /// How long a client connection may sit idle between requests.
     pub client_idle: Duration,
+    /// The head start a client gets to move a body before its average rate counts
+    /// (see `proxy::pace`).
+    pub client_body: Duration,
     /// After SIGTERM or Ctrl-C: how long requests in flight may take to finish.
     pub drain: Duration,
 }
@@ -161,6 +171,7 @@ impl Default for Timeouts {
             read: defaults::READ_TIMEOUT,
             client_header: defaults::CLIENT_HEADER_TIMEOUT,
             client_idle: defaults::CLIENT_IDLE_TIMEOUT,
+            client_body: defaults::CLIENT_BODY_GRACE,
             drain: defaults::DRAIN_TIMEOUT,
         }
     }
@@ -171,6 +182,12 @@ impl Default for Timeouts {
 pub struct ClientLimits {
     pub max_headers: usize,
     pub max_header_bytes: usize,
+    /// Bytes of the request line (414 beyond).
+    pub max_line_bytes: usize,
+    /// Request body bytes (413 beyond); `None`: no limit.
+    pub max_body: Option<u64>,
+    /// The average rate a client must keep a body moving at, after `client_body`.
+    pub body_min_bytes_per_second: u64,
 }
 
 impl Default for ClientLimits {
@@ -178,6 +195,9 @@ impl Default for ClientLimits {
         ClientLimits {
             max_headers: defaults::MAX_REQUEST_HEADERS,
             max_header_bytes: defaults::MAX_REQUEST_HEADER_BYTES,
+            max_line_bytes: defaults::MAX_REQUEST_LINE_BYTES,
+            max_body: defaults::CLIENT_MAX_BODY,
+            body_min_bytes_per_second: defaults::CLIENT_BODY_MIN_BYTES_PER_SECOND,
         }
     }
 }
@@ -189,7 +209,11 @@ impl Config {
     /// Quick mode: one listener proxying to `servers`, everything else default.
     pub fn quick(listen: SocketAddr, servers: Vec<SocketAddr>) -> Config {
         Config {
-            listeners: vec![ListenerConfig { addr: listen, upstream: Some(QUICK_UPSTREAM.into()) }],
+            listeners: vec![ListenerConfig {
+                addr: listen,
+                upstream: Some(QUICK_UPSTREAM.into()),
+                client_max_body: None,
+            }],
             routes: Vec::new(),
             upstreams: vec![UpstreamConfig::new(
                 QUICK_UPSTREAM,
@@ -201,6 +225,7 @@ impl Config {
             max_idle_total: None,
             admin: None,
             access_log: AccessLogConfig::default(),
+            trusted_proxies: Vec::new(),
         }
     }
 
@@ -337,6 +362,7 @@ impl Validator<'_> {
             max_idle_total,
             admin: raw.admin.map(|admin| self.admin(admin)),
             access_log: raw.access_log.map(|log| self.access_log(log)).unwrap_or_default(),
+            trusted_proxies: self.trusted_proxies(raw.trusted_proxies.as_ref()),
         }
     }
 
@@ -401,9 +427,13 @@ impl Validator<'_> {
                 let message = format!("{addr} is also listener[{same}]'s address");
                 self.problem(l.address.span(), format!("{key}.address"), message);
             }
+            let client_max_body = l
+                .client_max_body
+                .as_ref()
+                .and_then(|v| self.size(v, &format!("{key}.client_max_body")));
             if let Some(addr) = addr {
                 let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
-                out.push(ListenerConfig { addr, upstream });
+                out.push(ListenerConfig { addr, upstream, client_max_body });
             }
         }
         out
@@ -435,13 +465,18 @@ impl Validator<'_> {
                     .map_err(|message| self.problem(v.span(), format!("{key}.path"), message))
                     .ok(),
             };
+            let client_max_body = r
+                .client_max_body
+                .as_ref()
+                .and_then(|v| self.size(v, &format!("{key}.client_max_body")));
             let (Some(host), Some(path)) = (host, path) else { continue };
             if let Some(same) = out.iter().position(|o| o.host == host && o.path == path) {
                 let message = format!("the same host and path as route[{same}]");
                 self.problem(r.upstream.span(), key, message);
                 continue;
             }
-            out.push(RouteConfig { host, path, upstream: r.upstream.get_ref().clone() });
+            let upstream = r.upstream.get_ref().clone();
+            out.push(RouteConfig { host, path, upstream, client_max_body });
         }
         out
     }
@@ -557,6 +592,7 @@ impl Validator<'_> {
             (&raw.read, "read", &mut t.read),
             (&raw.client_header, "client_header", &mut t.client_header),
             (&raw.client_idle, "client_idle", &mut t.client_idle),
+            (&raw.client_body, "client_body", &mut t.client_body),
             (&raw.drain, "drain", &mut t.drain),
         ];
         for (value, name, slot) in fields {
@@ -597,7 +633,56 @@ impl Validator<'_> {
                 None => {}
             }
         }
+        if let Some(v) = &raw.max_request_line_bytes {
+            match self.positive(v, "limits.max_request_line_bytes") {
+                Some(n) if n < 256 => {
+                    self.problem(v.span(), "limits.max_request_line_bytes", "must be at least 256")
+                }
+                Some(n) => l.max_line_bytes = n,
+                None => {}
+            }
+        }
+        if let Some(v) = &raw.client_max_body {
+            l.max_body = self.size(v, "limits.client_max_body");
+        }
+        if let Some(v) = &raw.client_body_min_bytes_per_second {
+            if let Some(n) = self.non_negative(v, "limits.client_body_min_bytes_per_second") {
+                l.body_min_bytes_per_second = n as u64;
+            }
+        }
         l
+    }
+
+    /// A byte size: a whole number of bytes, or a string with a unit (`"10MB"`,
+    /// `"512k"`, `"1GiB"`; k, M and G count in 1024s, as nginx's sizes do). `"unlimited"`
+    /// or 0 means no limit.
+    fn size(&mut self, value: &Spanned<file::FileSize>, key: &str) -> Option<u64> {
+        let parsed = match value.get_ref() {
+            file::FileSize::Bytes(n) => {
+                u64::try_from(*n).map_err(|_| "must be 0 or more".to_string())
+            }
+            file::FileSize::Text(text) => parse_size(text),
+        };
+        match parsed {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(message) => {
+                self.problem(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn trusted_proxies(&mut self, raw: Option<&Spanned<Vec<Spanned<String>>>>) -> Vec<Cidr> {
+        let Some(raw) = raw else { return Vec::new() };
+        let mut out = Vec::new();
+        for v in raw.get_ref() {
+            match Cidr::parse(v.get_ref()) {
+                Ok(cidr) => out.push(cidr),
+                Err(message) => self.problem(v.span(), "trusted_proxies", message),
+            }
+        }
+        out
     }
 
     fn ip(&mut self, value: &Spanned<String>, key: &str) -> Option<IpAddr> {
@@ -678,6 +763,26 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// A size with an optional unit: `"10MB"`, `"512k"`, `"1GiB"`, `"4096"`; `"unlimited"` is 0.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = || format!("{text:?} is not a size like \"10MB\" or 1048576 (bytes)");
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("unlimited") {
+        return Ok(0);
+    }
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(scale).ok_or_else(bad)
 }
 
 /// A server entry: `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`.

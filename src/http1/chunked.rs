@@ -1,14 +1,16 @@
-//! Follows a chunked body (RFC 9112, 7.1) through the bytes that carry it, without
-//! buffering them: where it ends, which bytes are payload, and whether it is valid.
+//! Decodes a chunked body (RFC 9112, 7.1) as it passes through, without buffering it:
+//! which bytes are payload, where the body ends, its trailer fields, and whether it is
+//! valid.
 //!
-//! The proxy passes chunked bodies on as they are, framing and trailers included, so it
-//! needs only the end of the body. The payload ranges serve the one case that decodes:
-//! an HTTP/1.0 client, which does not understand chunked encoding.
+//! holdfast never passes chunk framing on as it came: [`Chunked::decode_in_place`]
+//! takes the payload out of its framing, and the sender writes framing of its own
+//! (`encode::chunk_size_line`). Chunk extensions are checked against their grammar and
+//! dropped; trailer lines are checked and those that may not be trailers (framing,
+//! routing, authentication and the like, [`is_forbidden_trailer`]) are dropped, the
+//! rest kept for the sender to write after the last chunk.
 //!
 //! Line ends must be CRLF: a bare LF, accepted by some parsers and not by others, is how
 //! two hops come to disagree about where a body ends.
-
-use std::ops::Range;
 
 /// Longest chunk-size line (size and extensions) accepted.
 const MAX_SIZE_LINE: usize = 4096;
@@ -20,6 +22,23 @@ const MAX_SIZE_DIGITS: u8 = 15;
 #[error("invalid chunked body")]
 pub struct InvalidChunk;
 
+/// Where in a chunk extension (`;name=value`, RFC 9112, 7.1.1) the size line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ext {
+    /// Whitespace that must be followed by `;` (BWS).
+    Bws,
+    /// After `;`: whitespace, then a name.
+    NameStart,
+    Name,
+    /// Whitespace after a name: `=` or `;` must follow.
+    AfterName,
+    /// After `=`: whitespace, then a token or a quoted string.
+    ValueStart,
+    Token,
+    Quoted,
+    QuotedEscape,
+}
+
 /// Where a chunked body is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -28,10 +47,11 @@ enum Phase {
         size: u64,
         digits: u8,
     },
-    /// After the digits: whitespace or a `;` extension, up to the CR.
-    SizeExt {
+    /// After the digits, in the extensions; `len` bytes of the line so far.
+    Ext {
         size: u64,
         len: usize,
+        at: Ext,
     },
     /// Expecting the LF of the size line.
     SizeLf {
@@ -53,18 +73,22 @@ enum Phase {
 #[derive(Debug, Clone)]
 pub struct Chunked {
     phase: Phase,
+    /// The trailer line being read.
+    line: Vec<u8>,
+    /// Trailer lines kept, each ending in CRLF.
+    kept: Vec<u8>,
     /// Trailer bytes so far, bounded by `max_trailer_bytes`.
     trailer_bytes: usize,
     max_trailer_bytes: usize,
 }
 
-/// What one [`Chunked::step`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
+/// What one [`Chunked::decode_in_place`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
     /// Bytes of the input that belong to the body (framing and payload).
     pub used: usize,
-    /// Payload within `used`; empty when the step saw only framing.
-    pub data: Range<usize>,
+    /// Payload bytes, now at the start of the input.
+    pub payload: usize,
     /// The body ended within `used`.
     pub done: bool,
 }
@@ -72,7 +96,13 @@ pub struct Step {
 impl Chunked {
     /// A body about to start; trailers may take up to `max_trailer_bytes`.
     pub fn new(max_trailer_bytes: usize) -> Chunked {
-        Chunked { phase: Phase::Size { size: 0, digits: 0 }, trailer_bytes: 0, max_trailer_bytes }
+        Chunked {
+            phase: Phase::Size { size: 0, digits: 0 },
+            line: Vec::new(),
+            kept: Vec::new(),
+            trailer_bytes: 0,
+            max_trailer_bytes,
+        }
     }
 
     /// Whether the last byte of the body has been seen.
@@ -80,36 +110,37 @@ impl Chunked {
         self.phase == Phase::Done
     }
 
-    /// Consumes framing from `bytes` up to the next payload, returning that payload
-    /// (as much as is in `bytes`) or stopping at the end of the body or of `bytes`.
-    pub fn step(&mut self, bytes: &[u8]) -> Result<Step, InvalidChunk> {
-        let mut i = 0;
-        while i < bytes.len() {
-            if let Phase::Data(remaining) = self.phase {
-                let n = remaining.min((bytes.len() - i) as u64) as usize;
-                self.phase = if n as u64 == remaining {
-                    Phase::DataCr
-                } else {
-                    Phase::Data(remaining - n as u64)
-                };
-                return Ok(Step { used: i + n, data: i..i + n, done: false });
-            }
-            if self.phase == Phase::Done {
-                break;
-            }
-            self.phase = self.advance(bytes[i])?;
-            i += 1;
-        }
-        Ok(Step { used: i, data: i..i, done: self.is_done() })
+    /// The trailer lines to pass on, each ending in CRLF (complete once
+    /// [`Chunked::is_done`]).
+    pub fn trailers(&self) -> &[u8] {
+        &self.kept
     }
 
-    /// How many bytes of `bytes` belong to the body, and whether it ended there.
-    pub fn scan(&mut self, bytes: &[u8]) -> Result<(usize, bool), InvalidChunk> {
-        let mut used = 0;
+    /// Decodes what `bytes` holds of the body: the payload is moved to the start of
+    /// `bytes`, the framing consumed. Stops at the end of the body; bytes after it are
+    /// not the body's.
+    pub fn decode_in_place(&mut self, bytes: &mut [u8]) -> Result<Decoded, InvalidChunk> {
+        let mut used = 0usize;
+        let mut payload = 0usize;
         while used < bytes.len() && !self.is_done() {
-            used += self.step(&bytes[used..])?.used;
+            if let Phase::Data(remaining) = self.phase {
+                let available = bytes.len().saturating_sub(used);
+                let n = usize::try_from(remaining).unwrap_or(usize::MAX).min(available);
+                let end = used.saturating_add(n);
+                if payload != used {
+                    bytes.copy_within(used..end, payload);
+                }
+                payload = payload.saturating_add(n);
+                used = end;
+                let left = remaining.saturating_sub(n as u64);
+                self.phase = if left == 0 { Phase::DataCr } else { Phase::Data(left) };
+                continue;
+            }
+            let Some(&b) = bytes.get(used) else { break };
+            self.phase = self.advance(b)?;
+            used = used.saturating_add(1);
         }
-        Ok((used, self.is_done()))
+        Ok(Decoded { used, payload, done: self.is_done() })
     }
 
     /// The phase after one framing byte.
@@ -117,46 +148,160 @@ impl Chunked {
         let next = match self.phase {
             Phase::Size { size, digits } => match hex(b) {
                 Some(d) if digits < MAX_SIZE_DIGITS => {
-                    Phase::Size { size: size << 4 | u64::from(d), digits: digits + 1 }
+                    Phase::Size { size: size << 4 | u64::from(d), digits: digits.saturating_add(1) }
                 }
-                None if digits > 0 && b == b'\r' => Phase::SizeLf { size },
-                None if digits > 0 && matches!(b, b';' | b' ' | b'\t') => {
-                    Phase::SizeExt { size, len: usize::from(digits) + 1 }
+                None if digits > 0 => {
+                    let len = usize::from(digits);
+                    match b {
+                        b'\r' => Phase::SizeLf { size },
+                        b';' => Phase::Ext { size, len, at: Ext::NameStart },
+                        b' ' | b'\t' => Phase::Ext { size, len, at: Ext::Bws },
+                        _ => return Err(InvalidChunk),
+                    }
                 }
                 _ => return Err(InvalidChunk),
             },
-            Phase::SizeExt { size, len } => match b {
-                b'\r' => Phase::SizeLf { size },
-                b'\n' => return Err(InvalidChunk),
-                _ if len >= MAX_SIZE_LINE => return Err(InvalidChunk),
-                _ => Phase::SizeExt { size, len: len + 1 },
-            },
+            Phase::Ext { size, len, at } => {
+                if len >= MAX_SIZE_LINE {
+                    return Err(InvalidChunk);
+                }
+                match extension(at, b)? {
+                    Some(at) => Phase::Ext { size, len: len.saturating_add(1), at },
+                    None => Phase::SizeLf { size },
+                }
+            }
             Phase::SizeLf { size: 0 } if b == b'\n' => Phase::TrailerStart,
             Phase::SizeLf { size } if b == b'\n' => Phase::Data(size),
             Phase::DataCr if b == b'\r' => Phase::DataLf,
             Phase::DataLf if b == b'\n' => Phase::Size { size: 0, digits: 0 },
             Phase::TrailerStart if b == b'\r' => Phase::FinalLf,
+            // A line starting with whitespace would be obsolete line folding.
+            Phase::TrailerStart if b == b' ' || b == b'\t' => return Err(InvalidChunk),
             Phase::TrailerStart | Phase::TrailerLine if b != b'\r' && b != b'\n' => {
-                self.trailer_bytes += 1;
+                self.trailer_bytes = self.trailer_bytes.saturating_add(1);
                 if self.trailer_bytes > self.max_trailer_bytes {
                     return Err(InvalidChunk);
                 }
+                self.line.push(b);
                 Phase::TrailerLine
             }
             Phase::TrailerLine if b == b'\r' => Phase::TrailerLf,
-            Phase::TrailerLf if b == b'\n' => Phase::TrailerStart,
+            Phase::TrailerLf if b == b'\n' => {
+                self.end_trailer_line()?;
+                Phase::TrailerStart
+            }
             Phase::FinalLf if b == b'\n' => Phase::Done,
             _ => return Err(InvalidChunk),
         };
         Ok(next)
     }
+
+    /// Checks the trailer line just read and keeps it unless it is forbidden.
+    fn end_trailer_line(&mut self) -> Result<(), InvalidChunk> {
+        let line = std::mem::take(&mut self.line);
+        let name = trailer_name(&line).ok_or(InvalidChunk)?;
+        if !is_forbidden_trailer(name) {
+            self.kept.extend_from_slice(&line);
+            self.kept.extend_from_slice(b"\r\n");
+        }
+        self.line = line;
+        self.line.clear();
+        Ok(())
+    }
+}
+
+/// The next place in an extension after byte `b`; `None` at the CR that ends the line.
+fn extension(at: Ext, b: u8) -> Result<Option<Ext>, InvalidChunk> {
+    let ws = b == b' ' || b == b'\t';
+    let tchar = super::is_tchar(b);
+    let next = match at {
+        Ext::Bws if ws => Ext::Bws,
+        Ext::Bws if b == b';' => Ext::NameStart,
+        Ext::NameStart if ws => Ext::NameStart,
+        Ext::NameStart if tchar => Ext::Name,
+        Ext::Name if tchar => Ext::Name,
+        Ext::Name | Ext::AfterName if ws => Ext::AfterName,
+        Ext::Name | Ext::AfterName if b == b'=' => Ext::ValueStart,
+        Ext::Name | Ext::AfterName if b == b';' => Ext::NameStart,
+        Ext::ValueStart if ws => Ext::ValueStart,
+        Ext::ValueStart if b == b'"' => Ext::Quoted,
+        Ext::ValueStart if tchar => Ext::Token,
+        Ext::Token if tchar => Ext::Token,
+        Ext::Token if ws => Ext::Bws,
+        Ext::Token if b == b';' => Ext::NameStart,
+        Ext::Quoted if b == b'"' => Ext::Bws,
+        Ext::Quoted if b == b'\\' => Ext::QuotedEscape,
+        // qdtext: HTAB, SP, and visible characters but `"` and `\`, obs-text.
+        Ext::Quoted if b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80 => Ext::Quoted,
+        Ext::QuotedEscape if b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80 => Ext::Quoted,
+        // The line may end after a name or a value, not after whitespace or `;`.
+        Ext::Name | Ext::Token if b == b'\r' => return Ok(None),
+        _ => return Err(InvalidChunk),
+    };
+    Ok(Some(next))
+}
+
+/// The field name of a trailer line `name: value`, if the line is one: a token, a
+/// colon right after it, and a value of visible characters, spaces and tabs.
+fn trailer_name(line: &[u8]) -> Option<&[u8]> {
+    let colon = line.iter().position(|b| *b == b':')?;
+    let (name, rest) = line.split_at_checked(colon)?;
+    let value = rest.get(1..)?;
+    let value_ok =
+        value.iter().all(|b| *b == b'\t' || *b == b' ' || (0x21..=0x7e).contains(b) || *b >= 0x80);
+    (super::is_token(name) && value_ok).then_some(name)
+}
+
+/// Fields that may not be sent as trailers (RFC 9110, 6.5.1): framing, routing,
+/// hop-by-hop, request modifiers, authentication, and what decides how the content is
+/// processed, plus the forwarding headers holdfast writes. They are dropped.
+pub fn is_forbidden_trailer(name: &[u8]) -> bool {
+    const FORBIDDEN: &[&[u8]] = &[
+        b"content-length",
+        b"transfer-encoding",
+        b"trailer",
+        b"te",
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"upgrade",
+        b"expect",
+        b"max-forwards",
+        b"range",
+        b"cache-control",
+        b"pragma",
+        b"authorization",
+        b"proxy-authorization",
+        b"www-authenticate",
+        b"proxy-authenticate",
+        b"cookie",
+        b"set-cookie",
+        b"content-encoding",
+        b"content-type",
+        b"content-range",
+        b"age",
+        b"date",
+        b"expires",
+        b"location",
+        b"retry-after",
+        b"vary",
+        b"forwarded",
+        b"x-real-ip",
+    ];
+    let starts = |prefix: &[u8]| {
+        name.get(..prefix.len()).is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+    };
+    FORBIDDEN.iter().any(|f| f.eq_ignore_ascii_case(name))
+        || starts(b"if-")
+        || starts(b"x-forwarded-")
 }
 
 fn hex(b: u8) -> Option<u8> {
     match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
+        b'0'..=b'9' => b.checked_sub(b'0'),
+        b'a'..=b'f' => b.checked_sub(b'a' - 10),
+        b'A'..=b'F' => b.checked_sub(b'A' - 10),
         _ => None,
     }
 }

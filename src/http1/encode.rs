@@ -1,11 +1,12 @@
 //! Writing the heads holdfast sends: the request head for the origin (rewritten from
-//! the client's), the response head for the client (rewritten from the origin's), and
-//! holdfast's own short responses.
+//! the client's), the response head for the client (rewritten from the origin's),
+//! holdfast's own short responses, and chunk framing.
 //!
-//! Rewriting copies every header line except the ones that describe a single
-//! connection (hop-by-hop: `Connection` and the headers it names, `Keep-Alive`,
-//! `Proxy-Connection`, `TE`, `Upgrade`, `Transfer-Encoding` unless the body keeps its
-//! chunked framing), then adds what this hop must say.
+//! Rewriting copies every header line except the framing, `Host`, the ones that
+//! describe a single connection (hop-by-hop: `Connection` and the headers it names,
+//! `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade`, `Transfer-Encoding`) and, on
+//! requests, the forwarding headers; then writes what this hop must say: the framing
+//! and `Host` from what was parsed, and the forwarding headers (see [`Forwarding`]).
 
 use std::net::SocketAddr;
 
@@ -16,44 +17,36 @@ use super::{copy_headers, date, Framing, Name, Version};
 /// The interim response a client waiting on `Expect: 100-continue` gets.
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
-/// The end of a chunked body with no trailers.
-pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+/// The last chunk of a chunked body; trailer lines and an empty line follow.
+pub const LAST_CHUNK: &[u8] = b"0\r\n";
 
 /// What the origin gets to know about the client, and the backend the request goes to.
 pub struct Forwarding<'a> {
-    /// The client's IP address, appended to `X-Forwarded-For`.
+    /// The address of the peer that sent the request, as text.
     pub client_ip: &'a str,
+    /// The peer is a trusted proxy: the forwarding headers it sent are extended, not
+    /// replaced.
+    pub trusted: bool,
+    /// The client's address as far as trusted proxies say (the peer's own when it is
+    /// not trusted), for `X-Real-IP`.
+    pub real_ip: &'a str,
     /// The backend's address, the `Host` of last resort (an HTTP/1.0 request without one).
     pub backend: SocketAddr,
 }
 
 /// Writes the head of `req` as it goes to the origin: origin-form target, HTTP/1.1,
-/// hop-by-hop headers and `Expect` removed, `Host` kept (or supplied), and
-/// `X-Forwarded-For`, `-Proto` and `-Host` added. The body keeps its framing, so a
-/// chunked request keeps its `Transfer-Encoding` line.
+/// the client's own header lines but those holdfast writes itself, then `Host`, the
+/// framing, the forwarding headers and, for an upgrade, `Connection` and `Upgrade`.
 pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
-    let (authority, path) = split_target(req.target);
-    out.reserve(req.head_len + 160);
-    put(out, &[req.method.as_bytes(), b" ", path.as_bytes(), b" HTTP/1.1\r\n"]);
-    copy_headers(req.raw, req.headers, |i| !req.dropped.contains(i), out);
-    let mut forwarded_for: Option<Vec<u8>> = None;
-    if !req.dropped.is_empty() {
-        let prior =
-            req.headers.iter().enumerate().filter(|(i, h)| {
-                req.dropped.contains(*i) && Name::of(h.name) == Name::XForwardedFor
-            });
-        for (_, h) in prior {
-            let list = forwarded_for.get_or_insert_with(Vec::new);
-            if !list.is_empty() {
-                list.extend_from_slice(b", ");
-            }
-            list.extend_from_slice(h.value.trim_ascii());
-        }
+    out.reserve(req.head_len.saturating_add(256));
+    put(out, &[req.method.as_bytes(), b" "]);
+    if req.path.slash {
+        out.push(b'/');
     }
-    let host = req.host.or(authority.map(str::as_bytes));
-    match host {
-        Some(host) if req.host.is_none() => header(out, b"host", host),
-        Some(_) => {}
+    put(out, &[req.path.rest, b" HTTP/1.1\r\n"]);
+    copy_headers(req.raw, req.headers, |i| !req.dropped.contains(i), out);
+    match req.host {
+        Some(host) => header(out, b"host", host),
         None => {
             out.extend_from_slice(b"host: ");
             // A socket address is always valid header text.
@@ -61,44 +54,77 @@ pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut V
             out.extend_from_slice(b"\r\n");
         }
     }
-    out.extend_from_slice(b"x-forwarded-for: ");
-    if let Some(prior) = forwarded_for.filter(|p| !p.is_empty()) {
-        put(out, &[&prior, b", "]);
-    }
-    put(out, &[fwd.client_ip.as_bytes(), b"\r\nx-forwarded-proto: http\r\n"]);
-    if let Some(host) = host {
-        header(out, b"x-forwarded-host", host);
-    }
+    body_framing(req.framing, out);
+    forwarding_headers(req, fwd, out);
     if let Some(protocol) = req.upgrade {
         put(out, &[b"connection: upgrade\r\nupgrade: ", protocol, b"\r\n"]);
     }
     out.extend_from_slice(b"\r\n");
 }
 
-/// An absolute-form target (`http://host/path?q`) split into its authority and the
-/// origin-form rest; any other target is already origin-form (or `*`).
-fn split_target(target: &str) -> (Option<&str>, &str) {
-    let scheme_len = ["http://", "https://"]
-        .iter()
-        .find(|s| target.len() > s.len() && target[..s.len()].eq_ignore_ascii_case(s))
-        .map(|s| s.len());
-    let Some(scheme_len) = scheme_len else { return (None, target) };
-    let rest = &target[scheme_len..];
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    let authority = (!authority.is_empty()).then_some(authority);
-    match path {
-        "" => (authority, "/"),
-        p if p.starts_with('?') => (authority, "/"),
-        p => (authority, p),
+/// The framing header of a body framed as `framing` (never `UntilClose` here).
+fn body_framing(framing: Framing, out: &mut Vec<u8>) {
+    match framing {
+        Framing::Length(n) => content_length(n, out),
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Empty | Framing::UntilClose => {}
     }
+}
+
+fn content_length(n: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"content-length: ");
+    put_decimal(n, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `X-Forwarded-For`, `-Proto`, `-Host`, `Forwarded` and `X-Real-IP`. From a peer that
+/// is not a trusted proxy, what it sent is replaced: every value names this hop's
+/// view. From a trusted proxy, the lists (`X-Forwarded-For`, `Forwarded`) are extended
+/// with this hop, its `-Proto` and `-Host` are kept, and `X-Real-IP` names the client
+/// the trusted proxies name (see `proxy::forwarded`).
+fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
+    let prior = |name: Name| {
+        req.headers
+            .iter()
+            .filter(move |h| Name::of(h.name) == name)
+            .map(|h| super::trim_ows(h.value))
+    };
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if fwd.trusted {
+        for value in prior(Name::XForwardedFor).filter(|v| !v.is_empty()) {
+            put(out, &[value, b", "]);
+        }
+    }
+    put(out, &[fwd.client_ip.as_bytes(), b"\r\nx-forwarded-proto: "]);
+    let kept = |name| fwd.trusted.then(|| prior(name).next()).flatten().filter(|v| !v.is_empty());
+    put(out, &[kept(Name::XForwardedProto).unwrap_or(b"http"), b"\r\n"]);
+    if let Some(host) = kept(Name::XForwardedHost).or(req.host) {
+        header(out, b"x-forwarded-host", host);
+    }
+    out.extend_from_slice(b"forwarded: ");
+    if fwd.trusted {
+        for value in prior(Name::Forwarded).filter(|v| !v.is_empty()) {
+            put(out, &[value, b", "]);
+        }
+    }
+    // RFC 7239, 6: an IPv6 address is quoted and bracketed.
+    match fwd.client_ip.contains(':') {
+        true => put(out, &[b"for=\"[", fwd.client_ip.as_bytes(), b"]\""]),
+        false => put(out, &[b"for=", fwd.client_ip.as_bytes()]),
+    }
+    if let Some(host) = req.host.filter(|h| !h.is_empty()) {
+        // A valid Host holds no quote or backslash, so it needs no escaping.
+        put(out, &[b";host=\"", host, b"\""]);
+    }
+    out.extend_from_slice(b";proto=http\r\n");
+    header(out, b"x-real-ip", fwd.real_ip.as_bytes());
 }
 
 /// How the response body travels to the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyOut {
-    /// Framed as the origin framed it: its `Content-Length`, or its chunked encoding
-    /// (trailers included) passed through.
+    /// In its own framing: its length, or chunked (with holdfast's chunk framing and
+    /// the trailers that may pass).
     Same,
     /// The origin's body runs until it closes; the client (HTTP/1.1) gets it chunked so
     /// its own connection can stay open.
@@ -116,6 +142,15 @@ impl BodyOut {
             (Framing::Chunked, Version::Http11) => BodyOut::Same,
             (Framing::UntilClose, Version::Http11) => BodyOut::Rechunked,
             (Framing::Chunked | Framing::UntilClose, Version::Http10) => BodyOut::CloseDelimited,
+        }
+    }
+
+    /// Whether the client gets chunk framing.
+    pub fn is_chunked(self, upstream: Framing) -> bool {
+        match self {
+            BodyOut::Same => upstream == Framing::Chunked,
+            BodyOut::Rechunked => true,
+            BodyOut::CloseDelimited => false,
         }
     }
 }
@@ -145,42 +180,45 @@ impl ConnectionOut {
     }
 }
 
-/// Writes the head of the origin's `resp` as the client gets it.
+/// Writes the head of the origin's `resp` as the client gets it: its status line and
+/// end-to-end header lines, then the framing holdfast writes (RFC 9112, 6.3 and RFC
+/// 9110, 8.6: none for 1xx and 204; for a response to HEAD and a 304 the origin's
+/// `Content-Length`, which there describes the representation).
 pub fn client_response(
     resp: &Response<'_, '_>,
     body: BodyOut,
     connection: ConnectionOut,
     out: &mut Vec<u8>,
 ) {
-    out.reserve(resp.head_len + 64);
-    let line_end = resp.raw.iter().position(|b| *b == b'\n').map_or(0, |at| at + 1);
-    match &resp.raw[..line_end] {
+    out.reserve(resp.head_len.saturating_add(64));
+    let line_end = resp.raw.iter().position(|b| *b == b'\n').map_or(0, |at| at.saturating_add(1));
+    match resp.raw.get(..line_end) {
         // An HTTP/1.1 status line goes on as it came.
-        line if line.starts_with(b"HTTP/1.1 ") && line.ends_with(b"\r\n") => {
+        Some(line) if line.starts_with(b"HTTP/1.1 ") && line.ends_with(b"\r\n") => {
             out.extend_from_slice(line)
         }
         _ => status_line(out, resp.status, resp.reason),
     }
-    // The body's framing lines stay only where the body keeps its framing.
-    let same = body == BodyOut::Same;
-    let drop_encoding = !(same && resp.framing == Framing::Chunked);
-    let keep = |i| {
-        let dropped = resp.dropped.contains(i)
-            || (drop_encoding && resp.encoding_lines.contains(i))
-            || (!same && resp.length_lines.contains(i));
-        !dropped
-    };
+    let chunked = body.is_chunked(resp.framing);
+    let keep = |i| !resp.dropped.contains(i) && (chunked || !resp.trailer_lines.contains(i));
     copy_headers(resp.raw, resp.headers, keep, out);
-    if body == BodyOut::Rechunked {
-        let encoding = (0..resp.headers.len())
-            .rev()
-            .find(|i| resp.encoding_lines.contains(*i))
-            .map(|i| resp.headers[i].value);
-        match encoding {
-            // A coding such as gzip stays; chunked goes on top of it.
-            Some(codings) => put(out, &[b"transfer-encoding: ", codings, b", chunked\r\n"]),
-            None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    match resp.framing {
+        _ if chunked => {
+            out.extend_from_slice(b"transfer-encoding: ");
+            // A coding such as gzip stays; chunked is holdfast's own.
+            for coding in &resp.codings {
+                put(out, &[coding, b", "]);
+            }
+            out.extend_from_slice(b"chunked\r\n");
         }
+        Framing::Length(n) => content_length(n, out),
+        Framing::Empty if resp.status == 204 || (100..200).contains(&resp.status) => {}
+        Framing::Empty => {
+            if let Some(n) = resp.content_length {
+                content_length(n, out);
+            }
+        }
+        Framing::Chunked | Framing::UntilClose => {}
     }
     end_head(out, !resp.has_date, connection);
 }
@@ -206,33 +244,34 @@ pub fn local_response(status: u16, text: &str, connection: ConnectionOut, out: &
     let reason =
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     status_line(out, status, reason);
-    out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\ncontent-length: ");
-    out.extend_from_slice(itoa(text.len() as u64, &mut [0; 20]));
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\n");
+    content_length(text.len() as u64, out);
     end_head(out, true, connection);
     out.extend_from_slice(text.as_bytes());
 }
 
-/// The size line that starts a chunk of `len` bytes.
-pub fn chunk_size_line(len: usize, out: &mut Vec<u8>) {
+/// The size line that starts a chunk of `len` bytes, written into `buf`.
+pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut digits = [0u8; 16];
-    let mut i = digits.len();
     let mut n = len;
-    loop {
-        i -= 1;
-        digits[i] = HEX[n & 0xf];
+    let mut start = 16usize;
+    for slot in buf.iter_mut().take(16).rev() {
+        *slot = HEX.get(n & 0xf).copied().unwrap_or(b'0');
+        start = start.saturating_sub(1);
         n >>= 4;
         if n == 0 {
             break;
         }
     }
-    put(out, &[&digits[i..], b"\r\n"]);
+    if let Some(end) = buf.get_mut(16..) {
+        end.copy_from_slice(b"\r\n");
+    }
+    buf.get(start..).unwrap_or_default()
 }
 
 fn status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa(u64::from(status), &mut [0; 20]));
+    put_decimal(u64::from(status), out);
     put(out, &[b" ", reason.as_bytes(), b"\r\n"]);
 }
 
@@ -246,15 +285,18 @@ fn put(out: &mut Vec<u8>, parts: &[&[u8]]) {
     }
 }
 
-/// Decimal digits of `n`, written into the end of `buf`.
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
+/// Appends the decimal digits of `n`.
+fn put_decimal(mut n: u64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut len = 0usize;
+    for slot in digits.iter_mut().rev() {
+        // A digit is below 10, so the OR adds it to b'0' (0x30).
+        *slot = b'0' | (n % 10) as u8;
+        len = len.saturating_add(1);
         n /= 10;
         if n == 0 {
-            return &buf[i..];
+            break;
         }
     }
+    out.extend_from_slice(digits.get(digits.len().saturating_sub(len)..).unwrap_or_default());
 }

@@ -1,16 +1,34 @@
-//! HTTP/1.1 message syntax as the proxy path needs it: reading request and response
-//! heads from bytes, following chunked bodies, and writing the heads holdfast sends.
+//! HTTP/1.1 message syntax as the proxy path needs it: finding and parsing request and
+//! response heads, following body framing, and writing the heads and framing holdfast
+//! sends.
 //!
 //! No sockets and no policy live here: `client` and `proxy` decide what to do with what
 //! is parsed. Heads are parsed with `httparse` straight from the connection's read
-//! buffer and re-written field by field into the head that goes on, so a request costs
-//! no header map and no per-header allocation. Bodies are never decoded on the way
-//! through; [`chunked::Chunked`] only follows their framing so the proxy knows where a
-//! body ends (and refuses a malformed one).
+//! buffer, once the head is complete ([`head::HeadScan`] finds its end looking at each
+//! byte once), and re-written field by field into the head that goes on, so a request
+//! costs no header map and no per-header allocation.
+//!
+//! # The framing rule
+//! holdfast writes the framing of every message it sends itself, from what it parsed:
+//! `content-length: N`, `transfer-encoding: chunked` or nothing, and exactly one `Host`.
+//! The `Content-Length`, `Transfer-Encoding`, `Host` and hop-by-hop lines a peer sent are
+//! never copied, and chunked bodies are decoded and encoded again ([`chunked`],
+//! [`encode::chunk_size_line`]), so chunk extensions and forbidden trailer fields stop
+//! here. Two hops can then only disagree about where a message ends if holdfast itself
+//! is wrong about it.
+//!
+//! # No panic from input
+//! Everything in this module takes bytes from the network. It uses no `&str` slicing,
+//! no indexing and no unchecked arithmetic (the lints below deny them; tests may), so no
+//! input reaches a panic: positions come from `get`, `split_at_checked` and iterators,
+//! and sums are checked or saturating.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod chunked;
 pub mod date;
 pub mod encode;
+pub mod head;
 pub mod request;
 pub mod response;
 
@@ -46,14 +64,21 @@ impl Version {
 /// How a message body is delimited on the wire (RFC 9112, section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
-    /// No body at all.
+    /// No body, and nothing says there is one (no `Content-Length`).
     Empty,
-    /// Exactly this many bytes (`Content-Length`).
+    /// Exactly this many bytes (`Content-Length`, which may be 0).
     Length(u64),
     /// `Transfer-Encoding` ending in `chunked`.
     Chunked,
     /// Everything until the sender closes the connection (responses only).
     UntilClose,
+}
+
+impl Framing {
+    /// Whether the message has no body bytes at all.
+    pub fn is_bodyless(self) -> bool {
+        matches!(self, Framing::Empty | Framing::Length(0))
+    }
 }
 
 /// Header names the proxy path treats specially; everything else is [`Name::Other`].
@@ -63,6 +88,7 @@ pub(crate) enum Name {
     ContentLength,
     Date,
     Expect,
+    Forwarded,
     Host,
     KeepAlive,
     ProxyConnection,
@@ -73,6 +99,7 @@ pub(crate) enum Name {
     XForwardedFor,
     XForwardedHost,
     XForwardedProto,
+    XRealIp,
     Other,
 }
 
@@ -88,6 +115,8 @@ impl Name {
             6 if is("expect") => Name::Expect,
             7 if is("upgrade") => Name::Upgrade,
             7 if is("trailer") => Name::Trailer,
+            9 if is("forwarded") => Name::Forwarded,
+            9 if is("x-real-ip") => Name::XRealIp,
             10 if is("connection") => Name::Connection,
             10 if is("keep-alive") => Name::KeepAlive,
             14 if is("content-length") => Name::ContentLength,
@@ -100,15 +129,19 @@ impl Name {
         }
     }
 
-    /// Request headers not copied into the head that goes upstream: hop-by-hop ones,
-    /// `Expect` (holdfast answers it), and the `X-Forwarded-*` it writes itself.
-    /// `Transfer-Encoding` stays: the body keeps its chunked framing.
+    /// Request headers never copied into the head that goes upstream: the framing
+    /// and `Host` (holdfast writes its own), hop-by-hop ones, `Expect` (holdfast
+    /// answers it), and the forwarding headers holdfast writes itself.
     pub(crate) fn is_dropped_upstream(self) -> bool {
         match self {
-            Name::TransferEncoding => false,
-            Name::Expect | Name::XForwardedFor | Name::XForwardedHost | Name::XForwardedProto => {
-                true
-            }
+            Name::ContentLength
+            | Name::Host
+            | Name::Expect
+            | Name::Forwarded
+            | Name::XForwardedFor
+            | Name::XForwardedHost
+            | Name::XForwardedProto
+            | Name::XRealIp => true,
             name => name.is_hop_by_hop(),
         }
     }
@@ -126,36 +159,55 @@ impl Name {
                 | Name::Upgrade
         )
     }
+
+    /// Fields a `Connection` header may not name (RFC 9110, 7.6.1: senders must not
+    /// list fields "that are needed by the recipient to process the message"): the
+    /// framing and `Host`, which holdfast must read itself.
+    pub(crate) fn may_not_be_nominated(name: &[u8]) -> bool {
+        [&b"content-length"[..], b"transfer-encoding", b"host"]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+    }
 }
 
 /// A set of header line indices: the lines of a head that are not copied on as they
-/// are. The first 64 live in a bit mask; a head with more lines spills into a list.
+/// are. The first 64 live in one word, the rest in more words as needed.
 #[derive(Debug, Default, Clone)]
 pub struct Lines {
     low: u64,
-    rest: Vec<usize>,
+    rest: Vec<u64>,
 }
 
 impl Lines {
     pub(crate) fn add(&mut self, i: usize) {
-        if i < 64 {
-            self.low |= 1 << i;
-        } else {
-            self.rest.push(i);
+        let (word, bit) = (i / 64, i % 64);
+        match word.checked_sub(1) {
+            None => self.low |= 1 << bit,
+            Some(w) => {
+                if self.rest.len() <= w {
+                    self.rest.resize(w.saturating_add(1), 0);
+                }
+                if let Some(slot) = self.rest.get_mut(w) {
+                    *slot |= 1 << bit;
+                }
+            }
         }
     }
 
     pub(crate) fn contains(&self, i: usize) -> bool {
-        if i < 64 {
-            self.low >> i & 1 == 1
-        } else {
-            self.rest.contains(&i)
-        }
+        let (word, bit) = (i / 64, i % 64);
+        let bits = match word.checked_sub(1) {
+            None => self.low,
+            Some(w) => self.rest.get(w).copied().unwrap_or(0),
+        };
+        bits >> bit & 1 == 1
     }
+}
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.low == 0 && self.rest.is_empty()
-    }
+/// Where `part` (a slice of `whole`) starts in `whole`, if it is a slice of it.
+fn offset_in(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let at = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (at <= whole.len()).then_some(at)
 }
 
 /// Copies the header lines of `head` (the raw bytes of a parsed head) for which `keep`
@@ -170,10 +222,7 @@ pub(crate) fn copy_headers(
     keep: impl Fn(usize) -> bool,
     out: &mut Vec<u8>,
 ) {
-    let offset = |s: &[u8]| s.as_ptr() as usize - head.as_ptr() as usize;
-    let crlf_before = |at: usize| at >= 2 && &head[at - 2..at] == b"\r\n";
-    let starts_ok = headers.iter().all(|h| crlf_before(offset(h.name.as_bytes())));
-    if !starts_ok || !head.ends_with(b"\r\n\r\n") {
+    if !copy_header_runs(head, headers, &keep, out) {
         for (i, h) in headers.iter().enumerate() {
             if keep(i) {
                 for part in [h.name.as_bytes(), b": ", h.value, b"\r\n"] {
@@ -181,29 +230,71 @@ pub(crate) fn copy_headers(
                 }
             }
         }
-        return;
     }
-    let end = head.len() - 2;
+}
+
+/// [`copy_headers`] in runs of raw lines; false (having written nothing) when the head
+/// does not end every line in CRLF.
+fn copy_header_runs(
+    head: &[u8],
+    headers: &[httparse::Header<'_>],
+    keep: &impl Fn(usize) -> bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    let starts: Option<Vec<usize>> = headers
+        .iter()
+        .map(|h| {
+            let at = offset_in(head, h.name.as_bytes())?;
+            let before = head.get(at.checked_sub(2)?..at)?;
+            (before == b"\r\n").then_some(at)
+        })
+        .collect();
+    let Some(starts) = starts else { return false };
+    if !head.ends_with(b"\r\n\r\n") {
+        return false;
+    }
+    // Where the last line's CRLF ends: before the empty line.
+    let end = head.len().saturating_sub(2);
     let mut run: Option<usize> = None;
-    for (i, h) in headers.iter().enumerate() {
-        let start = offset(h.name.as_bytes());
+    for (i, start) in starts.iter().copied().enumerate() {
         match (keep(i), run) {
             (true, None) => run = Some(start),
             (false, Some(from)) => {
-                out.extend_from_slice(&head[from..start]);
+                out.extend_from_slice(head.get(from..start).unwrap_or_default());
                 run = None;
             }
             _ => {}
         }
     }
     if let Some(from) = run {
-        out.extend_from_slice(&head[from..end]);
+        out.extend_from_slice(head.get(from..end).unwrap_or_default());
     }
+    true
 }
 
-/// The comma-separated elements of a list header, trimmed, empty ones skipped.
-pub(crate) fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|b| *b == b',').map(<[u8]>::trim_ascii).filter(|t| !t.is_empty())
+/// Whether `b` may appear in a token (RFC 9110, 5.6.2): header names, methods, codings.
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether `s` is a non-empty token.
+pub(crate) fn is_token(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(|b| is_tchar(*b))
+}
+
+/// Optional whitespace (RFC 9110, 5.6.3) trimmed from both ends.
+pub(crate) fn trim_ows(s: &[u8]) -> &[u8] {
+    let start = s.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(s.len());
+    let rest = s.get(start..).unwrap_or_default();
+    let end =
+        rest.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(0, |i| i.saturating_add(1));
+    rest.get(..end).unwrap_or_default()
+}
+
+/// The elements of a list header (RFC 9110, 5.6.1), trimmed; empty elements, which a
+/// recipient must accept and ignore, are skipped.
+pub(crate) fn elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|b| *b == b',').map(trim_ows).filter(|t| !t.is_empty())
 }
 
 /// What the `Connection` headers of a message say.
@@ -214,20 +305,24 @@ pub struct ConnectionHeader<'b> {
     pub upgrade: bool,
     /// Other header names it lists: they describe this connection only and are removed.
     pub named: Vec<&'b [u8]>,
+    /// An element that is not a token.
+    pub malformed: bool,
 }
 
 impl<'b> ConnectionHeader<'b> {
-    /// Adds one `Connection` header line's tokens.
+    /// Adds one `Connection` header line's elements.
     pub(crate) fn add(&mut self, value: &'b [u8]) {
-        for token in tokens(value) {
+        for token in elements(value) {
             if token.eq_ignore_ascii_case(b"close") {
                 self.close = true;
             } else if token.eq_ignore_ascii_case(b"keep-alive") {
                 self.keep_alive = true;
             } else if token.eq_ignore_ascii_case(b"upgrade") {
                 self.upgrade = true;
-            } else {
+            } else if is_token(token) {
                 self.named.push(token);
+            } else {
+                self.malformed = true;
             }
         }
     }
@@ -236,18 +331,78 @@ impl<'b> ConnectionHeader<'b> {
     pub(crate) fn names(&self, name: &str) -> bool {
         !self.named.is_empty() && self.named.iter().any(|n| n.eq_ignore_ascii_case(name.as_bytes()))
     }
+
+    /// Whether it lists a field that may not be listed ([`Name::may_not_be_nominated`]).
+    pub(crate) fn nominates_framing(&self) -> bool {
+        self.named.iter().any(|n| Name::may_not_be_nominated(n))
+    }
 }
 
-/// A `Content-Length` value: digits only, no sign, no list.
+/// A `Content-Length` value: digits only, no sign, no list, at most 19 digits.
 pub(crate) fn parse_content_length(value: &[u8]) -> Option<u64> {
-    let value = value.trim_ascii();
+    let value = trim_ows(value);
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    value.iter().try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+    value
+        .iter()
+        .try_fold(0u64, |n, d| n.checked_mul(10)?.checked_add(u64::from(d.checked_sub(b'0')?)))
 }
 
-/// Whether the last coding of a `Transfer-Encoding` list is `chunked`.
-pub(crate) fn ends_in_chunked(value: &[u8]) -> bool {
-    tokens(value).last().is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
+/// The `Content-Length` lines of one message, collected: equal repeats are one value
+/// (RFC 9112, 6.3 allows a recipient to accept them), differing ones are invalid.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ContentLength {
+    pub value: Option<u64>,
+    pub invalid: bool,
+}
+
+impl ContentLength {
+    pub(crate) fn add(&mut self, value: &[u8]) {
+        match parse_content_length(value) {
+            Some(n) if self.value.is_none_or(|prev| prev == n) => self.value = Some(n),
+            _ => self.invalid = true,
+        }
+    }
+}
+
+/// The transfer codings of a message's `Transfer-Encoding` lines, taken together as
+/// one list (RFC 9112, 6.1).
+#[derive(Debug, Default, Clone)]
+pub struct Codings<'b> {
+    /// The codings before a final `chunked`, or all of them when the last is not
+    /// `chunked`, in order.
+    pub before_chunked: Vec<&'b [u8]>,
+    /// The last coding is `chunked`.
+    pub chunked: bool,
+    /// Some element is not a bare token (parameters, quotes, stray bytes), `chunked`
+    /// appears twice or not last, or the list is empty.
+    pub malformed: bool,
+    /// Some line was seen at all.
+    pub present: bool,
+}
+
+impl<'b> Codings<'b> {
+    /// Adds one `Transfer-Encoding` line.
+    pub(crate) fn add(&mut self, value: &'b [u8]) {
+        self.present = true;
+        for coding in elements(value) {
+            if !is_token(coding) || self.chunked {
+                // Anything after `chunked` makes it not the final coding, and chunked
+                // may be applied only once (RFC 9112, 7).
+                self.malformed = true;
+            } else if coding.eq_ignore_ascii_case(b"chunked") {
+                self.chunked = true;
+            } else {
+                self.before_chunked.push(coding);
+            }
+        }
+    }
+
+    /// Ends the collection: a list with no coding at all is malformed.
+    pub(crate) fn finish(&mut self) {
+        if self.present && !self.chunked && self.before_chunked.is_empty() {
+            self.malformed = true;
+        }
+    }
 }

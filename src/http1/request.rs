@@ -1,17 +1,19 @@
-//! Reading a client's request head: the parse, the checks that refuse an ambiguous or
-//! oversized request before any of it is forwarded, and what the rest of the path needs
-//! to know about it (framing, keep-alive, upgrade, `Expect`).
+//! Reading a client's request head: the parse, the checks that refuse a faulty,
+//! ambiguous or oversized request before any of it is forwarded, and what the rest of
+//! the path needs to know about it (target, Host, framing, keep-alive, upgrade,
+//! `Expect`).
 //!
-//! Request smuggling defence lives here. A request with both `Content-Length` and
-//! `Transfer-Encoding`, with conflicting or invalid `Content-Length`, or with a
-//! `Transfer-Encoding` whose last coding is not `chunked` could be framed differently
-//! by the origin than by holdfast, so it is refused with 400 and the connection closes.
+//! Request smuggling defence lives here. Each rule names its RFC section where it is
+//! applied; a refused request gets its status ([`Refusal::status`]) and the client
+//! connection closes, since nothing after a faulty head can be trusted to be framed
+//! right. What is accepted is normalised: holdfast writes the framing and `Host` that
+//! go upstream itself (see `encode::upstream_request`), so the origin sees one
+//! `Content-Length` or `Transfer-Encoding: chunked` and one `Host`, whatever the client
+//! sent.
 
 use std::mem::MaybeUninit;
 
-use super::{
-    ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Lines, Name, Version,
-};
+use super::{trim_ows, Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
 
 /// Header lines the parser has room for; `limits.max_request_headers` may not exceed it.
 pub const MAX_HEADERS: usize = 1024;
@@ -23,10 +25,24 @@ pub enum Refusal {
     Framing(FramingViolation),
     /// Not HTTP/1.x syntax (400).
     Malformed,
+    /// A request target that is not origin-form, absolute-form or `*` for OPTIONS (400).
+    InvalidTarget,
+    /// No `Host` in HTTP/1.1, more than one, or an invalid one (400).
+    Host(HostViolation),
+    /// `Connection` names `Content-Length`, `Transfer-Encoding` or `Host` (400).
+    NominatedField,
+    /// A `Transfer-Encoding` holdfast does not implement: only `chunked` is (501).
+    UnknownCoding,
+    /// An `Expect` other than `100-continue` (417).
+    Expectation,
+    /// The request line is longer than `max_request_line_bytes` (414).
+    RequestLineTooLong,
     /// The head is longer than `max_request_header_bytes` (431).
     HeadTooLarge,
     /// More header lines than `max_request_headers` (431).
     TooManyHeaders,
+    /// The head did not arrive within `client_header` (408).
+    HeadTimeout,
     /// `CONNECT`: holdfast is a reverse proxy, not a tunnel (405).
     Connect,
 }
@@ -35,9 +51,17 @@ impl Refusal {
     /// The status the client gets.
     pub fn status(self) -> u16 {
         match self {
-            Refusal::Framing(_) | Refusal::Malformed => 400,
-            Refusal::HeadTooLarge | Refusal::TooManyHeaders => 431,
+            Refusal::Framing(_)
+            | Refusal::Malformed
+            | Refusal::InvalidTarget
+            | Refusal::Host(_)
+            | Refusal::NominatedField => 400,
             Refusal::Connect => 405,
+            Refusal::HeadTimeout => 408,
+            Refusal::RequestLineTooLong => 414,
+            Refusal::Expectation => 417,
+            Refusal::HeadTooLarge | Refusal::TooManyHeaders => 431,
+            Refusal::UnknownCoding => 501,
         }
     }
 
@@ -46,8 +70,15 @@ impl Refusal {
         match self {
             Refusal::Framing(v) => v.as_str(),
             Refusal::Malformed => "malformed request head",
+            Refusal::InvalidTarget => "invalid request target",
+            Refusal::Host(v) => v.as_str(),
+            Refusal::NominatedField => "Connection names Content-Length, Transfer-Encoding or Host",
+            Refusal::UnknownCoding => "request Transfer-Encoding other than chunked",
+            Refusal::Expectation => "unsupported Expect (only 100-continue is)",
+            Refusal::RequestLineTooLong => "request line too long",
             Refusal::HeadTooLarge => "request head too large",
             Refusal::TooManyHeaders => "too many request headers",
+            Refusal::HeadTimeout => "request head not received in time",
             Refusal::Connect => "CONNECT is not supported",
         }
     }
@@ -57,9 +88,9 @@ impl Refusal {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FramingViolation {
     ContentLengthWithTransferEncoding,
-    ConflictingContentLength,
     InvalidContentLength,
-    TransferEncodingNotChunked,
+    TransferEncodingInHttp10,
+    MalformedTransferEncoding,
     InvalidChunk,
 }
 
@@ -70,16 +101,43 @@ impl FramingViolation {
             FramingViolation::ContentLengthWithTransferEncoding => {
                 "request has both Content-Length and Transfer-Encoding"
             }
-            FramingViolation::ConflictingContentLength => {
-                "request has conflicting Content-Length headers"
+            FramingViolation::InvalidContentLength => {
+                "request has an invalid or conflicting Content-Length"
             }
-            FramingViolation::InvalidContentLength => "request has an invalid Content-Length",
-            FramingViolation::TransferEncodingNotChunked => {
-                "request Transfer-Encoding does not end in chunked"
+            FramingViolation::TransferEncodingInHttp10 => {
+                "HTTP/1.0 request has a Transfer-Encoding"
+            }
+            FramingViolation::MalformedTransferEncoding => {
+                "request Transfer-Encoding is not a list ending in one chunked"
             }
             FramingViolation::InvalidChunk => "request has an invalid chunked body",
         }
     }
+}
+
+/// Why a request's `Host` was refused (RFC 9112, 3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostViolation {
+    Missing,
+    Duplicate,
+    Invalid,
+}
+
+impl HostViolation {
+    fn as_str(self) -> &'static str {
+        match self {
+            HostViolation::Missing => "HTTP/1.1 request without Host",
+            HostViolation::Duplicate => "request with more than one Host",
+            HostViolation::Invalid => "request with an invalid Host",
+        }
+    }
+}
+
+/// Limits on a request head.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    pub max_line_bytes: usize,
+    pub max_head_bytes: usize,
 }
 
 /// A parsed request head, borrowing from the connection's read buffer.
@@ -87,14 +145,17 @@ pub struct Request<'h, 'b> {
     pub method: &'b str,
     /// The request target as sent (origin-form, absolute-form or `*`).
     pub target: &'b str,
+    /// The target in origin-form (or `*`), as the origin gets it: an absolute-form
+    /// target without its scheme and authority.
+    pub path: OriginForm<'b>,
     pub version: Version,
     pub headers: &'h [httparse::Header<'b>],
     /// The head as received, including the empty line that ends it.
     pub raw: &'b [u8],
     /// Bytes of the head, including the empty line that ends it.
     pub head_len: usize,
-    /// Header lines not passed on as they are: hop-by-hop, those `Connection` names,
-    /// `Expect`, and the `X-Forwarded-*` lines holdfast writes itself.
+    /// Header lines not passed on as they are: framing, `Host`, hop-by-hop, those
+    /// `Connection` names, `Expect`, and the forwarding headers holdfast writes itself.
     pub dropped: Lines,
     pub framing: Framing,
     pub connection: ConnectionHeader<'b>,
@@ -103,7 +164,28 @@ pub struct Request<'h, 'b> {
     pub upgrade: Option<&'b [u8]>,
     /// `Expect: 100-continue`: the client waits for an interim response before its body.
     pub expect_continue: bool,
+    /// The host the request is for: an absolute-form target's authority, else the
+    /// `Host` header's value (RFC 9112, 3.2.2). `None` only for HTTP/1.0 without either.
     pub host: Option<&'b [u8]>,
+}
+
+/// A request target in origin-form: `/path?query`, or `*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OriginForm<'b> {
+    /// An absolute-form target with no path (`http://h?q`) gets its `/` in front.
+    pub slash: bool,
+    pub rest: &'b [u8],
+}
+
+impl<'b> OriginForm<'b> {
+    /// The path without its query, for routing: `/` when there is none.
+    pub fn route_path(&self) -> &'b [u8] {
+        if self.slash {
+            b"/"
+        } else {
+            self.rest
+        }
+    }
 }
 
 impl Request<'_, '_> {
@@ -122,40 +204,56 @@ impl Request<'_, '_> {
     }
 }
 
-/// Parses the request head at the start of `buf`.
-///
-/// `Ok(None)`: the head is not complete yet (read more). `max_headers` header lines
-/// fit in `storage`; a head longer than `max_head_bytes` is refused whether complete
-/// or not.
+/// Checks the request line at the start of `buf` against its limit before the head is
+/// complete: `first_line` is its length once its end has been seen.
+pub fn check_request_line(
+    buf: &[u8],
+    first_line: Option<usize>,
+    limits: &HeadLimits,
+) -> Result<(), Refusal> {
+    match first_line {
+        Some(len) if len > limits.max_line_bytes => Err(Refusal::RequestLineTooLong),
+        None if buf.len() > limits.max_line_bytes => Err(Refusal::RequestLineTooLong),
+        _ => Ok(()),
+    }
+}
+
+/// Parses the complete request head at the start of `buf` (`head_len` bytes, found by
+/// [`super::head::HeadScan`]); `storage` has room for the header lines allowed.
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
+    head_len: usize,
     storage: &'h mut [MaybeUninit<httparse::Header<'b>>],
-    max_head_bytes: usize,
-) -> Result<Option<Request<'h, 'b>>, Refusal> {
+    limits: &HeadLimits,
+) -> Result<Request<'h, 'b>, Refusal> {
+    if head_len > limits.max_head_bytes {
+        return Err(Refusal::HeadTooLarge);
+    }
+    let raw = buf.get(..head_len).ok_or(Refusal::Malformed)?;
     let mut req = httparse::Request::new(&mut []);
     let parsed =
-        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, storage);
-    let head_len = match parsed {
-        Ok(httparse::Status::Complete(len)) if len <= max_head_bytes => len,
-        Ok(httparse::Status::Complete(_)) => return Err(Refusal::HeadTooLarge),
-        Ok(httparse::Status::Partial) if buf.len() <= max_head_bytes => return Ok(None),
-        Ok(httparse::Status::Partial) => return Err(Refusal::HeadTooLarge),
+        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, raw, storage);
+    match parsed {
+        Ok(httparse::Status::Complete(len)) if len == head_len => {}
         Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooManyHeaders),
-        Err(_) => return Err(Refusal::Malformed),
-    };
+        // Incomplete where an empty line ended the head, or an error.
+        _ => return Err(Refusal::Malformed),
+    }
     let method = req.method.ok_or(Refusal::Malformed)?;
     if method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refusal::Connect);
     }
     let target = req.path.ok_or(Refusal::Malformed)?;
     let version = Version::from_minor(req.version.ok_or(Refusal::Malformed)?);
+    let (authority, path) = split_target(method, target)?;
     let headers: &'h [httparse::Header<'b>] = req.headers;
     let mut request = Request {
         method,
         target,
+        path,
         version,
         headers,
-        raw: &buf[..head_len],
+        raw,
         head_len,
         dropped: Lines::default(),
         framing: Framing::Empty,
@@ -164,26 +262,20 @@ pub fn parse<'h, 'b>(
         expect_continue: false,
         host: None,
     };
-    let mut framing = FramingHeaders::default();
-    let mut upgrade = None;
+    let mut fields = Fields::default();
     for (i, h) in headers.iter().enumerate() {
         let name = Name::of(h.name);
-        match name {
-            Name::ContentLength => framing.content_length(h.value)?,
-            // Kept: a valid request's body keeps its chunked framing on the way up.
-            Name::TransferEncoding => framing.transfer_encoding = Some(h.value),
-            Name::Connection => request.connection.add(h.value),
-            Name::Upgrade => upgrade = Some(h.value),
-            Name::Expect => {
-                request.expect_continue |=
-                    h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue")
-            }
-            Name::Host if request.host.is_none() => request.host = Some(h.value),
-            _ => {}
-        }
+        fields.add(name, h.value, &mut request);
         if name.is_dropped_upstream() {
             request.dropped.add(i);
         }
+    }
+    if request.connection.malformed {
+        return Err(Refusal::Malformed);
+    }
+    // RFC 9110, 7.6.1: the fields holdfast needs may not be made hop-by-hop.
+    if request.connection.nominates_framing() {
+        return Err(Refusal::NominatedField);
     }
     if !request.connection.named.is_empty() {
         for (i, h) in headers.iter().enumerate() {
@@ -192,44 +284,210 @@ pub fn parse<'h, 'b>(
             }
         }
     }
-    request.framing = framing.decide().map_err(Refusal::Framing)?;
+    request.host = fields.host(version, authority)?;
+    request.framing = fields.framing(version)?;
+    request.expect_continue = fields.expectation(version)?;
     if version == Version::Http11 && request.connection.upgrade {
-        request.upgrade = upgrade;
+        request.upgrade = fields.upgrade;
     }
-    if request.version == Version::Http10 {
-        // Only HTTP/1.1 may switch protocols or wait for 100 Continue.
-        request.expect_continue = false;
-    }
-    Ok(Some(request))
+    Ok(request)
 }
 
-/// The framing headers of one request, collected before deciding.
+/// The fields of one request that decide how it is handled, collected before deciding.
 #[derive(Default)]
-struct FramingHeaders<'b> {
-    content_length: Option<u64>,
-    /// The last `Transfer-Encoding` line: several lines form one list, and only the
-    /// last coding counts.
-    transfer_encoding: Option<&'b [u8]>,
+struct Fields<'b> {
+    content_length: ContentLength,
+    codings: Codings<'b>,
+    hosts: usize,
+    host: Option<&'b [u8]>,
+    upgrade: Option<&'b [u8]>,
+    /// Every `Expect` element was `100-continue`, and there was one.
+    expect_continue: bool,
+    expect_other: bool,
 }
 
-impl FramingHeaders<'_> {
-    fn content_length(&mut self, value: &[u8]) -> Result<(), Refusal> {
-        let v = parse_content_length(value)
-            .ok_or(Refusal::Framing(FramingViolation::InvalidContentLength))?;
-        if self.content_length.is_some_and(|prev| prev != v) {
-            return Err(Refusal::Framing(FramingViolation::ConflictingContentLength));
+impl<'b> Fields<'b> {
+    fn add(&mut self, name: Name, value: &'b [u8], request: &mut Request<'_, 'b>) {
+        match name {
+            Name::ContentLength => self.content_length.add(value),
+            Name::TransferEncoding => self.codings.add(value),
+            Name::Connection => request.connection.add(value),
+            Name::Upgrade => self.upgrade = Some(value),
+            Name::Expect => self.add_expect(value),
+            Name::Host => {
+                self.hosts = self.hosts.saturating_add(1);
+                self.host = Some(value);
+            }
+            _ => {}
         }
-        self.content_length = Some(v);
-        Ok(())
     }
 
-    fn decide(&self) -> Result<Framing, FramingViolation> {
-        match (self.content_length, self.transfer_encoding) {
-            (Some(_), Some(_)) => Err(FramingViolation::ContentLengthWithTransferEncoding),
-            (None, Some(te)) if ends_in_chunked(te) => Ok(Framing::Chunked),
-            (None, Some(_)) => Err(FramingViolation::TransferEncodingNotChunked),
-            (Some(0), None) | (None, None) => Ok(Framing::Empty),
-            (Some(n), None) => Ok(Framing::Length(n)),
+    fn add_expect(&mut self, value: &[u8]) {
+        let mut any = false;
+        for e in super::elements(value) {
+            any = true;
+            if e.eq_ignore_ascii_case(b"100-continue") {
+                self.expect_continue = true;
+            } else {
+                self.expect_other = true;
+            }
+        }
+        if !any {
+            self.expect_other = true;
         }
     }
+
+    /// RFC 9112, 3.2: HTTP/1.1 requests have exactly one valid `Host`; an
+    /// absolute-form target's authority replaces it (3.2.2).
+    fn host(
+        &self,
+        version: Version,
+        authority: Option<&'b [u8]>,
+    ) -> Result<Option<&'b [u8]>, Refusal> {
+        match (self.hosts, version) {
+            (0, Version::Http11) => return Err(Refusal::Host(HostViolation::Missing)),
+            (0 | 1, _) => {}
+            _ => return Err(Refusal::Host(HostViolation::Duplicate)),
+        }
+        let host = self.host.map(trim_ows);
+        if host.is_some_and(|h| !is_valid_host(h)) {
+            return Err(Refusal::Host(HostViolation::Invalid));
+        }
+        Ok(authority.or(host))
+    }
+
+    /// RFC 9112, 6.1 and 6.3: how the body is framed, or why it cannot be trusted.
+    fn framing(&mut self, version: Version) -> Result<Framing, Refusal> {
+        self.codings.finish();
+        let violation = |v| Err(Refusal::Framing(v));
+        if self.content_length.invalid {
+            return violation(FramingViolation::InvalidContentLength);
+        }
+        if !self.codings.present {
+            return Ok(self.content_length.value.map_or(Framing::Empty, Framing::Length));
+        }
+        // 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing.
+        if version == Version::Http10 {
+            return violation(FramingViolation::TransferEncodingInHttp10);
+        }
+        // 6.1: both may be an attempt at smuggling; a server may reject it, and does.
+        if self.content_length.value.is_some() {
+            return violation(FramingViolation::ContentLengthWithTransferEncoding);
+        }
+        // 6.1: chunked must be the final coding, else 400.
+        if self.codings.malformed || !self.codings.chunked {
+            return violation(FramingViolation::MalformedTransferEncoding);
+        }
+        // 6.1: a coding the server does not understand gets 501.
+        if !self.codings.before_chunked.is_empty() {
+            return Err(Refusal::UnknownCoding);
+        }
+        Ok(Framing::Chunked)
+    }
+
+    /// RFC 9110, 10.1.1: an expectation other than 100-continue gets 417; an HTTP/1.0
+    /// client's 100-continue is ignored.
+    fn expectation(&self, version: Version) -> Result<bool, Refusal> {
+        if self.expect_other {
+            return Err(Refusal::Expectation);
+        }
+        Ok(self.expect_continue && version == Version::Http11)
+    }
+}
+
+/// Splits a request target into the authority of an absolute-form target and the
+/// origin-form rest (RFC 9112, 3.2). `*` is only for OPTIONS; authority-form only for
+/// CONNECT, which is refused before this.
+fn split_target<'b>(
+    method: &str,
+    target: &'b str,
+) -> Result<(Option<&'b [u8]>, OriginForm<'b>), Refusal> {
+    let bytes = target.as_bytes();
+    if bytes.contains(&b'#') {
+        // A fragment is not part of any request-target form.
+        return Err(Refusal::InvalidTarget);
+    }
+    if bytes.first() == Some(&b'/') {
+        return Ok((None, OriginForm { slash: false, rest: bytes }));
+    }
+    if bytes == b"*" {
+        if method == "OPTIONS" {
+            return Ok((None, OriginForm { slash: false, rest: bytes }));
+        }
+        return Err(Refusal::InvalidTarget);
+    }
+    let rest = strip_scheme(bytes).ok_or(Refusal::InvalidTarget)?;
+    let end = rest.iter().position(|b| matches!(b, b'/' | b'?')).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at_checked(end).ok_or(Refusal::InvalidTarget)?;
+    // RFC 9110, 4.2.4: userinfo in an http(s) URI is an error; an empty host invalid.
+    if authority.is_empty() || authority.contains(&b'@') || !is_valid_host(authority) {
+        return Err(Refusal::InvalidTarget);
+    }
+    let slash = path.first() != Some(&b'/');
+    Ok((Some(authority), OriginForm { slash, rest: path }))
+}
+
+/// What follows `http://` or `https://` (any case) in an absolute-form target.
+fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
+    ["http://", "https://"].iter().find_map(|scheme| {
+        let (head, rest) = target.split_at_checked(scheme.len())?;
+        head.eq_ignore_ascii_case(scheme.as_bytes()).then_some(rest)
+    })
+}
+
+/// Whether `value` is a valid `Host`: `uri-host [ ":" port ]` (RFC 9110, 7.2; RFC 3986,
+/// 3.2.2), where the host is an IP literal in brackets or a reg-name (IPv4 included).
+/// An empty value is valid (a target with no authority).
+pub fn is_valid_host(value: &[u8]) -> bool {
+    let (host, port) = match value.first() {
+        Some(b'[') => match value.iter().position(|b| *b == b']') {
+            Some(close) => {
+                let Some((literal, rest)) = value.split_at_checked(close.saturating_add(1)) else {
+                    return false;
+                };
+                let inner = literal.get(1..close).unwrap_or_default();
+                let valid = !inner.is_empty()
+                    && inner.iter().all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !valid {
+                    return false;
+                }
+                (&b""[..], rest)
+            }
+            None => return false,
+        },
+        _ => match value.iter().rposition(|b| *b == b':') {
+            Some(colon) => {
+                let (host, port) = value.split_at(colon);
+                (host, port)
+            }
+            None => (value, &b""[..]),
+        },
+    };
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    port_ok && is_reg_name(host)
+}
+
+/// RFC 3986, 3.2.2: unreserved characters, percent-encodings and sub-delims.
+fn is_reg_name(host: &[u8]) -> bool {
+    let mut bytes = host.iter();
+    while let Some(b) = bytes.next() {
+        let ok = match b {
+            b'%' => matches!(
+                (bytes.next(), bytes.next()),
+                (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit()
+            ),
+            b if b.is_ascii_alphanumeric() => true,
+            b'-' | b'.' | b'_' | b'~' => true,
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => true,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
 }

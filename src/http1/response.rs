@@ -1,12 +1,15 @@
 //! Reading an origin's response head: the parse, how its body is framed (which also
 //! depends on the request: a response to HEAD has none), and whether the connection
 //! may carry another request afterwards.
+//!
+//! The origin is trusted no more than a client: a response whose framing could be read
+//! two ways is refused (the client gets 502 and the connection closes), and what is
+//! accepted goes on with framing holdfast writes itself (`encode::client_response`).
 
 use std::mem::MaybeUninit;
 
-use super::{
-    ends_in_chunked, parse_content_length, ConnectionHeader, Framing, Lines, Name, Version,
-};
+use super::head::{HeadScan, Scan};
+use super::{Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
 
 /// Header lines an origin's response may have. hyper allows 100; real responses with
 /// many `Set-Cookie` lines need more.
@@ -29,8 +32,14 @@ pub enum BadResponse {
     InvalidContentLength,
     #[error("response from upstream has both Content-Length and Transfer-Encoding")]
     AmbiguousLength,
+    #[error("response from upstream has an invalid Transfer-Encoding")]
+    InvalidTransferEncoding,
+    #[error("HTTP/1.0 response from upstream has a Transfer-Encoding")]
+    TransferEncodingInHttp10,
     #[error("upstream switched protocols (101) for a request that did not ask to")]
     UnrequestedUpgrade,
+    #[error("response from upstream has an invalid chunked body")]
+    InvalidChunk,
 }
 
 /// A parsed response head, borrowing from the upstream read buffer.
@@ -43,14 +52,17 @@ pub struct Response<'h, 'b> {
     pub raw: &'b [u8],
     /// Bytes of the head, including the empty line that ends it.
     pub head_len: usize,
-    /// Header lines never passed on: hop-by-hop ones (but `Transfer-Encoding`, and
-    /// `Upgrade` in a 101) and those `Connection` names.
+    /// Header lines never passed on: the framing (holdfast writes its own),
+    /// hop-by-hop ones (but `Upgrade` in a 101) and those `Connection` names.
     pub dropped: Lines,
-    /// The `Transfer-Encoding` lines.
-    pub encoding_lines: Lines,
-    /// The `Content-Length` and `Trailer` lines.
-    pub length_lines: Lines,
+    /// The `Trailer` lines: passed on only with a chunked body.
+    pub trailer_lines: Lines,
     pub framing: Framing,
+    /// `Content-Length` as the origin sent it, also where it frames nothing (a
+    /// response to HEAD, a 304): there it describes the representation.
+    pub content_length: Option<u64>,
+    /// The transfer codings applied besides `chunked` (gzip, say), in order.
+    pub codings: Vec<&'b [u8]>,
     pub connection: ConnectionHeader<'b>,
     /// The `Keep-Alive` header's value (`timeout=N, max=M`), if any.
     pub keep_alive: Option<&'b [u8]>,
@@ -60,35 +72,78 @@ pub struct Response<'h, 'b> {
 impl Response<'_, '_> {
     /// An interim response (1xx) other than 101: another head follows.
     pub fn is_interim(&self) -> bool {
-        (100..200).contains(&self.status) && self.status != 101
+        is_interim(self.status)
     }
 
     /// Whether the origin lets the connection carry another request after this
-    /// response: HTTP/1.1, no `Connection: close`, and a body whose end is known.
+    /// response: HTTP/1.1, no `Connection: close`, not a switch of protocols, and a
+    /// body whose end is known.
     pub fn is_reusable(&self) -> bool {
         self.version == Version::Http11
             && !self.connection.close
+            && self.status != 101
             && self.framing != Framing::UntilClose
     }
 }
 
-/// Parses the response head at the start of `buf`; `Ok(None)` means it is not
-/// complete yet. `head_request`: the request was HEAD, so no body follows.
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status) && status != 101
+}
+
+/// Where the response head at the start of `buf` ends, once all of it is there.
+pub fn find_head(scan: &mut HeadScan, buf: &[u8]) -> Result<Option<usize>, BadResponse> {
+    match scan.scan(buf) {
+        Scan::Complete(len) if len <= MAX_HEAD_BYTES => Ok(Some(len)),
+        Scan::Partial if buf.len() <= MAX_HEAD_BYTES => Ok(None),
+        _ => Err(BadResponse::HeadTooLarge),
+    }
+}
+
+/// What the start of a response that arrives while a request body is still being
+/// sent is: an interim response (`100 Continue`, `103 Early Hints`), after which the
+/// body goes on, or the final answer, which ends the upload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Early {
+    /// A complete interim head of this many bytes.
+    Interim(usize),
+    /// Too little has arrived to tell.
+    Unknown,
+    /// A final response (or something that is not a response head at all).
+    Final,
+}
+
+/// Classifies the bytes at the start of `buf` (see [`Early`]).
+pub fn early(scan: &mut HeadScan, buf: &[u8]) -> Result<Early, BadResponse> {
+    // `HTTP/1.1 1xx`: the status code is bytes 9 to 11.
+    let Some(code) = buf.get(9..12) else { return Ok(Early::Unknown) };
+    let interim = buf.starts_with(b"HTTP/1.") && code.first() == Some(&b'1') && code != b"101";
+    if !interim {
+        return Ok(Early::Final);
+    }
+    let Some(len) = find_head(scan, buf)? else { return Ok(Early::Unknown) };
+    let mut storage = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let resp = parse(buf, len, &mut storage, false)?;
+    Ok(if resp.is_interim() { Early::Interim(len) } else { Early::Final })
+}
+
+/// Parses the complete response head at the start of `buf` (`head_len` bytes, found
+/// by [`find_head`]). `head_request`: the request was HEAD, so no body follows.
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
+    head_len: usize,
     storage: &'h mut [MaybeUninit<httparse::Header<'b>>],
     head_request: bool,
-) -> Result<Option<Response<'h, 'b>>, BadResponse> {
+) -> Result<Response<'h, 'b>, BadResponse> {
+    let raw = buf.get(..head_len).ok_or(BadResponse::HeadTooLarge)?;
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, buf, storage);
-    let head_len = match parsed {
-        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
-        Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD_BYTES => return Ok(None),
-        Ok(_) => return Err(BadResponse::HeadTooLarge),
+        .parse_response_with_uninit_headers(&mut resp, raw, storage);
+    match parsed {
+        Ok(httparse::Status::Complete(len)) if len == head_len => {}
+        Ok(_) => return Err(BadResponse::Malformed(httparse::Error::NewLine)),
         Err(httparse::Error::TooManyHeaders) => return Err(BadResponse::TooManyHeaders),
         Err(e) => return Err(BadResponse::Malformed(e)),
-    };
+    }
     let status = resp.code.ok_or(BadResponse::Malformed(httparse::Error::Status))?;
     let version =
         Version::from_minor(resp.version.ok_or(BadResponse::Malformed(httparse::Error::Version))?);
@@ -98,33 +153,30 @@ pub fn parse<'h, 'b>(
         reason: resp.reason.unwrap_or(""),
         version,
         headers,
-        raw: &buf[..head_len],
+        raw,
         head_len,
         dropped: Lines::default(),
-        encoding_lines: Lines::default(),
-        length_lines: Lines::default(),
+        trailer_lines: Lines::default(),
         framing: Framing::Empty,
+        content_length: None,
+        codings: Vec::new(),
         connection: ConnectionHeader::default(),
         keep_alive: None,
         has_date: false,
     };
-    let mut content_length = None;
-    let mut transfer_encoding = None;
+    let mut content_length = ContentLength::default();
+    let mut codings = Codings::default();
     for (i, h) in headers.iter().enumerate() {
         match Name::of(h.name) {
             Name::ContentLength => {
-                let n = parse_content_length(h.value).ok_or(BadResponse::InvalidContentLength)?;
-                if content_length.is_some_and(|prev| prev != n) {
-                    return Err(BadResponse::InvalidContentLength);
-                }
-                content_length = Some(n);
-                response.length_lines.add(i);
+                content_length.add(h.value);
+                response.dropped.add(i);
             }
             Name::TransferEncoding => {
-                transfer_encoding = Some(h.value);
-                response.encoding_lines.add(i);
+                codings.add(h.value);
+                response.dropped.add(i);
             }
-            Name::Trailer => response.length_lines.add(i),
+            Name::Trailer => response.trailer_lines.add(i),
             Name::Connection => {
                 response.connection.add(h.value);
                 response.dropped.add(i);
@@ -146,29 +198,42 @@ pub fn parse<'h, 'b>(
             }
         }
     }
-    response.framing = body_framing(status, head_request, content_length, transfer_encoding)?;
-    Ok(Some(response))
+    codings.finish();
+    if content_length.invalid {
+        return Err(BadResponse::InvalidContentLength);
+    }
+    response.content_length = content_length.value;
+    response.framing = body_framing(status, head_request, version, content_length, &codings)?;
+    response.codings = codings.before_chunked;
+    Ok(response)
 }
 
 /// RFC 9112, 6.3: responses to HEAD and 1xx, 204 and 304 responses have no body; then
 /// `Transfer-Encoding`, then `Content-Length`, else the body runs until the close.
 /// Both headers at once could be read two ways by the hops behind holdfast, so that
-/// response is refused, as nginx does.
+/// response is refused, as nginx does; so is a `Transfer-Encoding` in HTTP/1.0 (6.1:
+/// faulty framing) or one that is not a list of tokens with at most a final chunked.
 fn body_framing(
     status: u16,
     head_request: bool,
-    content_length: Option<u64>,
-    transfer_encoding: Option<&[u8]>,
+    version: Version,
+    content_length: ContentLength,
+    codings: &Codings<'_>,
 ) -> Result<Framing, BadResponse> {
     if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
         return Ok(Framing::Empty);
     }
-    match (content_length, transfer_encoding) {
-        (Some(_), Some(_)) => Err(BadResponse::AmbiguousLength),
-        (None, Some(te)) if ends_in_chunked(te) => Ok(Framing::Chunked),
-        (None, Some(_)) => Ok(Framing::UntilClose),
-        (Some(0), None) => Ok(Framing::Empty),
-        (Some(n), None) => Ok(Framing::Length(n)),
-        (None, None) => Ok(Framing::UntilClose),
+    if codings.present {
+        if version == Version::Http10 {
+            return Err(BadResponse::TransferEncodingInHttp10);
+        }
+        if content_length.value.is_some() {
+            return Err(BadResponse::AmbiguousLength);
+        }
+        if codings.malformed {
+            return Err(BadResponse::InvalidTransferEncoding);
+        }
+        return Ok(if codings.chunked { Framing::Chunked } else { Framing::UntilClose });
     }
+    Ok(content_length.value.map_or(Framing::UntilClose, Framing::Length))
 }

@@ -44,6 +44,11 @@ pub enum ProxyErrorKind {
     BadResponse(#[from] BadResponse),
     #[error("reading the client's request body failed: {0}")]
     ClientBody(ClientBodyError),
+    /// The client did not keep its request body moving (`proxy::pace`).
+    #[error("the client sent its request body too slowly")]
+    ClientTimeout,
+    #[error("the request body is larger than client_max_body ({0} bytes)")]
+    BodyTooLarge(u64),
 }
 
 /// Why the client's request body could not be read to its end.
@@ -74,6 +79,8 @@ impl ProxyErrorKind {
             }
             ProxyErrorKind::BadResponse(_) => "bad_response",
             ProxyErrorKind::ClientBody(_) => "client_body",
+            ProxyErrorKind::ClientTimeout => "client_timeout",
+            ProxyErrorKind::BodyTooLarge(_) => "body_too_large",
         }
     }
 }
@@ -94,7 +101,7 @@ impl ProxyErrorKind {
 }
 
 impl ProxyError {
-    /// The status the client gets: 400, 502, 503 or 504.
+    /// The status the client gets: 400, 408, 413, 502, 503 or 504.
     pub fn status(&self) -> u16 {
         match &self.kind {
             ProxyErrorKind::Connect(ConnectError::Timeout(_))
@@ -104,6 +111,8 @@ impl ProxyError {
             | ProxyErrorKind::NotRetried { .. }
             | ProxyErrorKind::BadResponse(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
+            ProxyErrorKind::ClientTimeout => 408,
+            ProxyErrorKind::BodyTooLarge(_) => 413,
             ProxyErrorKind::Queue(_) => 503,
         }
     }

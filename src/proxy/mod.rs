@@ -11,8 +11,16 @@
 //! One task does all of it: the client connection's. It owns the upstream connection
 //! for the length of the exchange, so a request costs no channel, no second task and no
 //! wake-up between them.
+//!
+//! The request path carries bytes from clients and origins: this module and its
+//! submodules use no indexing and no unchecked arithmetic (the lints below deny them;
+//! tests may), so no input can make them panic.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod error;
+pub mod forwarded;
+pub mod pace;
 pub mod retry;
 pub mod trace;
 pub mod transfer;
@@ -31,12 +39,15 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use error::{ProxyError, ProxyErrorKind};
+use forwarded::TrustedProxies;
+use pace::PaceConfig;
 use retry::{BodyReplay, Decision, SendOutcome};
 use trace::{Delivery, Trace};
-use transfer::{DownloadError, Upload, UploadError};
+use transfer::{DownloadError, DownloadLimits, Upload, UploadError, UploadLimits};
 
 use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding};
+use crate::http1::head::HeadScan;
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
 use crate::http1::{Framing, Version};
@@ -62,12 +73,20 @@ pub struct Proxy {
 /// What a listener serves with: its routes and the settings of one config. A reload
 /// replaces it whole; a request keeps the one it started with.
 pub struct Site {
-    pub router: Router<Arc<Upstream>>,
+    pub router: Router<Destination>,
     /// The listener's own upstream group, which counts requests refused before they
     /// could be routed.
     pub fallback: Option<Arc<Upstream>>,
     pub timeouts: Timeouts,
     pub limits: ClientLimits,
+    pub trusted: TrustedProxies,
+}
+
+/// Where a route sends requests, and the limits that go with the route.
+pub struct Destination {
+    pub upstream: Arc<Upstream>,
+    /// Request body bytes allowed (413 beyond); `None`: no limit.
+    pub max_body: Option<u64>,
 }
 
 /// The client side of an exchange: its socket and the bytes read from it that have
@@ -102,6 +121,8 @@ pub struct Outbound {
     backend: Option<Assigned>,
     /// The request body has been read from the client to its end.
     body_consumed: bool,
+    /// Request body bytes allowed on its route.
+    max_body: Option<u64>,
     trace: Trace,
 }
 
@@ -171,10 +192,12 @@ impl Proxy {
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
-        let upstream = match site.router.only() {
+        let destination = match site.router.only() {
             Some(only) => Some(only),
-            None => site.router.find(req.host, req.target.as_bytes()),
+            None => site.router.find(req.host, req.path.route_path()),
         };
+        let upstream = destination.map(|d| &d.upstream);
+        let max_body = destination.map_or(site.limits.max_body, |d| d.max_body);
         let mut trace = Trace::begin(upstream, req, client, self.access_log.as_ref());
         let backend = upstream.and_then(|u| pick(u, &[], trace.started()));
         if head.capacity() == 0 {
@@ -183,7 +206,17 @@ impl Proxy {
         head.clear();
         if let Some(backend) = &backend {
             trace.chose(backend.backend());
-            let fwd = Forwarding { client_ip, backend: backend.addr };
+            let trusted = site.trusted.contains(client.ip());
+            let real_ip = trusted.then(|| {
+                let forwarded_for = req
+                    .headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+                    .map(|h| h.value);
+                site.trusted.real_client(client.ip(), forwarded_for).to_string()
+            });
+            let real_ip = real_ip.as_deref().unwrap_or(client_ip);
+            let fwd = Forwarding { client_ip, trusted, real_ip, backend: backend.addr };
             encode::upstream_request(req, &fwd, head);
         }
         Outbound {
@@ -195,7 +228,8 @@ impl Proxy {
             keep_alive: req.keep_alive(),
             site,
             backend,
-            body_consumed: req.framing == Framing::Empty,
+            body_consumed: req.framing.is_bodyless(),
+            max_body,
             trace,
         }
     }
@@ -213,6 +247,13 @@ impl Proxy {
     pub async fn forward(&self, mut out: Outbound, head: &[u8], mut client: Client<'_>) -> Done {
         if out.backend.is_none() {
             return self.answer_unserved(out, client.stream).await;
+        }
+        if let (Framing::Length(len), Some(max)) = (out.framing, out.max_body) {
+            if len > max {
+                // Refused before anything reaches the origin.
+                let text = format!("holdfast: {}\n", ProxyErrorKind::BodyTooLarge(max));
+                return self.answer(out, 413, "body_too_large", &text, client.stream).await;
+            }
         }
         let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
         let mut response_head = net::scratch();
@@ -403,16 +444,19 @@ impl Proxy {
         if !retry::should_keep_body(&out.method, Some(len)) {
             return Ok(None);
         }
-        let stall = out.site.timeouts.response_header;
+        if out.max_body.is_some_and(|max| len > max) {
+            return Ok(None);
+        }
+        let limits = upload_limits(out);
         let read =
-            transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, stall);
+            transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, &limits);
         match read.await {
             Ok(kept) => {
                 out.body_consumed = true;
                 Ok(Some(kept))
             }
             Err(e) => {
-                let kind = match upload_error(e, stall) {
+                let kind = match upload_error(e, limits.upstream_stall) {
                     Attempt::Failed(kind) => kind,
                     Attempt::Closed { error, .. } => ProxyErrorKind::Closed(error),
                 };
@@ -452,9 +496,17 @@ impl Proxy {
         let (upload, sent_at) = if out.body_consumed {
             (Upload::Complete, out.trace.started())
         } else {
-            let framing = out.framing;
-            let expect = &mut out.expect_continue;
-            let sent = transfer::upload(client.stream, client.buf, stream, framing, expect, limit);
+            let limits = upload_limits(out);
+            let (framing, expect) = (out.framing, &mut out.expect_continue);
+            let sent = transfer::upload(
+                client.stream,
+                client.buf,
+                stream,
+                upstream_buf,
+                framing,
+                expect,
+                &limits,
+            );
             (sent.await.map_err(|e| upload_error(e, limit))?, Instant::now())
         };
         if upload == Upload::Complete {
@@ -463,7 +515,7 @@ impl Proxy {
         // The origin may take long to answer: the client's buffer, unless it holds a
         // pipelined request, goes back meanwhile.
         client.buf.release();
-        let mut deadline = Deadline::on(client.timer, sent_at + limit);
+        let mut deadline = Deadline::on(client.timer, net::later(sent_at, limit));
         let start = self
             .response_head(out, upload, stream, upstream_buf, &mut deadline, response_head)
             .await?;
@@ -482,10 +534,11 @@ impl Proxy {
         response_head: &mut Vec<u8>,
     ) -> Result<ResponseStart, Attempt> {
         let mut received_any = false;
+        let mut scan = HeadScan::default();
         loop {
             if !buf.is_empty() {
                 received_any = true;
-                match self.parse_response(out, upload, buf, response_head) {
+                match self.parse_response(out, upload, buf, &mut scan, response_head) {
                     Ok(Some(start)) => return Ok(start),
                     Ok(None) if buf.is_full() && !buf.grow(response::MAX_HEAD_BYTES) => {
                         return Err(Attempt::Failed(BadResponse::HeadTooLarge.into()));
@@ -518,19 +571,19 @@ impl Proxy {
         out: &Outbound,
         upload: Upload,
         buf: &mut InBuf,
+        scan: &mut HeadScan,
         response_head: &mut Vec<u8>,
     ) -> Result<Option<ResponseStart>, BadResponse> {
         loop {
+            let Some(len) = response::find_head(scan, buf.data())? else { return Ok(None) };
             let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
             let head_request = out.method == Method::HEAD;
-            let Some(resp) = response::parse(buf.data(), &mut storage, head_request)? else {
-                return Ok(None);
-            };
+            let resp = response::parse(buf.data(), len, &mut storage, head_request)?;
             if resp.is_interim() {
                 // 100 Continue and other interim responses are not passed on; holdfast
                 // answered `Expect` itself.
-                let len = resp.head_len;
                 buf.consume(len);
+                *scan = HeadScan::default();
                 if buf.is_empty() {
                     return Ok(None);
                 }
@@ -583,7 +636,12 @@ impl Proxy {
         }
         lease.limit_by_server(start.limits);
         let reusable = start.reusable && upload == Upload::Complete;
-        let stall = out.site.timeouts.read;
+        let timeouts = &out.site.timeouts;
+        let limits = DownloadLimits {
+            upstream_stall: timeouts.read,
+            client_stall: timeouts.read,
+            pace: pace_config(&out.site),
+        };
         let downloaded = transfer::download(
             &mut lease.conn().stream,
             upstream_buf,
@@ -591,8 +649,7 @@ impl Proxy {
             response_head,
             start.framing,
             start.body_out,
-            stall,
-            stall,
+            &limits,
         )
         .await;
         let status = start.status;
@@ -699,7 +756,7 @@ impl Proxy {
         // Unread body bytes would be taken for the next request: close instead.
         let keep = out.keep_alive && out.body_consumed;
         let connection = ConnectionOut::for_client(keep, out.version);
-        let mut response = Vec::with_capacity(256 + text.len());
+        let mut response = Vec::with_capacity(text.len().saturating_add(256));
         encode::local_response(status, text, connection, &mut response);
         let sent = net::write_all(client, &[&response], out.site.timeouts.read).await;
         let at = Instant::now();
@@ -736,12 +793,14 @@ fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assig
             [only] if tried.is_empty() => (!only.is_down(now)).then_some(0)?,
             backends if tried.is_empty() => m.balancer.pick(backends, &[], now)?,
             backends => {
-                let exclude: Vec<usize> =
-                    (0..backends.len()).filter(|i| tried.contains(&backends[*i].addr)).collect();
+                let exclude: Vec<usize> = (backends.iter().enumerate())
+                    .filter(|(_, b)| tried.contains(&b.addr))
+                    .map(|(i, _)| i)
+                    .collect();
                 m.balancer.pick(backends, &exclude, now)?
             }
         };
-        Some(Assigned::new(Arc::clone(&m.backends[i])))
+        Some(Assigned::new(Arc::clone(m.backends.get(i)?)))
     })
 }
 
@@ -761,14 +820,35 @@ fn record(backend: &Backend, decision: Decision) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The client's pace rule under `site`.
+fn pace_config(site: &Site) -> PaceConfig {
+    PaceConfig {
+        grace: site.timeouts.client_body,
+        min_rate_bytes_per_second: site.limits.body_min_bytes_per_second,
+    }
+}
+
+/// The limits the request body of `out` moves under.
+fn upload_limits(out: &Outbound) -> UploadLimits {
+    let site = &out.site;
+    UploadLimits {
+        upstream_stall: site.timeouts.response_header,
+        client_stall: site.timeouts.read,
+        pace: pace_config(site),
+        max_body: out.max_body,
+    }
+}
+
 /// What a failed upload means for the attempt: the origin's side failing is the retry
 /// policy's to judge; the client's side failing is the client's error. `limit` is the
 /// response-header timeout.
 fn upload_error(e: UploadError, limit: Duration) -> Attempt {
     match e {
         UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
-        // A body that stops moving fails like a response that does not come.
-        UploadError::ClientStalled | UploadError::Upstream(WaitError::TimedOut) => {
+        UploadError::ClientStalled => Attempt::Failed(ProxyErrorKind::ClientTimeout),
+        UploadError::TooLarge(max) => Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)),
+        // An origin that stops taking the body fails like a response that does not come.
+        UploadError::Upstream(WaitError::TimedOut) => {
             Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))
         }
         UploadError::Upstream(WaitError::Io(error)) => {

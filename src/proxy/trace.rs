@@ -144,7 +144,8 @@ impl Trace {
     /// A connection is ready for the request after `waited` (queue, connect); a retry
     /// adds the wait for its new connection.
     pub fn connected(&mut self, waited: Duration) {
-        *self.connect.get_or_insert(Duration::ZERO) += waited;
+        let connect = self.connect.get_or_insert(Duration::ZERO);
+        *connect = connect.saturating_add(waited);
     }
 
     /// The request goes out (again, after a retry) on a reused or a new connection.
@@ -161,7 +162,7 @@ impl Trace {
     /// The upstream's response head arrived: returns the time it took and the time now.
     pub fn response_head(&mut self, status: u16) -> (Option<Duration>, Instant) {
         let now = Instant::now();
-        self.header = self.upstream_started.map(|t| now - t);
+        self.header = self.upstream_started.map(|t| now.saturating_duration_since(t));
         self.upstream_status = Some(status);
         (self.header, now)
     }
@@ -184,9 +185,9 @@ impl Trace {
         // The response ended when its last byte went out; the caller reports at once,
         // so only a response that did not end needs the clock read again.
         let now = ended.unwrap_or_else(Instant::now);
-        let request_time = now - self.started;
+        let request_time = now.saturating_duration_since(self.started);
         let response_time = match (self.upstream_started, self.upstream_status) {
-            (Some(start), Some(_)) => Some(now - start),
+            (Some(start), Some(_)) => Some(now.saturating_duration_since(start)),
             _ => None,
         };
         if let Some(group) = &self.upstream {

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::{Backend, Lease, Upstream};
 use crate::config::CheckConfig;
+use crate::http1::head::HeadScan;
 use crate::http1::response;
 use crate::http1::Framing;
 use crate::net::{self, Deadline, InBuf};
@@ -88,8 +89,9 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
         .map_err(|(_, e)| CheckError::Io(e.into_io()))?;
     let mut buf = InBuf::new(net::UPSTREAM_BUF);
     let mut deadline = Deadline::after(check.timeout);
+    let mut scan = HeadScan::default();
     let (status, rest) = loop {
-        if let Some(found) = parse_head(&mut buf)? {
+        if let Some(found) = parse_head(&mut buf, &mut scan)? {
             break found;
         }
         match buf.fill(stream, &mut deadline).await {
@@ -115,18 +117,19 @@ enum Rest {
 }
 
 /// The status and body framing of a complete final response head in `buf`, consuming
-/// the head.
-fn parse_head(buf: &mut InBuf) -> Result<Option<(u16, Rest)>, CheckError> {
+/// the head; `scan` follows the head across reads.
+fn parse_head(buf: &mut InBuf, scan: &mut HeadScan) -> Result<Option<(u16, Rest)>, CheckError> {
     loop {
+        let Some(len) = response::find_head(scan, buf.data())? else { return Ok(None) };
         let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
-        let Some(resp) = response::parse(buf.data(), &mut storage, false)? else {
-            return Ok(None);
-        };
-        let len = resp.head_len;
+        let resp = response::parse(buf.data(), len, &mut storage, false)?;
         if resp.is_interim() {
             buf.consume(len);
+            *scan = HeadScan::default();
             continue;
         }
+        // A connection that switched protocols (101) or whose body has no known end
+        // is never reused.
         let rest = match resp.framing {
             _ if !resp.is_reusable() => Rest::Unknown,
             Framing::Empty => Rest::Body(0),

@@ -51,10 +51,6 @@ pub struct Backend {
 /// A connection ready to carry one request.
 pub type Lease = Pooled<UpstreamConn>;
 
-/// Pooled connections idle at least this long get a liveness probe (a system call)
-/// before reuse (see [`Backend::try_idle`]): shorter than any origin's idle timeout.
-pub const PROBE_AFTER_IDLE: Duration = Duration::from_millis(250);
-
 impl Backend {
     fn new(addr: SocketAddr, config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Self {
         let pool = Pool::with_budget(config.pool.clone(), Some(Arc::clone(budget)));
@@ -147,25 +143,23 @@ impl Backend {
     /// The most recently used idle connection that is ready for a request, if there is
     /// one now; no waiting. `now` is the time of the request, read once for it.
     ///
-    /// A connection that fails its liveness check has been closed by the origin (or
-    /// sent bytes nobody asked for) while idle; it is dropped and the next one is
-    /// tried. Nothing has been sent on it.
+    /// Every connection is probed before reuse ([`UpstreamConn::probe`], one system
+    /// call): one that the origin closed while it was idle, or on which the origin
+    /// sent bytes nobody asked for (a stray response, a body after a response to
+    /// HEAD), is dropped and the next one tried. Nothing has been sent on it. A
+    /// connection with unread bytes is never reused, however soon after its last
+    /// response the next request comes: those bytes would be taken for the next
+    /// request's response.
     ///
     /// # Races
-    /// The pool drops connections the event loop has seen become readable (a FIN or
-    /// stray bytes), which costs no system call. What the event loop has not looked at
-    /// yet, a close that arrived in the last moments, a peek finds
-    /// ([`UpstreamConn::probe`]); it runs on connections idle for [`PROBE_AFTER_IDLE`]
-    /// or longer, because that is when origins close: after their idle timeout (1 to
-    /// 5 s for Gunicorn, Node.js or Apache httpd), or when they restart. Busy
-    /// connections are reused on the event loop's word, which saves a system call on
-    /// almost every request under load; an origin that ends a connection after a
-    /// response says so with `Connection: close`. A close still in flight is
-    /// `proxy::retry`'s to handle.
+    /// A close or stray bytes still in flight when the probe runs are not seen. A
+    /// close is `proxy::retry`'s to handle; bytes that arrive before the next
+    /// response are read as it. Only an origin that answers one request twice can do
+    /// that, and no probe can tell its late bytes from the next response.
     pub fn try_idle(&self, now: Instant) -> Option<Lease> {
         loop {
             let lease = self.pool.checkout(now)?;
-            if lease.idle_for() < PROBE_AFTER_IDLE || lease.get().probe() {
+            if lease.get().probe() {
                 return Some(lease);
             }
             lease.discard(CloseReason::UpstreamClosed);

@@ -13,6 +13,10 @@ mod bodies;
 mod headers;
 // Smuggling attempts and request head limits, refused before the origin.
 mod framing;
+// Origins that misframe or send stray bytes: clients and the pool stay in step.
+mod poisoning;
+// Request body limits: client_max_body (413) and the pace a client must keep a body at.
+mod body_limits;
 // WebSocket and other upgrades, and what happens to their upstream connection.
 mod upgrade;
 // Upstream failures: 502 and 504 naming the backend, stalled bodies.

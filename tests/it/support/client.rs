@@ -66,6 +66,11 @@ impl RawClient {
         RawClient { stream, buf: Vec::new() }
     }
 
+    /// Takes over a connection a test has driven by hand so far.
+    pub fn from_stream(stream: TcpStream) -> RawClient {
+        RawClient { stream, buf: Vec::new() }
+    }
+
     /// Writes `bytes` in one write call (as one segment where the kernel allows).
     pub async fn send(&mut self, bytes: impl AsRef<[u8]>) {
         within("raw client write", self.stream.write_all(bytes.as_ref())).await.expect("raw write");

@@ -11,6 +11,7 @@ pub mod node;
 pub mod origin;
 pub mod proxy;
 pub mod scrape;
+pub mod tap;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -29,6 +30,7 @@ pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawOrigin};
 pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};
+pub use tap::Tap;
 
 /// The longest any single step of a test may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(10);

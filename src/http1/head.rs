@@ -1,0 +1,76 @@
+//! Finding where a message head ends in bytes that arrive a read at a time, looking at
+//! each byte once, so that a head trickling in costs time linear in its size.
+//!
+//! The head is handed to `httparse` only once it is complete. Reading the request line
+//! alone is also bounded, so an endless request line is refused early (414).
+
+/// The end of a head as it is found across reads: how far the bytes have been looked at.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HeadScan {
+    /// Bytes looked at already; a search resumes a little before this, since the empty
+    /// line that ends a head may have been split across reads.
+    scanned: usize,
+    /// Length of the first line, LF included, once its LF has been seen.
+    first_line: Option<usize>,
+}
+
+/// What the bytes at hand say about the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// The head is complete: this many bytes, the empty line included.
+    Complete(usize),
+    /// More bytes are needed.
+    Partial,
+}
+
+impl HeadScan {
+    /// Looks at the bytes of `buf` not looked at before (a buffer holding the head
+    /// from its first byte, grown since the last call).
+    ///
+    /// A head ends with an empty line: LF LF, or LF CR LF (a bare LF as a line end is
+    /// accepted as RFC 9112, 2.2 allows; `httparse` decides what else is valid).
+    pub fn scan(&mut self, buf: &[u8]) -> Scan {
+        let from = self.scanned.saturating_sub(2).min(buf.len());
+        let mut at = from;
+        while let Some(lf) = buf.get(at..).and_then(|rest| rest.iter().position(|b| *b == b'\n')) {
+            let lf = at.saturating_add(lf);
+            if self.first_line.is_none() {
+                self.first_line = Some(lf.saturating_add(1));
+            }
+            match (buf.get(lf.saturating_add(1)), buf.get(lf.saturating_add(2))) {
+                (Some(b'\n'), _) => return self.found(lf.saturating_add(2)),
+                (Some(b'\r'), Some(b'\n')) => return self.found(lf.saturating_add(3)),
+                (None, _) | (Some(b'\r'), None) => {
+                    // The rest of a possible empty line has not arrived.
+                    self.scanned = lf;
+                    return Scan::Partial;
+                }
+                _ => at = lf.saturating_add(1),
+            }
+        }
+        self.scanned = buf.len();
+        Scan::Partial
+    }
+
+    fn found(&mut self, len: usize) -> Scan {
+        self.scanned = len;
+        Scan::Complete(len)
+    }
+
+    /// Length of the first line (the request or status line), LF included, once it
+    /// has ended; `None` while it has not.
+    pub fn first_line(&self) -> Option<usize> {
+        self.first_line
+    }
+
+    /// Bytes looked at so far (for tests of the linear bound).
+    pub fn scanned(&self) -> usize {
+        self.scanned
+    }
+}
+
+/// How many CR and LF bytes `buf` starts with: empty lines before a request line,
+/// which a server should ignore (RFC 9112, 2.2).
+pub fn leading_empty_lines(buf: &[u8]) -> usize {
+    buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()
+}
