@@ -9,8 +9,9 @@
 //!
 //! While idle, a connection holds its socket and no buffer (see `net::InBuf`).
 //!
-//! A head is parsed once it is complete; until then [`HeadScan`] looks at each new
-//! byte once, so a head that trickles in costs time linear in its size. A head that
+//! A head that arrives in one read is parsed at once; one that does not is parsed
+//! again only once [`HeadScan`], looking at each new byte once, has found its end, so a
+//! head that trickles in costs time linear in its size. A head that
 //! starts and does not finish within `client_header` gets 408.
 //!
 //! This module handles bytes from the network: the lints below keep indexing and
@@ -32,8 +33,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::{ClientLimits, Timeouts};
-use crate::http1::encode::{self, ConnectionOut};
-use crate::http1::head::{self, HeadScan, Scan};
+use crate::http1::encode::{self, ConnectionOut, PeerText};
+use crate::http1::head::{self, HeadScan, Look, Scan};
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
@@ -81,7 +82,7 @@ pub async fn serve(
     let mut conn = Conn {
         stream,
         addr,
-        ip: addr.ip().to_string(),
+        peer: PeerText::new(addr.ip()),
         buf: InBuf::new(net::CLIENT_BUF),
         head: Vec::new(),
         scan: HeadScan::default(),
@@ -109,8 +110,8 @@ pub async fn serve(
 struct Conn {
     stream: TcpStream,
     addr: SocketAddr,
-    /// The client's IP as text, for `X-Forwarded-For`.
-    ip: String,
+    /// The client's address as the forwarding headers give it.
+    peer: PeerText,
     buf: InBuf,
     /// The rewritten head of the request in flight, as the origin gets it.
     head: Vec<u8>,
@@ -214,29 +215,42 @@ impl Conn {
     /// Parses the head at the start of the buffer, if it is complete, and prepares it
     /// for its backend; the head's bytes are then consumed.
     fn parse(&mut self, settings: &ClientSettings) -> Result<Option<Outbound>, Refusal> {
-        if self.scan.scanned() == 0 {
+        if self.scan.is_fresh() {
             let empty_lines = head::leading_empty_lines(self.buf.data());
             self.buf.consume(empty_lines);
+            if self.buf.is_empty() {
+                return Ok(None);
+            }
         }
         let limits = HeadLimits {
             max_line_bytes: settings.limits.max_line_bytes,
             max_head_bytes: settings.limits.max_header_bytes,
         };
         let data = self.buf.data();
-        let scanned = self.scan.scan(data);
-        request::check_request_line(data, self.scan.first_line(), &limits)?;
-        let len = match scanned {
-            Scan::Complete(len) => len,
-            Scan::Partial if data.len() > limits.max_head_bytes => {
-                return Err(Refusal::HeadTooLarge)
-            }
-            Scan::Partial => return Ok(None),
-        };
+        let look = self.scan.look(data);
         let mut storage = [const { MaybeUninit::uninit() }; request::MAX_HEADERS];
         let max_headers = settings.limits.max_headers.min(request::MAX_HEADERS);
         let storage = storage.get_mut(..max_headers).unwrap_or_default();
-        let req = request::parse(data, len, storage, &limits)?;
-        let out = settings.proxy.prepare(&req, self.addr, &self.ip, &mut self.head);
+        let parsed = match look {
+            Look::Wait => None,
+            Look::First | Look::Complete => request::parse(data, storage, &limits)?,
+        };
+        let Some(req) = parsed else {
+            // The scan finds the empty line that ends a head where the parser wanted
+            // more: the two disagree, so the head is not one to forward.
+            let scanned = match look {
+                Look::First => self.scan.scan(data),
+                Look::Complete => Scan::Complete(data.len()),
+                Look::Wait => Scan::Partial,
+            };
+            if scanned != Scan::Partial {
+                return Err(Refusal::Malformed);
+            }
+            request::check_partial(data, self.scan.first_line(), &limits)?;
+            return Ok(None);
+        };
+        let len = req.head_len;
+        let out = settings.proxy.prepare(&req, self.addr, &self.peer, &mut self.head);
         self.buf.consume(len);
         self.scan = HeadScan::default();
         Ok(Some(out))
@@ -246,7 +260,7 @@ impl Conn {
     /// nothing that follows on the connection can be trusted to be framed right.
     async fn refuse(&mut self, settings: &ClientSettings, refusal: Refusal) {
         tracing::debug!(client = %self.addr, reason = refusal.as_str(), "refused request");
-        settings.proxy.refused(self.addr, refusal.status(), refusal.as_str());
+        settings.proxy.refused(self.addr, refusal.status(), refusal.name());
         let mut response = Vec::with_capacity(256);
         let text = format!("holdfast: {}\n", refusal.as_str());
         encode::local_response(refusal.status(), &text, ConnectionOut::Close, &mut response);

@@ -20,16 +20,58 @@ pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The last chunk of a chunked body; trailer lines and an empty line follow.
 pub const LAST_CHUNK: &[u8] = b"0\r\n";
 
+/// The forwarding header text that depends only on a client's address, written once
+/// per client connection: its address, the lines an untrusted peer's requests carry
+/// whatever the host (`X-Forwarded-For`, `-Proto`, `X-Real-IP`), and its `Forwarded`
+/// `for=` parameter.
+#[derive(Debug, Clone)]
+pub struct PeerText {
+    bytes: Vec<u8>,
+    ip_end: usize,
+    lines_end: usize,
+}
+
+impl PeerText {
+    pub fn new(ip: std::net::IpAddr) -> PeerText {
+        let ip = ip.to_canonical().to_string();
+        let mut bytes = Vec::with_capacity(ip.len().saturating_mul(3).saturating_add(80));
+        bytes.extend_from_slice(ip.as_bytes());
+        let ip_end = bytes.len();
+        put(&mut bytes, &[b"x-forwarded-for: ", ip.as_bytes(), b"\r\nx-forwarded-proto: http\r\n"]);
+        header(&mut bytes, b"x-real-ip", ip.as_bytes());
+        let lines_end = bytes.len();
+        // RFC 7239, 6: an IPv6 address is quoted and bracketed.
+        match ip.contains(':') {
+            true => put(&mut bytes, &[b"for=\"[", ip.as_bytes(), b"]\""]),
+            false => put(&mut bytes, &[b"for=", ip.as_bytes()]),
+        }
+        PeerText { bytes, ip_end, lines_end }
+    }
+
+    /// The address as text.
+    pub fn ip(&self) -> &[u8] {
+        self.bytes.get(..self.ip_end).unwrap_or_default()
+    }
+
+    fn lines(&self) -> &[u8] {
+        self.bytes.get(self.ip_end..self.lines_end).unwrap_or_default()
+    }
+
+    fn for_param(&self) -> &[u8] {
+        self.bytes.get(self.lines_end..).unwrap_or_default()
+    }
+}
+
 /// What the origin gets to know about the client, and the backend the request goes to.
 pub struct Forwarding<'a> {
-    /// The address of the peer that sent the request, as text.
-    pub client_ip: &'a str,
+    /// The peer that sent the request.
+    pub peer: &'a PeerText,
     /// The peer is a trusted proxy: the forwarding headers it sent are extended, not
     /// replaced.
     pub trusted: bool,
-    /// The client's address as far as trusted proxies say (the peer's own when it is
-    /// not trusted), for `X-Real-IP`.
-    pub real_ip: &'a str,
+    /// From a trusted proxy, the client's address as far as trusted proxies say, for
+    /// `X-Real-IP` (otherwise the peer's own goes there).
+    pub real_ip: &'a [u8],
     /// The backend's address, the `Host` of last resort (an HTTP/1.0 request without one).
     pub backend: SocketAddr,
 }
@@ -83,6 +125,27 @@ fn content_length(n: u64, out: &mut Vec<u8>) {
 /// with this hop, its `-Proto` and `-Host` are kept, and `X-Real-IP` names the client
 /// the trusted proxies name (see `proxy::forwarded`).
 fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
+    let peer = fwd.peer;
+    if fwd.trusted {
+        extended_forwarding_headers(req, fwd, out);
+    } else {
+        out.extend_from_slice(peer.lines());
+        if let Some(host) = req.host {
+            header(out, b"x-forwarded-host", host);
+        }
+        out.extend_from_slice(b"forwarded: ");
+    }
+    out.extend_from_slice(peer.for_param());
+    if let Some(host) = req.host.filter(|h| !h.is_empty()) {
+        // A valid Host holds no quote or backslash, so it needs no escaping.
+        put(out, &[b";host=\"", host, b"\""]);
+    }
+    out.extend_from_slice(b";proto=http\r\n");
+}
+
+/// The forwarding headers of a request from a trusted proxy, up to this hop's
+/// `Forwarded` element: its lists extended, its `-Proto` and `-Host` kept.
+fn extended_forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
     let prior = |name: Name| {
         req.headers
             .iter()
@@ -90,34 +153,20 @@ fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec
             .map(|h| super::trim_ows(h.value))
     };
     out.extend_from_slice(b"x-forwarded-for: ");
-    if fwd.trusted {
-        for value in prior(Name::XForwardedFor).filter(|v| !v.is_empty()) {
-            put(out, &[value, b", "]);
-        }
+    for value in prior(Name::XForwardedFor).filter(|v| !v.is_empty()) {
+        put(out, &[value, b", "]);
     }
-    put(out, &[fwd.client_ip.as_bytes(), b"\r\nx-forwarded-proto: "]);
-    let kept = |name| fwd.trusted.then(|| prior(name).next()).flatten().filter(|v| !v.is_empty());
+    put(out, &[fwd.peer.ip(), b"\r\nx-forwarded-proto: "]);
+    let kept = |name| prior(name).find(|v| !v.is_empty());
     put(out, &[kept(Name::XForwardedProto).unwrap_or(b"http"), b"\r\n"]);
+    header(out, b"x-real-ip", fwd.real_ip);
     if let Some(host) = kept(Name::XForwardedHost).or(req.host) {
         header(out, b"x-forwarded-host", host);
     }
     out.extend_from_slice(b"forwarded: ");
-    if fwd.trusted {
-        for value in prior(Name::Forwarded).filter(|v| !v.is_empty()) {
-            put(out, &[value, b", "]);
-        }
+    for value in prior(Name::Forwarded).filter(|v| !v.is_empty()) {
+        put(out, &[value, b", "]);
     }
-    // RFC 7239, 6: an IPv6 address is quoted and bracketed.
-    match fwd.client_ip.contains(':') {
-        true => put(out, &[b"for=\"[", fwd.client_ip.as_bytes(), b"]\""]),
-        false => put(out, &[b"for=", fwd.client_ip.as_bytes()]),
-    }
-    if let Some(host) = req.host.filter(|h| !h.is_empty()) {
-        // A valid Host holds no quote or backslash, so it needs no escaping.
-        put(out, &[b";host=\"", host, b"\""]);
-    }
-    out.extend_from_slice(b";proto=http\r\n");
-    header(out, b"x-real-ip", fwd.real_ip.as_bytes());
 }
 
 /// How the response body travels to the client.

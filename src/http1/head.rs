@@ -1,8 +1,12 @@
-//! Finding where a message head ends in bytes that arrive a read at a time, looking at
-//! each byte once, so that a head trickling in costs time linear in its size.
+//! Deciding when the bytes of a message head are worth parsing, so that a head
+//! trickling in costs time linear in its size.
 //!
-//! The head is handed to `httparse` only once it is complete. Reading the request line
-//! alone is also bounded, so an endless request line is refused early (414).
+//! Most heads arrive whole in one read, so the first look hands the bytes straight to
+//! `httparse`. If they were not complete, parsing again from the start on every read
+//! would cost time quadratic in the head's size; instead [`HeadScan`] then looks at
+//! each new byte once for the empty line that ends the head, and the parser runs again
+//! only once it is there. The request line alone is bounded too, so an endless request
+//! line is refused early (414).
 
 /// The end of a head as it is found across reads: how far the bytes have been looked at.
 #[derive(Debug, Default, Clone, Copy)]
@@ -12,6 +16,19 @@ pub struct HeadScan {
     scanned: usize,
     /// Length of the first line, LF included, once its LF has been seen.
     first_line: Option<usize>,
+    /// The parser has had its first look.
+    looked: bool,
+}
+
+/// Whether to parse the bytes at hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// The first look: parse; the head may or may not be complete.
+    First,
+    /// The empty line that ends the head has arrived: parse; it is complete.
+    Complete,
+    /// Not complete yet: wait for more bytes.
+    Wait,
 }
 
 /// What the bytes at hand say about the head.
@@ -24,6 +41,19 @@ pub enum Scan {
 }
 
 impl HeadScan {
+    /// Whether the head at the start of `buf` (the same head, grown since the last
+    /// call) is worth parsing now.
+    pub fn look(&mut self, buf: &[u8]) -> Look {
+        if !self.looked {
+            self.looked = true;
+            return Look::First;
+        }
+        match self.scan(buf) {
+            Scan::Complete(_) => Look::Complete,
+            Scan::Partial => Look::Wait,
+        }
+    }
+
     /// Looks at the bytes of `buf` not looked at before (a buffer holding the head
     /// from its first byte, grown since the last call).
     ///
@@ -66,6 +96,11 @@ impl HeadScan {
     /// Bytes looked at so far (for tests of the linear bound).
     pub fn scanned(&self) -> usize {
         self.scanned
+    }
+
+    /// Whether nothing of the head has been looked at yet.
+    pub fn is_fresh(&self) -> bool {
+        !self.looked
     }
 }
 

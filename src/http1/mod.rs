@@ -241,22 +241,20 @@ fn copy_header_runs(
     keep: &impl Fn(usize) -> bool,
     out: &mut Vec<u8>,
 ) -> bool {
-    let starts: Option<Vec<usize>> = headers
-        .iter()
-        .map(|h| {
-            let at = offset_in(head, h.name.as_bytes())?;
-            let before = head.get(at.checked_sub(2)?..at)?;
-            (before == b"\r\n").then_some(at)
-        })
-        .collect();
-    let Some(starts) = starts else { return false };
-    if !head.ends_with(b"\r\n\r\n") {
+    // Where a header line starts, if the line before it ends in CRLF.
+    let start_of = |h: &httparse::Header<'_>| {
+        let at = offset_in(head, h.name.as_bytes())?;
+        let before = head.get(at.checked_sub(2)?..at)?;
+        (before == b"\r\n").then_some(at)
+    };
+    if !head.ends_with(b"\r\n\r\n") || !headers.iter().all(|h| start_of(h).is_some()) {
         return false;
     }
     // Where the last line's CRLF ends: before the empty line.
     let end = head.len().saturating_sub(2);
     let mut run: Option<usize> = None;
-    for (i, start) in starts.iter().copied().enumerate() {
+    for (i, h) in headers.iter().enumerate() {
+        let start = start_of(h).unwrap_or(end);
         match (keep(i), run) {
             (true, None) => run = Some(start),
             (false, Some(from)) => {

@@ -13,7 +13,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::{trim_ows, Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
+use super::{Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
 
 /// Header lines the parser has room for; `limits.max_request_headers` may not exceed it.
 pub const MAX_HEADERS: usize = 1024;
@@ -62,6 +62,24 @@ impl Refusal {
             Refusal::Expectation => 417,
             Refusal::HeadTooLarge | Refusal::TooManyHeaders => 431,
             Refusal::UnknownCoding => 501,
+        }
+    }
+
+    /// A stable snake_case name for the access log.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::Framing(_) => "bad_framing",
+            Refusal::Malformed => "malformed",
+            Refusal::InvalidTarget => "bad_target",
+            Refusal::Host(_) => "bad_host",
+            Refusal::NominatedField => "connection_names_framing",
+            Refusal::UnknownCoding => "unknown_coding",
+            Refusal::Expectation => "unknown_expectation",
+            Refusal::RequestLineTooLong => "request_line_too_long",
+            Refusal::HeadTooLarge => "head_too_large",
+            Refusal::TooManyHeaders => "too_many_headers",
+            Refusal::HeadTimeout => "head_timeout",
+            Refusal::Connect => "connect",
         }
     }
 
@@ -204,9 +222,9 @@ impl Request<'_, '_> {
     }
 }
 
-/// Checks the request line at the start of `buf` against its limit before the head is
-/// complete: `first_line` is its length once its end has been seen.
-pub fn check_request_line(
+/// Checks an incomplete head at the start of `buf` against the limits: the request
+/// line (`first_line` is its length once its end has been seen) and the whole head.
+pub fn check_partial(
     buf: &[u8],
     first_line: Option<usize>,
     limits: &HeadLimits,
@@ -214,36 +232,41 @@ pub fn check_request_line(
     match first_line {
         Some(len) if len > limits.max_line_bytes => Err(Refusal::RequestLineTooLong),
         None if buf.len() > limits.max_line_bytes => Err(Refusal::RequestLineTooLong),
+        _ if buf.len() > limits.max_head_bytes => Err(Refusal::HeadTooLarge),
         _ => Ok(()),
     }
 }
 
-/// Parses the complete request head at the start of `buf` (`head_len` bytes, found by
-/// [`super::head::HeadScan`]); `storage` has room for the header lines allowed.
+/// Parses the request head at the start of `buf`; `Ok(None)` when it is not complete.
+/// `storage` has room for the header lines allowed.
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
-    head_len: usize,
     storage: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &HeadLimits,
-) -> Result<Request<'h, 'b>, Refusal> {
+) -> Result<Option<Request<'h, 'b>>, Refusal> {
+    let mut req = httparse::Request::new(&mut []);
+    let parsed =
+        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, storage);
+    let head_len = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooManyHeaders),
+        Err(_) => return Err(Refusal::Malformed),
+    };
     if head_len > limits.max_head_bytes {
         return Err(Refusal::HeadTooLarge);
     }
     let raw = buf.get(..head_len).ok_or(Refusal::Malformed)?;
-    let mut req = httparse::Request::new(&mut []);
-    let parsed =
-        httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, raw, storage);
-    match parsed {
-        Ok(httparse::Status::Complete(len)) if len == head_len => {}
-        Err(httparse::Error::TooManyHeaders) => return Err(Refusal::TooManyHeaders),
-        // Incomplete where an empty line ended the head, or an error.
-        _ => return Err(Refusal::Malformed),
-    }
     let method = req.method.ok_or(Refusal::Malformed)?;
     if method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refusal::Connect);
     }
     let target = req.path.ok_or(Refusal::Malformed)?;
+    // The request line: method, target, `HTTP/1.x`, two spaces and a line end.
+    let line = method.len().saturating_add(target.len()).saturating_add(10);
+    if line > limits.max_line_bytes {
+        return Err(Refusal::RequestLineTooLong);
+    }
     let version = Version::from_minor(req.version.ok_or(Refusal::Malformed)?);
     let (authority, path) = split_target(method, target)?;
     let headers: &'h [httparse::Header<'b>] = req.headers;
@@ -290,7 +313,7 @@ pub fn parse<'h, 'b>(
     if version == Version::Http11 && request.connection.upgrade {
         request.upgrade = fields.upgrade;
     }
-    Ok(request)
+    Ok(Some(request))
 }
 
 /// The fields of one request that decide how it is handled, collected before deciding.
@@ -349,7 +372,8 @@ impl<'b> Fields<'b> {
             (0 | 1, _) => {}
             _ => return Err(Refusal::Host(HostViolation::Duplicate)),
         }
-        let host = self.host.map(trim_ows);
+        // httparse has trimmed the value's surrounding whitespace.
+        let host = self.host;
         if host.is_some_and(|h| !is_valid_host(h)) {
             return Err(Refusal::Host(HostViolation::Invalid));
         }
@@ -439,55 +463,63 @@ fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
 /// 3.2.2), where the host is an IP literal in brackets or a reg-name (IPv4 included).
 /// An empty value is valid (a target with no authority).
 pub fn is_valid_host(value: &[u8]) -> bool {
-    let (host, port) = match value.first() {
-        Some(b'[') => match value.iter().position(|b| *b == b']') {
-            Some(close) => {
-                let Some((literal, rest)) = value.split_at_checked(close.saturating_add(1)) else {
-                    return false;
-                };
-                let inner = literal.get(1..close).unwrap_or_default();
-                let valid = !inner.is_empty()
-                    && inner.iter().all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
-                if !valid {
-                    return false;
-                }
-                (&b""[..], rest)
+    let rest = match value.strip_prefix(b"[") {
+        Some(literal) => {
+            let Some(close) = literal.iter().position(|b| *b == b']') else { return false };
+            let (inner, rest) = literal.split_at(close);
+            let valid = !inner.is_empty()
+                && inner.iter().all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+            if !valid {
+                return false;
             }
-            None => return false,
-        },
-        _ => match value.iter().rposition(|b| *b == b':') {
-            Some(colon) => {
-                let (host, port) = value.split_at(colon);
-                (host, port)
+            // Past the `]`: nothing, or a port.
+            match rest.get(1..) {
+                Some([]) | None => return true,
+                Some(after) => after,
             }
-            None => (value, &b""[..]),
-        },
+        }
+        None => value,
     };
-    let port_ok = match port.split_first() {
-        None => true,
-        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
-        Some(_) => false,
-    };
-    port_ok && is_reg_name(host)
-}
-
-/// RFC 3986, 3.2.2: unreserved characters, percent-encodings and sub-delims.
-fn is_reg_name(host: &[u8]) -> bool {
-    let mut bytes = host.iter();
-    while let Some(b) = bytes.next() {
+    // A reg-name holds no colon, so the first one starts the port.
+    let mut in_port = false;
+    let mut bytes = rest.iter();
+    while let Some(&b) = bytes.next() {
         let ok = match b {
+            _ if in_port => b.is_ascii_digit(),
+            b':' => {
+                in_port = true;
+                true
+            }
             b'%' => matches!(
                 (bytes.next(), bytes.next()),
                 (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit()
             ),
-            b if b.is_ascii_alphanumeric() => true,
-            b'-' | b'.' | b'_' | b'~' => true,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => true,
-            _ => false,
+            b => REG_NAME.get(usize::from(b)).copied().unwrap_or(false),
         };
         if !ok {
             return false;
         }
     }
-    true
+    // After an IP literal, only a port may follow.
+    value.first() != Some(&b'[') || rest.first() == Some(&b':')
 }
+
+/// The bytes a reg-name may hold besides percent-encodings: unreserved characters and
+/// sub-delims. Built at compile time, where an index out of range fails the build.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+static REG_NAME: [bool; 256] = {
+    let mut table = [false; 256];
+    let allowed = b"-._~!$&'()*+,;=";
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric();
+        b += 1;
+    }
+    let mut i = 0;
+    while i < allowed.len() {
+        table[allowed[i] as usize] = true;
+        i += 1;
+    }
+    table
+};

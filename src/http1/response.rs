@@ -8,7 +8,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::head::{HeadScan, Scan};
+use super::head::{HeadScan, Look, Scan};
 use super::{Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
 
 /// Header lines an origin's response may have. hyper allows 100; real responses with
@@ -90,13 +90,36 @@ fn is_interim(status: u16) -> bool {
     (100..200).contains(&status) && status != 101
 }
 
-/// Where the response head at the start of `buf` ends, once all of it is there.
-pub fn find_head(scan: &mut HeadScan, buf: &[u8]) -> Result<Option<usize>, BadResponse> {
-    match scan.scan(buf) {
-        Scan::Complete(len) if len <= MAX_HEAD_BYTES => Ok(Some(len)),
-        Scan::Partial if buf.len() <= MAX_HEAD_BYTES => Ok(None),
-        _ => Err(BadResponse::HeadTooLarge),
+/// Parses the response head at the start of `buf` once `scan` says it is worth it:
+/// `Ok(None)` while it is not complete. `head_request`: the request was HEAD.
+pub fn read<'h, 'b>(
+    scan: &mut HeadScan,
+    buf: &'b [u8],
+    storage: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    head_request: bool,
+) -> Result<Option<Response<'h, 'b>>, BadResponse> {
+    let look = scan.look(buf);
+    let parsed = match look {
+        Look::Wait => None,
+        Look::First | Look::Complete => parse(buf, storage, head_request)?,
+    };
+    if parsed.is_some() {
+        return Ok(parsed);
     }
+    // Where the scan finds the empty line that ends the head and the parser does not,
+    // the two disagree: the head is not one to pass on.
+    let disagree = match look {
+        Look::First => scan.scan(buf) != Scan::Partial,
+        Look::Complete => true,
+        Look::Wait => false,
+    };
+    if disagree {
+        return Err(BadResponse::Malformed(httparse::Error::NewLine));
+    }
+    if buf.len() > MAX_HEAD_BYTES {
+        return Err(BadResponse::HeadTooLarge);
+    }
+    Ok(None)
 }
 
 /// What the start of a response that arrives while a request body is still being
@@ -120,30 +143,32 @@ pub fn early(scan: &mut HeadScan, buf: &[u8]) -> Result<Early, BadResponse> {
     if !interim {
         return Ok(Early::Final);
     }
-    let Some(len) = find_head(scan, buf)? else { return Ok(Early::Unknown) };
     let mut storage = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-    let resp = parse(buf, len, &mut storage, false)?;
-    Ok(if resp.is_interim() { Early::Interim(len) } else { Early::Final })
+    Ok(match read(scan, buf, &mut storage, false)? {
+        None => Early::Unknown,
+        Some(resp) if resp.is_interim() => Early::Interim(resp.head_len),
+        Some(_) => Early::Final,
+    })
 }
 
-/// Parses the complete response head at the start of `buf` (`head_len` bytes, found
-/// by [`find_head`]). `head_request`: the request was HEAD, so no body follows.
+/// Parses the response head at the start of `buf`; `Ok(None)` when it is not
+/// complete. `head_request`: the request was HEAD, so no body follows.
 pub fn parse<'h, 'b>(
     buf: &'b [u8],
-    head_len: usize,
     storage: &'h mut [MaybeUninit<httparse::Header<'b>>],
     head_request: bool,
-) -> Result<Response<'h, 'b>, BadResponse> {
-    let raw = buf.get(..head_len).ok_or(BadResponse::HeadTooLarge)?;
+) -> Result<Option<Response<'h, 'b>>, BadResponse> {
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut resp, raw, storage);
-    match parsed {
-        Ok(httparse::Status::Complete(len)) if len == head_len => {}
-        Ok(_) => return Err(BadResponse::Malformed(httparse::Error::NewLine)),
+        .parse_response_with_uninit_headers(&mut resp, buf, storage);
+    let head_len = match parsed {
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
+        Ok(httparse::Status::Complete(_)) => return Err(BadResponse::HeadTooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
         Err(httparse::Error::TooManyHeaders) => return Err(BadResponse::TooManyHeaders),
         Err(e) => return Err(BadResponse::Malformed(e)),
-    }
+    };
+    let raw = buf.get(..head_len).ok_or(BadResponse::HeadTooLarge)?;
     let status = resp.code.ok_or(BadResponse::Malformed(httparse::Error::Status))?;
     let version =
         Version::from_minor(resp.version.ok_or(BadResponse::Malformed(httparse::Error::Version))?);
@@ -205,7 +230,7 @@ pub fn parse<'h, 'b>(
     response.content_length = content_length.value;
     response.framing = body_framing(status, head_request, version, content_length, &codings)?;
     response.codings = codings.before_chunked;
-    Ok(response)
+    Ok(Some(response))
 }
 
 /// RFC 9112, 6.3: responses to HEAD and 1xx, 204 and 304 responses have no body; then

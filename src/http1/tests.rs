@@ -5,7 +5,7 @@
 use std::mem::MaybeUninit;
 
 use super::chunked::{Chunked, InvalidChunk};
-use super::encode::{self, BodyOut, ConnectionOut, Forwarding};
+use super::encode::{self, BodyOut, ConnectionOut, Forwarding, PeerText};
 use super::head::{HeadScan, Scan};
 use super::request::{self, FramingViolation, HeadLimits, HostViolation, Refusal};
 use super::response::{self, BadResponse, Early};
@@ -13,21 +13,13 @@ use super::{Framing, Version};
 
 const LIMITS: HeadLimits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 32 * 1024 };
 
-/// The length of the complete head at the start of `bytes`.
-fn head_len(bytes: &[u8]) -> usize {
-    match HeadScan::default().scan(bytes) {
-        Scan::Complete(len) => len,
-        Scan::Partial => panic!("incomplete head: {:?}", String::from_utf8_lossy(bytes)),
-    }
-}
-
 /// Parses `head` as a request and hands the result to `check`.
 fn with_request<T>(
     head: &[u8],
     check: impl FnOnce(Result<request::Request<'_, '_>, Refusal>) -> T,
 ) -> T {
     let mut storage = [const { MaybeUninit::uninit() }; 128];
-    check(request::parse(head, head_len(head), &mut storage, &LIMITS))
+    check(request::parse(head, &mut storage, &LIMITS).map(|r| r.expect("complete")))
 }
 
 fn refusal(head: &[u8]) -> Option<Refusal> {
@@ -213,22 +205,27 @@ fn heads_over_their_limits_are_refused() {
     let limits = HeadLimits { max_line_bytes: 64, max_head_bytes: 1024 };
     let first = line.find('\n').map(|i| i + 1);
     assert_eq!(
-        request::check_request_line(line.as_bytes(), first, &limits),
+        request::check_partial(line.as_bytes(), first, &limits),
         Err(Refusal::RequestLineTooLong)
     );
     // Refused before the line has ended, once it is past the limit.
     assert_eq!(
-        request::check_request_line(&line.as_bytes()[..70], None, &limits),
+        request::check_partial(&line.as_bytes()[..70], None, &limits),
         Err(Refusal::RequestLineTooLong)
     );
-    assert_eq!(request::check_request_line(&line.as_bytes()[..60], None, &limits), Ok(()));
+    assert_eq!(request::check_partial(&line.as_bytes()[..60], None, &limits), Ok(()));
+    // A complete head's request line is checked too.
+    let mut storage = [const { MaybeUninit::uninit() }; 64];
+    let whole = format!("{line}Host: a\r\n\r\n");
+    let parsed = request::parse(whole.as_bytes(), &mut storage, &limits);
+    assert_eq!(parsed.err(), Some(Refusal::RequestLineTooLong));
     let many: String = (0..65).map(|i| format!("x-{i}: 1\r\n")).collect();
     let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n");
     let mut storage = [const { MaybeUninit::uninit() }; 64];
-    let parsed = request::parse(head.as_bytes(), head.len(), &mut storage, &LIMITS);
+    let parsed = request::parse(head.as_bytes(), &mut storage, &LIMITS);
     assert_eq!(parsed.err(), Some(Refusal::TooManyHeaders));
     let big = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(2000));
-    let parsed = request::parse(big.as_bytes(), big.len(), &mut storage, &limits);
+    let parsed = request::parse(big.as_bytes(), &mut storage, &limits);
     assert_eq!(parsed.err(), Some(Refusal::HeadTooLarge));
     assert_eq!(refusal(b"GET / HTTP/1.1\r\nBad Header: 1\r\n\r\n"), Some(Refusal::Malformed));
     assert_eq!(refusal(b"GET / HTTP/1.1\r\nHost: a\r\n fold\r\n\r\n"), Some(Refusal::Malformed));
@@ -363,10 +360,11 @@ fn malformed_chunks_are_refused() {
 fn upstream_head_from(req: &[u8], trusted: bool) -> String {
     with_request(req, |r| {
         let req = r.expect("valid");
+        let peer = PeerText::new("127.0.0.9".parse().unwrap());
         let fwd = Forwarding {
-            client_ip: "127.0.0.9",
+            peer: &peer,
             trusted,
-            real_ip: if trusted { "203.0.113.5" } else { "127.0.0.9" },
+            real_ip: if trusted { b"203.0.113.5" } else { b"127.0.0.9" },
             backend: "10.1.2.3:8080".parse().unwrap(),
         };
         let mut out = Vec::new();
@@ -379,7 +377,8 @@ fn upstream_head(req: &[u8]) -> String {
     upstream_head_from(req, false)
 }
 
-const FORWARDED: &str = "x-forwarded-for: 127.0.0.9\r\nx-forwarded-proto: http\r\n";
+const FORWARDED: &str =
+    "x-forwarded-for: 127.0.0.9\r\nx-forwarded-proto: http\r\nx-real-ip: 127.0.0.9\r\n";
 
 #[test]
 fn upstream_head_drops_hop_by_hop_and_connection_named_headers() {
@@ -392,8 +391,7 @@ fn upstream_head_drops_hop_by_hop_and_connection_named_headers() {
         head,
         format!(
             "GET /a HTTP/1.1\r\nAccept: */*\r\nhost: example.test\r\n{FORWARDED}\
-             x-forwarded-host: example.test\r\nforwarded: for=127.0.0.9;host=\"example.test\";proto=http\r\n\
-             x-real-ip: 127.0.0.9\r\n\r\n"
+             x-forwarded-host: example.test\r\nforwarded: for=127.0.0.9;host=\"example.test\";proto=http\r\n\r\n"
         )
     );
 }
@@ -449,6 +447,26 @@ fn upstream_head_replaces_forwarding_headers_from_an_untrusted_peer() {
 }
 
 #[test]
+fn peer_text_brackets_ipv6_and_unmaps_ipv4() {
+    let v6 = PeerText::new("2001:db8::1".parse().unwrap());
+    assert_eq!(v6.ip(), b"2001:db8::1");
+    let head = with_request(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", |r| {
+        let req = r.unwrap();
+        let fwd = Forwarding {
+            peer: &v6,
+            trusted: false,
+            real_ip: v6.ip(),
+            backend: "10.0.0.1:80".parse().unwrap(),
+        };
+        let mut out = Vec::new();
+        encode::upstream_request(&req, &fwd, &mut out);
+        String::from_utf8(out).unwrap()
+    });
+    assert!(head.contains("forwarded: for=\"[2001:db8::1]\";host=\"h\";proto=http\r\n"), "{head}");
+    assert_eq!(PeerText::new("::ffff:10.0.0.7".parse().unwrap()).ip(), b"10.0.0.7");
+}
+
+#[test]
 fn upstream_head_is_origin_form_http11_with_one_host() {
     let abs =
         upstream_head(b"GET http://public.test/abs?q=1 HTTP/1.1\r\nHost: internal.test\r\n\r\n");
@@ -499,7 +517,7 @@ fn with_response<T>(
     check: impl FnOnce(Result<response::Response<'_, '_>, BadResponse>) -> T,
 ) -> T {
     let mut storage = [const { MaybeUninit::uninit() }; 32];
-    check(response::parse(head, head_len(head), &mut storage, head_request))
+    check(response::parse(head, &mut storage, head_request).map(|r| r.expect("complete")))
 }
 
 /// The client's head for the origin's `resp`, and the origin's framing.

@@ -46,7 +46,7 @@ use trace::{Delivery, Trace};
 use transfer::{DownloadError, DownloadLimits, Upload, UploadError, UploadLimits};
 
 use crate::config::{ClientLimits, Timeouts};
-use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding};
+use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding, PeerText};
 use crate::http1::head::HeadScan;
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
@@ -188,7 +188,7 @@ impl Proxy {
         &self,
         req: &Request<'_, '_>,
         client: SocketAddr,
-        client_ip: &str,
+        peer: &PeerText,
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
@@ -215,8 +215,8 @@ impl Proxy {
                     .map(|h| h.value);
                 site.trusted.real_client(client.ip(), forwarded_for).to_string()
             });
-            let real_ip = real_ip.as_deref().unwrap_or(client_ip);
-            let fwd = Forwarding { client_ip, trusted, real_ip, backend: backend.addr };
+            let real_ip = real_ip.as_ref().map_or(peer.ip(), String::as_bytes);
+            let fwd = Forwarding { peer, trusted, real_ip, backend: backend.addr };
             encode::upstream_request(req, &fwd, head);
         }
         Outbound {
@@ -444,9 +444,6 @@ impl Proxy {
         if !retry::should_keep_body(&out.method, Some(len)) {
             return Ok(None);
         }
-        if out.max_body.is_some_and(|max| len > max) {
-            return Ok(None);
-        }
         let limits = upload_limits(out);
         let read =
             transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, &limits);
@@ -575,10 +572,12 @@ impl Proxy {
         response_head: &mut Vec<u8>,
     ) -> Result<Option<ResponseStart>, BadResponse> {
         loop {
-            let Some(len) = response::find_head(scan, buf.data())? else { return Ok(None) };
             let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
             let head_request = out.method == Method::HEAD;
-            let resp = response::parse(buf.data(), len, &mut storage, head_request)?;
+            let Some(resp) = response::read(scan, buf.data(), &mut storage, head_request)? else {
+                return Ok(None);
+            };
+            let len = resp.head_len;
             if resp.is_interim() {
                 // 100 Continue and other interim responses are not passed on; holdfast
                 // answered `Expect` itself.

@@ -120,9 +120,11 @@ enum Rest {
 /// the head; `scan` follows the head across reads.
 fn parse_head(buf: &mut InBuf, scan: &mut HeadScan) -> Result<Option<(u16, Rest)>, CheckError> {
     loop {
-        let Some(len) = response::find_head(scan, buf.data())? else { return Ok(None) };
         let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
-        let resp = response::parse(buf.data(), len, &mut storage, false)?;
+        let Some(resp) = response::read(scan, buf.data(), &mut storage, false)? else {
+            return Ok(None);
+        };
+        let len = resp.head_len;
         if resp.is_interim() {
             buf.consume(len);
             *scan = HeadScan::default();
