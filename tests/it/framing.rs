@@ -349,3 +349,22 @@ async fn unknown_expectation_gets_417() {
     barrier(&proxy).await;
     assert_eq!(origin.paths(), ["/barrier"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_arriving_a_byte_at_a_time_is_parsed_once_complete() {
+    // #13: the head was parsed again from its start on every read. Now a head that does
+    // not arrive whole is scanned for its end a byte at a time and parsed once; the
+    // linear bound itself is pinned in the unit tests (`http1::tests`).
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_for(&origin)).await;
+    let mut client = proxy.raw().await;
+    let filler: String = (0..90).map(|i| format!("X-Filler-{i}: {}\r\n", "v".repeat(40))).collect();
+    let head = format!("GET /trickled HTTP/1.1\r\nHost: a\r\n{filler}\r\n");
+    for byte in head.as_bytes() {
+        client.send([*byte]).await;
+    }
+    let resp = client.response().await;
+    assert_eq!(resp.status, 200, "{}", resp.body_text());
+    assert_eq!(origin.paths(), ["/trickled"]);
+    assert_eq!(origin.requests()[0].header("x-filler-89"), Some("v".repeat(40).as_str()));
+}
