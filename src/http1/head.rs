@@ -104,8 +104,18 @@ impl HeadScan {
     }
 }
 
-/// How many CR and LF bytes `buf` starts with: empty lines before a request line,
-/// which a server should ignore (RFC 9112, 2.2).
+/// How many bytes of empty lines (CRLF, or a bare LF) `buf` starts with: a server
+/// should ignore them before a request line (RFC 9112, 2.2). A CR not followed by LF
+/// is not an empty line, and stays for the parser to refuse.
 pub fn leading_empty_lines(buf: &[u8]) -> usize {
-    buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count()
+    let mut at = 0usize;
+    loop {
+        let rest = buf.get(at..).unwrap_or_default();
+        let line = match rest {
+            [b'\n', ..] => 1,
+            [b'\r', b'\n', ..] => 2,
+            _ => return at,
+        };
+        at = at.saturating_add(line);
+    }
 }

@@ -427,8 +427,9 @@ fn split_target<'b>(
     target: &'b str,
 ) -> Result<(Option<&'b [u8]>, OriginForm<'b>), Refusal> {
     let bytes = target.as_bytes();
-    if bytes.contains(&b'#') {
-        // A fragment is not part of any request-target form.
+    // A fragment is not part of any request-target form, and a URI is ASCII (RFC 3986,
+    // 2): bytes past it, which some parsers take and others refuse, are refused here.
+    if bytes.iter().any(|b| *b == b'#' || !b.is_ascii_graphic()) {
         return Err(Refusal::InvalidTarget);
     }
     if bytes.first() == Some(&b'/') {
@@ -461,8 +462,11 @@ fn strip_scheme(target: &[u8]) -> Option<&[u8]> {
 
 /// Whether `value` is a valid `Host`: `uri-host [ ":" port ]` (RFC 9110, 7.2; RFC 3986,
 /// 3.2.2), where the host is an IP literal in brackets or a reg-name (IPv4 included).
-/// An empty value is valid (a target with no authority).
+/// An empty host is not valid: an http URI must have one (RFC 9110, 4.2.1).
 pub fn is_valid_host(value: &[u8]) -> bool {
+    if value.is_empty() || value.first() == Some(&b':') {
+        return false;
+    }
     let rest = match value.strip_prefix(b"[") {
         Some(literal) => {
             let Some(close) = literal.iter().position(|b| *b == b']') else { return false };

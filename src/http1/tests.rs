@@ -138,7 +138,15 @@ fn host_is_exactly_one_valid_host_in_http11() {
         let head = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
         assert_eq!(refusal(head.as_bytes()), Some(Refusal::Host(HostViolation::Invalid)), "{bad}");
     }
-    for good in ["", "a", "a.example:8080", "[::1]:80", "10.0.0.1", "xn--d1a.test", "a_b"] {
+    for bad in ["", ":80"] {
+        let head = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+        assert_eq!(
+            refusal(head.as_bytes()),
+            Some(Refusal::Host(HostViolation::Invalid)),
+            "{bad:?}"
+        );
+    }
+    for good in ["a", "a.example:8080", "[::1]:80", "10.0.0.1", "xn--d1a.test", "a_b", "a:"] {
         let head = format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n");
         assert_eq!(refusal(head.as_bytes()), None, "{good}");
     }
@@ -192,11 +200,11 @@ fn targets_are_origin_form_absolute_form_or_asterisk_for_options() {
     ] {
         assert_eq!(target(bad), Err(Refusal::InvalidTarget), "{bad}");
     }
-    // Bytes past ASCII in the target neither panic nor get refused.
+    // Bytes past ASCII in the target are refused, and never panic.
     let utf8 = "GET /aaaaaé HTTP/1.1\r\nHost: a\r\n\r\n";
-    assert_eq!(refusal(utf8.as_bytes()), None);
+    assert_eq!(refusal(utf8.as_bytes()), Some(Refusal::InvalidTarget));
     let long_utf8 = format!("GET http://h/{} HTTP/1.1\r\nHost: a\r\n\r\n", "é".repeat(50));
-    assert_eq!(refusal(long_utf8.as_bytes()), None);
+    assert_eq!(refusal(long_utf8.as_bytes()), Some(Refusal::InvalidTarget));
 }
 
 #[test]
@@ -271,6 +279,17 @@ fn head_scan_finds_the_end_across_splits_looking_at_each_byte_once() {
     // Each call resumes two bytes back (an empty line may straddle reads).
     assert!(looked <= 4 * big.len(), "looked at {looked} bytes for a head of {}", big.len());
     assert_eq!(scan.first_line(), Some("GET / HTTP/1.1\r\n".len()));
+}
+
+#[test]
+fn only_whole_empty_lines_before_a_request_line_are_skipped() {
+    use super::head::leading_empty_lines;
+    assert_eq!(leading_empty_lines(b"\r\n\nGET"), 3);
+    assert_eq!(leading_empty_lines(b"GET"), 0);
+    // A lone CR is not an empty line: it stays, and the parser refuses it.
+    assert_eq!(leading_empty_lines(b"\rO / HTTP/1.1"), 0);
+    assert_eq!(leading_empty_lines(b"\r\n\rX"), 2);
+    assert_eq!(leading_empty_lines(b"\r"), 0);
 }
 
 #[test]
