@@ -373,18 +373,20 @@ pub struct Codings<'b> {
     pub before_chunked: Vec<&'b [u8]>,
     /// The last coding is `chunked`.
     pub chunked: bool,
-    /// Some element is not a bare token (parameters, quotes, stray bytes), `chunked`
-    /// appears twice or not last, or the list is empty.
+    /// Some element is empty or not a bare token (parameters, quotes, stray bytes),
+    /// `chunked` appears twice or not last, or the list is empty.
     pub malformed: bool,
     /// Some line was seen at all.
     pub present: bool,
 }
 
 impl<'b> Codings<'b> {
-    /// Adds one `Transfer-Encoding` line.
+    /// Adds one `Transfer-Encoding` line. Framing gets the strictest reading: an
+    /// empty list element, which RFC 9110, 5.6.1 lets other lists have, is malformed
+    /// here, since parsers differ on it.
     pub(crate) fn add(&mut self, value: &'b [u8]) {
         self.present = true;
-        for coding in elements(value) {
+        for coding in value.split(|b| *b == b',').map(trim_ows) {
             if !is_token(coding) || self.chunked {
                 // Anything after `chunked` makes it not the final coding, and chunked
                 // may be applied only once (RFC 9112, 7).

@@ -68,13 +68,10 @@ fn conflicting_or_invalid_content_length_is_refused() {
 #[test]
 fn transfer_encoding_is_one_final_chunked_or_refused() {
     let te = |lines: &str| format!("POST / HTTP/1.1\r\nHost: a\r\n{lines}\r\n");
-    // Accepted, and written again as plain `chunked`: empty list elements are allowed
-    // (RFC 9110, 5.6.1), case does not matter.
+    // Accepted, and written again as plain `chunked`; case does not matter.
     for ok in [
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: Chunked\r\n",
-        "Transfer-Encoding: chunked, \r\n",
-        "Transfer-Encoding: ,chunked\r\n",
         "Transfer-Encoding:\tchunked\t\r\n",
     ] {
         assert_eq!(framing(te(ok).as_bytes()), Framing::Chunked, "{ok:?}");
@@ -86,8 +83,12 @@ fn transfer_encoding_is_one_final_chunked_or_refused() {
     ] {
         assert_eq!(refusal(te(unknown).as_bytes()), Some(Refusal::UnknownCoding), "{unknown:?}");
     }
-    // Chunked not final, twice, or a list that is not a list of tokens: 400.
+    // Chunked not final, twice, or a list that is not a list of tokens: 400. Empty
+    // elements too: parsers differ on them, so the framing field does not have them.
     for bad in [
+        "Transfer-Encoding: chunked, \r\n",
+        "Transfer-Encoding: ,chunked\r\n",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: \r\n",
         "Transfer-Encoding: chunked, gzip\r\n",
         "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
         "Transfer-Encoding: chunked, chunked\r\n",
@@ -425,7 +426,7 @@ fn upstream_head_carries_framing_and_host_written_by_holdfast() {
         "{cl}"
     );
     assert_eq!(cl.matches("ontent-length").count(), 1, "{cl}");
-    for te in ["chunked, ", ",chunked", "CHUNKED"] {
+    for te in ["chunked", " Chunked ", "CHUNKED"] {
         let head = format!("POST /p HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: {te}\r\n\r\n");
         let up = upstream_head(head.as_bytes());
         assert!(

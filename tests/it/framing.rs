@@ -206,7 +206,7 @@ async fn transfer_encoding_lists_are_written_again_or_refused() {
     let origin = Origin::start().await;
     let tap = Tap::start(origin.addr()).await;
     let proxy = Proxy::start(config_to(tap.addr())).await;
-    for (i, te) in ["chunked, ", ",chunked", "Chunked"].iter().enumerate() {
+    for (i, te) in ["chunked", "Chunked", "CHUNKED"].iter().enumerate() {
         let mut client = proxy.raw().await;
         client
             .send(format!(
@@ -220,8 +220,11 @@ async fn transfer_encoding_lists_are_written_again_or_refused() {
     let sent = tap.sent_text();
     assert_eq!(sent.matches("transfer-encoding: chunked\r\n").count(), 3, "{sent}");
     assert_eq!(sent.to_ascii_lowercase().matches("transfer-encoding").count(), 3, "{sent}");
-    // An unknown coding before chunked: 501; chunked twice or not last: 400.
+    // An unknown coding before chunked: 501; chunked twice or not last, or an empty
+    // list element: 400.
     let refused = [
+        ("Transfer-Encoding: chunked, \r\n", 400),
+        ("Transfer-Encoding: ,chunked\r\n", 400),
         ("Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n", 501),
         ("Transfer-Encoding: gzip, chunked\r\n", 501),
         ("Transfer-Encoding: chunked, chunked\r\n", 400),
