@@ -25,6 +25,7 @@
 
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
+pub mod body;
 pub mod chunked;
 pub mod date;
 pub mod encode;

@@ -687,3 +687,51 @@ fn local_response_and_chunk_lines_are_well_formed() {
         assert_eq!(encode::chunk_size_line(len, &mut buf), line.as_bytes());
     }
 }
+
+/// What a relay writes for `input` arriving in pieces of `split` bytes.
+fn relayed(input: &[u8], framing: Framing, chunked_out: bool, split: usize) -> Vec<u8> {
+    use super::body::{Parts, Relay};
+    let mut relay = Relay::new(framing, chunked_out);
+    let mut out = Vec::new();
+    for piece in input.chunks(split) {
+        let mut buf = piece.to_vec();
+        let decoded = relay.decode(&mut buf).expect("valid body");
+        let mut size_line = [0; 18];
+        let mut parts = Parts::new();
+        relay.frame(&buf[..decoded.payload], decoded.done, &mut size_line, &mut parts);
+        out.extend(parts.as_slice().concat());
+        if relay.is_done() {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_chunked_body_is_chunked_again_by_holdfast() {
+    let input = b"5;name=value\r\nhello\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\nHost: evil\r\n\r\n";
+    let whole = relayed(input, Framing::Chunked, true, input.len());
+    // What one read held becomes one chunk.
+    assert_eq!(whole, b"8\r\nhelloabc\r\n0\r\nX-Sum: 1\r\n\r\n");
+    for split in 1..input.len() {
+        let out = relayed(input, Framing::Chunked, true, split);
+        // Chunk sizes follow the reads; the payload and the trailers that pass do not.
+        let (payload, trailers, used) =
+            decode(&out, out.len(), 1024).expect("holdfast's own chunking is valid");
+        assert_eq!(
+            (payload.as_slice(), trailers.as_slice(), used),
+            (&b"helloabc"[..], &b"X-Sum: 1\r\n"[..], out.len()),
+            "split {split}"
+        );
+    }
+    // An HTTP/1.0 client gets the payload alone.
+    assert_eq!(relayed(input, Framing::Chunked, false, 7), b"helloabc");
+}
+
+#[test]
+fn a_length_body_goes_on_as_it_is_and_stops_at_its_end() {
+    let out = relayed(b"hello, and then the next request", Framing::Length(5), false, 3);
+    assert_eq!(out, b"hello");
+    let rechunked = relayed(b"abc", Framing::UntilClose, true, 2);
+    assert_eq!(rechunked, b"2\r\nab\r\n1\r\nc\r\n");
+}

@@ -2,10 +2,7 @@
 //! response body down, and the bytes of an upgraded connection both ways.
 //!
 //! A body is read in its sender's framing and written in framing holdfast chooses
-//! ([`Relay`]): a length-delimited body goes on as it is; a chunked one is decoded and
-//! chunked again by holdfast (extensions dropped, trailers checked and filtered), or
-//! decoded for an HTTP/1.0 client; a close-delimited response is chunked for an
-//! HTTP/1.1 client. Nothing of the sender's framing is copied.
+//! (`http1::body::Relay`): nothing of the sender's framing is copied.
 //!
 //! Waits on the client are paced ([`Pace`]): a client that moves a body too slowly on
 //! average is cut off, however often it sends a byte.
@@ -18,16 +15,14 @@ use tokio::time::Instant;
 
 use super::error::ClientBodyError;
 use super::pace::{Pace, PaceConfig};
-use crate::http1::chunked::{Chunked, InvalidChunk};
-use crate::http1::encode::{self, BodyOut, CONTINUE, LAST_CHUNK};
+use crate::http1::body::{Parts, Relay};
+use crate::http1::chunked::InvalidChunk;
+use crate::http1::encode::{BodyOut, CONTINUE, LAST_CHUNK};
 use crate::http1::head::HeadScan;
 use crate::http1::request::FramingViolation;
 use crate::http1::response::{self, Early};
 use crate::http1::Framing;
 use crate::net::{self, Deadline, InBuf, WaitError};
-
-/// Trailer bytes accepted at the end of a chunked body.
-const MAX_TRAILER_BYTES: usize = 32 * 1024;
 
 /// How far a request body got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,142 +57,6 @@ pub struct UploadLimits {
     pub pace: PaceConfig,
     /// Payload bytes the body may have.
     pub max_body: Option<u64>,
-}
-
-/// A body's framing on the way in, and how far it has got.
-#[derive(Debug)]
-enum Input {
-    /// This many bytes to go.
-    Length(u64),
-    Chunked(Box<Chunked>),
-    UntilClose,
-}
-
-/// One body on its way through holdfast: taken out of its sender's framing and put
-/// into the framing its receiver gets.
-#[derive(Debug)]
-pub struct Relay {
-    input: Input,
-    /// The receiver gets chunk framing.
-    chunked_out: bool,
-    /// Payload bytes so far.
-    payload: u64,
-}
-
-/// What one [`Relay::decode`] found at the start of a buffer.
-#[derive(Debug, Clone, Copy)]
-struct Piece {
-    /// Bytes of the buffer that belonged to the body.
-    used: usize,
-    /// Payload bytes, now at the start of the buffer.
-    payload: usize,
-    /// The body ended within `used`.
-    done: bool,
-}
-
-/// The slices one write sends: at most a head, a chunk (size line, data, CRLF) and the
-/// last chunk (its line, trailers, the empty line).
-struct Parts<'a> {
-    parts: [&'a [u8]; 7],
-    len: usize,
-}
-
-impl<'a> Parts<'a> {
-    fn new() -> Parts<'a> {
-        Parts { parts: [&[]; 7], len: 0 }
-    }
-
-    fn push(&mut self, part: &'a [u8]) {
-        if let Some(slot) = self.parts.get_mut(self.len) {
-            *slot = part;
-            self.len = self.len.saturating_add(1);
-        }
-    }
-
-    fn as_slice(&self) -> &[&'a [u8]] {
-        self.parts.get(..self.len).unwrap_or_default()
-    }
-
-    fn bytes(&self) -> u64 {
-        self.as_slice().iter().fold(0u64, |n, p| n.saturating_add(p.len() as u64))
-    }
-}
-
-impl Relay {
-    fn new(framing: Framing, chunked_out: bool) -> Relay {
-        let input = match framing {
-            Framing::Length(n) => Input::Length(n),
-            Framing::Chunked => Input::Chunked(Box::new(Chunked::new(MAX_TRAILER_BYTES))),
-            Framing::UntilClose => Input::UntilClose,
-            Framing::Empty => Input::Length(0),
-        };
-        Relay { input, chunked_out, payload: 0 }
-    }
-
-    fn is_done(&self) -> bool {
-        match &self.input {
-            Input::Length(n) => *n == 0,
-            Input::Chunked(chunked) => chunked.is_done(),
-            Input::UntilClose => false,
-        }
-    }
-
-    /// Body bytes still to come, when the framing says.
-    fn remaining(&self) -> Option<u64> {
-        match self.input {
-            Input::Length(n) => Some(n),
-            Input::Chunked(_) | Input::UntilClose => None,
-        }
-    }
-
-    /// Takes the payload out of the framing at the start of `data`, moving it to the
-    /// front; bytes after the end of the body are left alone.
-    fn decode(&mut self, data: &mut [u8]) -> Result<Piece, InvalidChunk> {
-        let piece = match &mut self.input {
-            Input::Length(remaining) => {
-                let n = usize::try_from(*remaining).unwrap_or(usize::MAX).min(data.len());
-                *remaining = remaining.saturating_sub(n as u64);
-                Piece { used: n, payload: n, done: *remaining == 0 }
-            }
-            Input::Chunked(chunked) => {
-                let d = chunked.decode_in_place(data)?;
-                Piece { used: d.used, payload: d.payload, done: d.done }
-            }
-            Input::UntilClose => Piece { used: data.len(), payload: data.len(), done: false },
-        };
-        self.payload = self.payload.saturating_add(piece.payload as u64);
-        Ok(piece)
-    }
-
-    /// Adds to `parts` what to write for a piece with this `payload` that `ended` the
-    /// body: the payload, in chunk framing when the receiver gets it, then the last
-    /// chunk and the trailers that may pass.
-    fn frame<'a>(
-        &'a self,
-        payload: &'a [u8],
-        ended: bool,
-        size_line: &'a mut [u8; 18],
-        parts: &mut Parts<'a>,
-    ) {
-        if !payload.is_empty() {
-            if self.chunked_out {
-                parts.push(encode::chunk_size_line(payload.len(), size_line));
-                parts.push(payload);
-                parts.push(b"\r\n");
-            } else {
-                parts.push(payload);
-            }
-        }
-        if ended && self.chunked_out {
-            let trailers = match &self.input {
-                Input::Chunked(chunked) => chunked.trailers(),
-                _ => &[],
-            };
-            parts.push(LAST_CHUNK);
-            parts.push(trailers);
-            parts.push(b"\r\n");
-        }
-    }
 }
 
 /// Charges `pace` with the time a wait on the client under `deadline` took.
@@ -240,7 +99,7 @@ pub async fn upload(
     loop {
         if !buf.is_empty() {
             let piece = body.decode(buf.data_mut()).map_err(invalid)?;
-            if limits.max_body.is_some_and(|max| body.payload > max) {
+            if limits.max_body.is_some_and(|max| body.payload() > max) {
                 return Err(UploadError::TooLarge(limits.max_body.unwrap_or_default()));
             }
             let mut size_line = [0; 18];
@@ -496,7 +355,7 @@ pub async fn download(
         }
         match buf.fill(upstream, &mut Deadline::after(limits.upstream_stall)).await {
             Ok(0) if framing == Framing::UntilClose => {
-                if body.chunked_out {
+                if body.is_chunked_out() {
                     let mut parts = Parts::new();
                     parts.push(LAST_CHUNK);
                     parts.push(b"\r\n");
