@@ -114,8 +114,12 @@ fn body_framing(framing: Framing, out: &mut Vec<u8>) {
 }
 
 fn content_length(n: u64, out: &mut Vec<u8>) {
+    let mut buf = [0u8; 20];
+    let digits = decimal(n, &mut buf);
+    // One reservation for the three pieces: this line is on most responses.
+    out.reserve(digits.len().saturating_add(18));
     out.extend_from_slice(b"content-length: ");
-    put_decimal(n, out);
+    out.extend_from_slice(digits);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -335,10 +339,15 @@ fn put(out: &mut Vec<u8>, parts: &[&[u8]]) {
 }
 
 /// Appends the decimal digits of `n`.
-fn put_decimal(mut n: u64, out: &mut Vec<u8>) {
+fn put_decimal(n: u64, out: &mut Vec<u8>) {
     let mut digits = [0u8; 20];
+    out.extend_from_slice(decimal(n, &mut digits));
+}
+
+/// The decimal digits of `n`, written at the end of `buf`.
+fn decimal<const N: usize>(mut n: u64, buf: &mut [u8; N]) -> &[u8] {
     let mut len = 0usize;
-    for slot in digits.iter_mut().rev() {
+    for slot in buf.iter_mut().rev() {
         // A digit is below 10, so the OR adds it to b'0' (0x30).
         *slot = b'0' | (n % 10) as u8;
         len = len.saturating_add(1);
@@ -347,5 +356,5 @@ fn put_decimal(mut n: u64, out: &mut Vec<u8>) {
             break;
         }
     }
-    out.extend_from_slice(digits.get(digits.len().saturating_sub(len)..).unwrap_or_default());
+    buf.get(N.saturating_sub(len)..).unwrap_or_default()
 }
