@@ -242,20 +242,22 @@ fn copy_header_runs(
     keep: &impl Fn(usize) -> bool,
     out: &mut Vec<u8>,
 ) -> bool {
-    // Where a header line starts, if the line before it ends in CRLF.
-    let start_of = |h: &httparse::Header<'_>| {
-        let at = offset_in(head, h.name.as_bytes())?;
-        let before = head.get(at.checked_sub(2)?..at)?;
-        (before == b"\r\n").then_some(at)
-    };
-    if !head.ends_with(b"\r\n\r\n") || !headers.iter().all(|h| start_of(h).is_some()) {
+    if !head.ends_with(b"\r\n\r\n") {
         return false;
     }
+    let written = out.len();
     // Where the last line's CRLF ends: before the empty line.
     let end = head.len().saturating_sub(2);
     let mut run: Option<usize> = None;
     for (i, h) in headers.iter().enumerate() {
-        let start = start_of(h).unwrap_or(end);
+        // Where the line starts, if the line before it ends in CRLF.
+        let start = offset_in(head, h.name.as_bytes()).filter(|at| {
+            at.checked_sub(2).and_then(|before| head.get(before..*at)) == Some(b"\r\n")
+        });
+        let Some(start) = start else {
+            out.truncate(written);
+            return false;
+        };
         match (keep(i), run) {
             (true, None) => run = Some(start),
             (false, Some(from)) => {

@@ -427,9 +427,10 @@ fn split_target<'b>(
     target: &'b str,
 ) -> Result<(Option<&'b [u8]>, OriginForm<'b>), Refusal> {
     let bytes = target.as_bytes();
-    // A fragment is not part of any request-target form, and a URI is ASCII (RFC 3986,
-    // 2): bytes past it, which some parsers take and others refuse, are refused here.
-    if bytes.iter().any(|b| *b == b'#' || !b.is_ascii_graphic()) {
+    // Only the characters a URI may hold (RFC 3986, 2), and a few clients send
+    // unencoded: a byte one parser takes and another refuses is refused here. A fragment
+    // is not part of any request-target form.
+    if !bytes.iter().all(|b| TARGET_CHAR.get(usize::from(*b)).copied().unwrap_or(false)) {
         return Err(Refusal::InvalidTarget);
     }
     if bytes.first() == Some(&b'/') {
@@ -518,6 +519,27 @@ pub fn is_valid_host(value: &[u8]) -> bool {
     // After an IP literal, only a port may follow.
     value.first() != Some(&b'[') || rest.first() == Some(&b':')
 }
+
+/// The bytes a request target may hold: RFC 3986's unreserved and reserved characters
+/// but `#`, and `%`; and `{`, `}`, `|` and `^`, which clients send unencoded (JSON in a
+/// query string) and common servers accept. Not `"`, `<`, `>`, `\\`, `` ` ``, spaces,
+/// controls or bytes past ASCII. Built at compile time.
+#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
+static TARGET_CHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let allowed = b"-._~:/?[]@!$&'()*+,;=%{}|^";
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let mut i = 0;
+    while i < allowed.len() {
+        table[allowed[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
 
 /// The bytes of a host name or IPv4 address and its port: letters, digits, `-`, `.`,
 /// `_` and `:`. Built at compile time, where an index out of range fails the build.

@@ -191,6 +191,8 @@ fn targets_are_origin_form_absolute_form_or_asterisk_for_options() {
     assert_eq!(target("GET HTTPS://public.test:8443 HTTP/1.1"), ok("/", "public.test:8443"));
     assert_eq!(target("GET http://public.test?q=1 HTTP/1.1"), ok("/?q=1", "public.test"));
     assert_eq!(target("OPTIONS * HTTP/1.1"), ok("*", "inner.test"));
+    let json = "/q?f={a:[1,2]}|x^y&p=%22%7B!$'()*+;=@~";
+    assert_eq!(target(&format!("GET {json} HTTP/1.1")), ok(json, "inner.test"));
     for bad in [
         "GET * HTTP/1.1",
         "GET public.test/p HTTP/1.1",
@@ -198,6 +200,10 @@ fn targets_are_origin_form_absolute_form_or_asterisk_for_options() {
         "GET http://user@public.test/ HTTP/1.1",
         "GET http:///p HTTP/1.1",
         "GET /a#frag HTTP/1.1",
+        "GET /?\" HTTP/1.1",
+        "GET /<script> HTTP/1.1",
+        "GET /a\\b HTTP/1.1",
+        "GET /a`b HTTP/1.1",
     ] {
         assert_eq!(target(bad), Err(Refusal::InvalidTarget), "{bad}");
     }

@@ -281,30 +281,22 @@ pub enum DownloadError {
     Upstream { error: io::Error, bytes: u64 },
 }
 
-/// The client side of a download: the head goes out with the first body bytes.
+/// The client side of a download: body bytes sent, and the pace it keeps.
 struct ToClient<'a> {
     stream: &'a TcpStream,
-    head: Option<&'a [u8]>,
     bytes: u64,
     pace: Pace,
 }
 
 impl ToClient<'_> {
-    async fn send(&mut self, body: &Parts<'_>) -> Result<(), WaitError> {
-        let mut all = Parts::new();
-        if let Some(head) = self.head {
-            all.push(head);
-        }
-        for part in body.as_slice() {
-            all.push(part);
-        }
+    /// Writes `parts`, of which the first `head` bytes are the response head.
+    async fn send(&mut self, parts: &Parts<'_>, head: usize) -> Result<(), WaitError> {
         let mut deadline = Deadline::after(self.pace.allowance());
-        let written = net::write_all_by(self.stream, all.as_slice(), &mut deadline).await;
+        let written = net::write_all_by(self.stream, parts.as_slice(), &mut deadline).await;
         charge(&mut self.pace, &deadline);
         written.map_err(|(_, e)| e)?;
-        self.head = None;
-        let n = body.bytes();
-        self.bytes = self.bytes.saturating_add(n);
+        let n = parts.bytes();
+        self.bytes = self.bytes.saturating_add(n.saturating_sub(head as u64));
         self.pace.moved(n);
         Ok(())
     }
@@ -332,18 +324,24 @@ pub async fn download(
     limits: &DownloadLimits,
 ) -> Result<Downloaded, DownloadError> {
     let pace = Pace::new(limits.pace, limits.client_stall);
-    let mut to = ToClient { stream: client, head: Some(head), bytes: 0, pace };
+    let mut to = ToClient { stream: client, bytes: 0, pace };
     let mut body = Relay::new(framing, out.is_chunked(framing));
+    // The head goes out with the first body bytes.
+    let mut head = Some(head);
     loop {
-        if !buf.is_empty() || to.head.is_some() {
+        if !buf.is_empty() || head.is_some() {
             let piece = body
                 .decode(buf.data_mut())
                 .map_err(|_| DownloadError::Upstream { error: invalid_data(), bytes: to.bytes })?;
             let mut size_line = [0; 18];
             let mut parts = Parts::new();
+            let head_len = head.map_or(0, <[u8]>::len);
+            if let Some(head) = head.take() {
+                parts.push(head);
+            }
             let payload = buf.data().get(..piece.payload).unwrap_or_default();
             body.frame(payload, piece.done, &mut size_line, &mut parts);
-            let sent = to.send(&parts).await;
+            let sent = to.send(&parts, head_len).await;
             buf.consume(piece.used);
             if let Err(error) = sent {
                 let remaining = body.remaining();
@@ -359,7 +357,7 @@ pub async fn download(
                     let mut parts = Parts::new();
                     parts.push(LAST_CHUNK);
                     parts.push(b"\r\n");
-                    let sent = to.send(&parts).await;
+                    let sent = to.send(&parts, 0).await;
                     sent.map_err(|error| DownloadError::Client {
                         error,
                         bytes: to.bytes,
