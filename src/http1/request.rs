@@ -522,7 +522,7 @@ pub fn is_valid_host(value: &[u8]) -> bool {
 
 /// The bytes a request target may hold: RFC 3986's unreserved and reserved characters
 /// but `#`, and `%`; and `{`, `}`, `|` and `^`, which clients send unencoded (JSON in a
-/// query string) and common servers accept. Not `"`, `<`, `>`, `\\`, `` ` ``, spaces,
+/// query string) and common servers accept. Not `"`, `<`, `>`, `\`, `` ` ``, spaces,
 /// controls or bytes past ASCII. Built at compile time.
 #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 static TARGET_CHAR: [bool; 256] = {
