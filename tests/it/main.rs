@@ -13,6 +13,8 @@ mod bodies;
 mod headers;
 // Smuggling attempts and request head limits, refused before the origin.
 mod framing;
+// Random and mutated requests through holdfast, checked against a reference parser.
+mod differential;
 // WebSocket and other upgrades, and what happens to their upstream connection.
 mod upgrade;
 // Upstream failures: 502 and 504 naming the backend, stalled bodies.
