@@ -6,8 +6,9 @@
 //! connection checks that the upstream connection holdfast pooled is still in step.
 //!
 //! Invariants, checked after every case:
-//! 1. The origin never sees a malformed stream: nothing its parser refuses, and no
-//!    request head with other than one `Host` line (RFC 9112, 3.2).
+//! 1. The origin never sees a malformed stream: nothing its parser refuses, no request
+//!    head with other than one `Host` line (RFC 9112, 3.2), and no trailer field that
+//!    frames or routes a message (RFC 9110, 6.5.1), which a parser may not check.
 //! 2. The origin never sees more requests than holdfast accepted: no request the
 //!    reference did not find in the same bytes (a smuggled one), and no more requests
 //!    than the case has request lines.
@@ -363,18 +364,20 @@ impl Backend {
     }
 }
 
-/// A `/__requests` line of the Node origin: the method, a space, the target in hex.
+/// A `/__requests` line of the Node origin: the method, the target in hex and the number
+/// of Host lines, separated by spaces.
 fn node_arrival(line: &str) -> Arrival {
-    let (method, hex) = line.split_once(' ').unwrap_or((line, ""));
+    let mut words = line.split(' ');
+    let method = words.next().unwrap_or("");
+    let hex = words.next().unwrap_or("");
+    let host_lines = words.next().and_then(|n| n.parse().ok()).unwrap_or(0);
     let bytes: Vec<u8> = (0..hex.len() / 2)
         .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
         .collect();
     // Node keeps a fragment that hyper's `Uri` drops: compare without it.
     let target = bytes.split(|b| *b == b'#').next().unwrap_or_default();
     let path = String::from_utf8_lossy(target).into_owned();
-    // Node checks Host itself and answers 400 to more than one; a request that got
-    // through had one.
-    Arrival { method: method.to_string(), path, host_lines: 1 }
+    Arrival { method: method.to_string(), path, host_lines }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -835,6 +838,14 @@ fn check(case: &Case, observed: &Observed) -> Vec<Violation> {
         let detail = format!("{} {} arrived with {} Host lines", a.method, a.path, a.host_lines);
         out.push(Violation::new(Invariant::OriginMalformed, key, detail));
     }
+    for r in &observed.replies {
+        let trailers = r.header("x-received-trailers").unwrap_or("").split(',');
+        for name in trailers.filter(|n| FRAMING_FIELDS.contains(n)) {
+            let key = format!("origin got a {name} trailer");
+            let detail = format!("the origin got a {name} field after a chunked body");
+            out.push(Violation::new(Invariant::OriginMalformed, key, detail));
+        }
+    }
     // 2
     let mut reference = observed.reference.clone();
     for a in &seen {
@@ -922,6 +933,9 @@ fn check(case: &Case, observed: &Observed) -> Vec<Violation> {
     out.sort_by_key(|v| v.invariant);
     out
 }
+
+/// Fields that frame or route a message: never valid as trailers (RFC 9110, 6.5.1).
+const FRAMING_FIELDS: [&str; 3] = ["content-length", "transfer-encoding", "host"];
 
 /// Whether `bytes` hold a complete request head: after any empty lines before it, a line
 /// end followed by an empty line.
