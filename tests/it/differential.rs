@@ -144,6 +144,16 @@ fn responses_are_read_leniently() {
 }
 
 #[test]
+fn targets_compare_without_scheme_authority_and_fragment() {
+    assert_eq!(comparable("/a?b"), "/a?b");
+    assert_eq!(comparable("http://h.test/a?b#f"), "/a?b");
+    assert_eq!(comparable("HTTt://H/a"), "/a");
+    assert_eq!(comparable("http://h?q=1"), "/?q=1");
+    assert_eq!(comparable("http://h"), "/");
+    assert_eq!(comparable("*"), "*");
+}
+
+#[test]
 fn a_complete_head_ends_in_an_empty_line() {
     assert!(has_complete_head(b"\r\nGET / HTTP/1.1\r\n\r\n"));
     assert!(has_complete_head(b"GET / HTTP/1.1\nHost: a\n\n"));
@@ -267,7 +277,7 @@ enum Backend {
 #[derive(Debug, Clone)]
 struct Arrival {
     method: String,
-    /// Path and query, as [`path_of`] gives them.
+    /// Path and query, as [`comparable`] gives them.
     path: String,
     host_lines: usize,
 }
@@ -276,16 +286,33 @@ impl Arrival {
     fn of(req: &RecordedRequest) -> Arrival {
         Arrival {
             method: req.method.to_string(),
-            path: path_of(&req.uri),
+            // As the origin's `x-path` has it: `/` for a target without a path.
+            path: comparable(req.uri.path_and_query().map_or("/", |p| p.as_str())),
             host_lines: req.headers.get_all(http::header::HOST).iter().count(),
         }
     }
 }
 
-/// A request's path and query, or `/` for a target without a path (as the origin's
-/// `x-path` has it).
-fn path_of(uri: &http::Uri) -> String {
-    uri.path_and_query().map_or("/", |p| p.as_str()).to_string()
+/// A request target as the origins can be compared on it: path and query, without a
+/// scheme and authority, without a fragment, `/` for an empty path. hyper's `Uri` and
+/// Node's `url` tell the same target apart in these ways only.
+fn comparable(target: &str) -> String {
+    let target = target.split('#').next().unwrap_or(target);
+    let scheme_end = target.find("://").filter(|at| {
+        target[..*at].bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    });
+    let rest = match scheme_end {
+        Some(at) => {
+            let after = &target[at + 3..];
+            after.find(['/', '?']).map_or("", |path| &after[path..])
+        }
+        None => target,
+    };
+    match rest {
+        "" => "/".to_string(),
+        query if query.starts_with('?') => format!("/{query}"),
+        path => path.to_string(),
+    }
 }
 
 /// What the origin saw since the last look.
@@ -374,9 +401,7 @@ fn node_arrival(line: &str) -> Arrival {
     let bytes: Vec<u8> = (0..hex.len() / 2)
         .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
         .collect();
-    // Node keeps a fragment that hyper's `Uri` drops: compare without it.
-    let target = bytes.split(|b| *b == b'#').next().unwrap_or_default();
-    let path = String::from_utf8_lossy(target).into_owned();
+    let path = comparable(&String::from_utf8_lossy(&bytes));
     Arrival { method: method.to_string(), path, host_lines }
 }
 
@@ -854,11 +879,17 @@ fn check(case: &Case, observed: &Observed) -> Vec<Violation> {
                 reference.remove(i);
             }
             None => {
-                let why = observed.reference_refused.first().map_or("", |e| error_kind_ref(e));
-                let key = if a.path.contains("smuggled") {
-                    "a request from inside a body reached the origin".to_string()
-                } else {
-                    format!("the origin got a request the reference refused ({why})")
+                let key = match observed.reference_refused.first() {
+                    _ if a.path.contains("smuggled") => {
+                        "a request from inside a body reached the origin".to_string()
+                    }
+                    Some(why) => {
+                        format!(
+                            "the origin got a request the reference refused ({})",
+                            error_kind(why)
+                        )
+                    }
+                    None => "the origin got a target other than the reference read".to_string(),
                 };
                 let detail = format!(
                     "{} {} reached the origin; the reference found {:?} and refused {:?}",
@@ -901,8 +932,7 @@ fn check(case: &Case, observed: &Observed) -> Vec<Violation> {
         out.push(Violation::new(Invariant::TooManyRequests, "honest sent twice", detail));
     }
     for r in &observed.replies {
-        // Node echoes a fragment that hyper's `Uri` and so `seen` leave out.
-        let path = r.header("x-path").map(|p| p.split('#').next().unwrap_or(p));
+        let path = r.header("x-path").map(comparable);
         if let Some(p) = path.filter(|p| !seen.iter().any(|a| a.path == *p)) {
             let detail = format!("the case's connection got a response for {p:?}");
             out.push(Violation::new(Invariant::WrongResponse, "case got another's", detail));
@@ -928,7 +958,9 @@ fn check(case: &Case, observed: &Observed) -> Vec<Violation> {
     }
     // 5
     for p in &observed.panics {
-        out.push(Violation::new(Invariant::Panic, format!("panic {}", digits_out(p)), p.clone()));
+        // `MESSAGE at FILE:LINE:COLUMN`: the place names the panic, the message varies.
+        let place = p.rsplit_once(" at ").map_or(p.as_str(), |(_, place)| place);
+        out.push(Violation::new(Invariant::Panic, format!("panic at {place}"), p.clone()));
     }
     out.sort_by_key(|v| v.invariant);
     out
@@ -953,16 +985,13 @@ fn is_method_refusal(error: &str) -> bool {
 /// What kind of error an origin's error text names: without the request's path or the
 /// bytes it stopped at, and without numbers.
 fn error_kind(text: &str) -> String {
-    digits_out(error_kind_ref(text))
-}
-
-fn error_kind_ref(text: &str) -> &str {
-    if let Some(rest) = text.strip_prefix("request body of ") {
+    let kind = match text.strip_prefix("request body of ") {
         // `request body of PATH: error`: the path is the case's, not the kind's.
-        return rest.split_once(": ").map_or(rest, |(_, error)| error);
-    }
-    // Node's `CODE reason at "bytes"`.
-    text.split_once(" at \"").map_or(text, |(kind, _)| kind)
+        Some(rest) => rest.split_once(": ").map_or(rest, |(_, error)| error),
+        // Node's `CODE reason at "bytes"`.
+        None => text.split_once(" at \"").map_or(text, |(kind, _)| kind),
+    };
+    digits_out(kind)
 }
 
 /// `text` with runs of digits (lengths, ports, case numbers) replaced by `N`, so failures
