@@ -17,6 +17,8 @@ mod framing;
 mod poisoning;
 // Request body limits: client_max_body (413) and the pace a client must keep a body at.
 mod body_limits;
+// Random and mutated requests through holdfast, checked against a reference parser.
+mod differential;
 // WebSocket and other upgrades, and what happens to their upstream connection.
 mod upgrade;
 // Upstream failures: 502 and 504 naming the backend, stalled bodies.

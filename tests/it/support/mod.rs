@@ -1,11 +1,12 @@
 //! Shared test machinery: a counting origin, holdfast started in-process or as a child
-//! process, raw and keep-alive clients, and bounded waiting.
+//! process, raw and keep-alive clients, generated request cases, and bounded waiting.
 //!
 //! Nothing here sleeps for a fixed time to let something happen: waits poll a condition
 //! against a deadline, and every network operation has a deadline of its own, so a broken
 //! proxy fails a test instead of hanging it.
 
 pub mod client;
+pub mod fuzz;
 pub mod load;
 pub mod node;
 pub mod origin;

@@ -96,6 +96,15 @@ impl NodeOrigin {
             .unwrap_or_else(|| panic!("node stats are not a flat JSON object: {}", reply.text()))
     }
 
+    /// The body of `GET path`, asked directly on a connection of its own (for scripts
+    /// that list what they saw as text).
+    pub async fn text(&self, path: &str) -> String {
+        let mut client = HttpClient::connect(self.addr).await;
+        let reply = client.get(path).await;
+        assert_eq!(reply.status, StatusCode::OK, "node {path}: {}", reply.text());
+        reply.text()
+    }
+
     /// What the script has written to stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()

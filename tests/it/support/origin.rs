@@ -24,12 +24,19 @@
 //! Every response except an upgrade's carries `x-received-bytes` and `x-received-fnv`
 //! (FNV-1a) of the request body, and every one carries `x-path` (the request's path and
 //! query) and `x-origin` (the origin's address), so tests can match responses to
-//! requests and to the origin that served them.
+//! requests and to the origin that served them. The echo route also says which trailers
+//! came after a chunked body, in `x-received-trailers` (names, lowercase, comma-separated).
+//!
+//! [`Origin::malformed`] counts what hyper refused as malformed on the way in, and
+//! [`Origin::malformed_errors_since`] says why: a request head it could not parse, or a
+//! request body whose framing it could not decode. A body cut short by the peer closing
+//! the connection is not malformed: that is how a proxy abandons an upload.
 //!
 //! [`Origin::kill`] stops it the way a crashed process stops: the listener closes and
 //! every open connection is dropped at once.
 
 use std::convert::Infallible;
+use std::error::Error as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -67,6 +74,9 @@ pub struct OriginOptions {
     pub idle_close: Option<Duration>,
     /// Wait this long before answering every request (a slow server).
     pub delay: Option<Duration>,
+    /// Answer the requests already received when the peer shuts down its sending side,
+    /// instead of taking that for the peer going away (hyper's `half_close`).
+    pub half_close: bool,
 }
 
 /// One request head as the origin received it.
@@ -97,6 +107,8 @@ struct State {
     requests: Mutex<Vec<RecordedRequest>>,
     /// Paths (with query) of requests whose body the origin read to its end.
     completed: Mutex<Vec<String>>,
+    /// hyper's errors for request heads and bodies it could not parse, in order.
+    malformed: Mutex<Vec<String>>,
 }
 
 /// A running origin; stops accepting when dropped.
@@ -167,6 +179,12 @@ impl Origin {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// Every request head received since the last call, in arrival order; they are
+    /// forgotten (so a long run keeps little), and [`Origin::requests`] no longer has them.
+    pub fn take_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut *self.state.requests.lock().unwrap())
+    }
+
     /// Request heads received so far.
     pub fn request_count(&self) -> usize {
         self.state.requests.lock().unwrap().len()
@@ -181,6 +199,52 @@ impl Origin {
     pub fn completed(&self) -> Vec<String> {
         self.state.completed.lock().unwrap().clone()
     }
+
+    /// How many times hyper refused what arrived as malformed: a connection that ended
+    /// with a parse error, or a request body that failed to decode.
+    pub fn malformed(&self) -> usize {
+        self.state.malformed.lock().unwrap().len()
+    }
+
+    /// hyper's error for each malformed arrival after the first `from`, in order.
+    pub fn malformed_errors_since(&self, from: usize) -> Vec<String> {
+        self.state.malformed.lock().unwrap().get(from..).unwrap_or_default().to_vec()
+    }
+}
+
+/// Whether a connection's error means the bytes on it were not valid HTTP/1.1.
+fn is_parse_error(e: &hyper::Error) -> bool {
+    e.is_parse() || e.is_parse_too_large() || e.is_parse_status()
+}
+
+/// An error and its sources, `: `-separated.
+fn chain(e: &hyper::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    // Bounded by the length of the error's source chain.
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Whether a request body's error means its framing could not be decoded (a bad chunk
+/// size line or trailer), as opposed to the peer closing before it ended.
+fn is_body_decode_error(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return false;
+    }
+    let mut source = e.source();
+    // Bounded by the length of the error's source chain.
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return matches!(io.kind(), io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData);
+        }
+        source = cause.source();
+    }
+    false
 }
 
 async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOptions) {
@@ -197,13 +261,22 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOp
         if let Some(idle) = options.idle_close {
             http.timer(TokioTimer::new()).header_read_timeout(idle);
         }
+        http.half_close(options.half_close);
         let mut killed = state.killed.subscribe();
         let delay = options.delay;
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(req, Arc::clone(&state), delay));
+            let service_state = Arc::clone(&state);
+            let service = service_fn(move |req| handle(req, Arc::clone(&service_state), delay));
             let serve = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
             tokio::select! {
-                _ = serve => {}
+                served = serve => {
+                    if let Err(e) = served {
+                        if is_parse_error(&e) {
+                            let error = format!("request head: {}", chain(&e));
+                            state.malformed.lock().unwrap().push(error);
+                        }
+                    }
+                }
                 _ = killed.wait_for(|k| *k) => {}
             }
         });
@@ -244,11 +317,24 @@ async fn handle(
     let mut body = req.into_body();
     let mut received = 0u64;
     let mut fnv = Fnv::default();
+    let mut trailers: Vec<String> = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(io::Error::other)?;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => {
+                if is_body_decode_error(&e) {
+                    let error = format!("request body of {path}: {}", chain(&e));
+                    state.malformed.lock().unwrap().push(error);
+                }
+                return Err(io::Error::other(e));
+            }
+        };
         if let Some(data) = frame.data_ref() {
             received += data.len() as u64;
             fnv.update(data);
+        }
+        if let Some(fields) = frame.trailers_ref() {
+            trailers.extend(fields.keys().map(|name| name.as_str().to_string()));
         }
     }
     state.completed.lock().unwrap().push(path.clone());
@@ -294,7 +380,12 @@ async fn handle(
             resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             resp
         }
-        _ => Response::new(Full::new(Bytes::from(echo)).boxed()),
+        _ => {
+            let mut resp = Response::new(Full::new(Bytes::from(echo)).boxed());
+            let names = HeaderValue::try_from(trailers.join(",")).expect("names are header text");
+            resp.headers_mut().insert("x-received-trailers", names);
+            resp
+        }
     };
     let h = resp.headers_mut();
     h.insert("x-received-bytes", HeaderValue::from(received));
