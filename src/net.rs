@@ -369,25 +369,57 @@ pub async fn write_all(
 
 /// Writes all of `parts` to `stream` (vectored), waiting for room until `deadline`.
 /// Returns how many bytes went out before an error, with it.
+///
+/// What the socket takes at once is written without a wait; only a socket that is full
+/// sends the rest through a future of its own, on the heap, so the exchanges that await
+/// this carry no wait state in the common case.
 pub async fn write_all_by(
     stream: &TcpStream,
     parts: &[&[u8]],
     deadline: &mut Deadline<'_>,
 ) -> Result<(), (u64, WaitError)> {
     let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
-    let mut written = 0usize;
+    let written = write_now(stream, parts, 0).map_err(|(n, e)| (n as u64, WaitError::Io(e)))?;
+    if written >= total {
+        return Ok(());
+    }
+    Box::pin(write_rest(stream, parts, written, total, deadline)).await
+}
+
+/// Writes what the socket takes now of `parts`, from byte `written` on: how far it got,
+/// or how far it got before an error.
+fn write_now(
+    stream: &TcpStream,
+    parts: &[&[u8]],
+    mut written: usize,
+) -> Result<usize, (usize, io::Error)> {
+    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
     while written < total {
         match try_write_from(stream, parts, written) {
             Ok(n) => written = written.saturating_add(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match wait(stream.writable(), deadline).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => return Err((written as u64, WaitError::Io(e))),
-                    Err(e) => return Err((written as u64, e)),
-                }
-            }
-            Err(e) => return Err((written as u64, WaitError::Io(e))),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err((written, e)),
         }
+    }
+    Ok(written)
+}
+
+/// Writes `parts` from byte `written` to `total`, waiting for room until `deadline`.
+async fn write_rest(
+    stream: &TcpStream,
+    parts: &[&[u8]],
+    mut written: usize,
+    total: usize,
+    deadline: &mut Deadline<'_>,
+) -> Result<(), (u64, WaitError)> {
+    while written < total {
+        match wait(stream.writable(), deadline).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err((written as u64, WaitError::Io(e))),
+            Err(e) => return Err((written as u64, e)),
+        }
+        written =
+            write_now(stream, parts, written).map_err(|(n, e)| (n as u64, WaitError::Io(e)))?;
     }
     Ok(())
 }

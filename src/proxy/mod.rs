@@ -261,7 +261,9 @@ impl Proxy {
             self.send(&mut out, head, &mut client, &mut upstream_buf, &mut response_head).await;
         let done = match sent {
             Ok(sent) => self.respond(out, sent, &response_head, client, &mut upstream_buf).await,
-            Err(e) => self.answer_error(out, e, client.stream).await,
+            // Boxed, as the upgrade below: a rare path's state would otherwise make every
+            // exchange's (boxed per request) larger.
+            Err(e) => Box::pin(self.answer_error(out, e, client.stream)).await,
         };
         upstream_buf.release();
         net::recycle(response_head);
@@ -631,7 +633,7 @@ impl Proxy {
         let (header, now) = out.trace.response_head(start.status);
         out.backend().observe(start.status, header, now);
         if start.connection == ConnectionOut::Upgrade {
-            return self.switch(out, lease, response_head, client, upstream_buf).await;
+            return Box::pin(self.switch(out, lease, response_head, client, upstream_buf)).await;
         }
         lease.limit_by_server(start.limits);
         let reusable = start.reusable && upload == Upload::Complete;
