@@ -523,54 +523,31 @@ pub fn is_valid_host(value: &[u8]) -> bool {
 /// The bytes a request target may hold: RFC 3986's unreserved and reserved characters
 /// but `#`, and `%`; and `{`, `}`, `|` and `^`, which clients send unencoded (JSON in a
 /// query string) and common servers accept. Not `"`, `<`, `>`, `\`, `` ` ``, spaces,
-/// controls or bytes past ASCII. Built at compile time.
+/// controls or bytes past ASCII.
+static TARGET_CHAR: [bool; 256] = byte_table(b"-._~:/?[]@!$&'()*+,;=%{}|^");
+
+/// The bytes of a host name or IPv4 address and its port: letters, digits, `-`, `.`,
+/// `_` and `:`.
+static PLAIN_HOST: [bool; 256] = byte_table(b"-._:");
+
+/// The bytes a reg-name may hold besides percent-encodings: unreserved characters and
+/// sub-delims.
+static REG_NAME: [bool; 256] = byte_table(b"-._~!$&'()*+,;=");
+
+/// A table of the bytes that are letters, digits or in `extra`, for the statics above:
+/// built at compile time, with indexes below 256.
 #[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
-static TARGET_CHAR: [bool; 256] = {
+const fn byte_table(extra: &[u8]) -> [bool; 256] {
     let mut table = [false; 256];
-    let allowed = b"-._~:/?[]@!$&'()*+,;=%{}|^";
     let mut b = 0;
     while b < 256 {
         table[b] = (b as u8).is_ascii_alphanumeric();
         b += 1;
     }
     let mut i = 0;
-    while i < allowed.len() {
-        table[allowed[i] as usize] = true;
+    while i < extra.len() {
+        table[extra[i] as usize] = true;
         i += 1;
     }
     table
-};
-
-/// The bytes of a host name or IPv4 address and its port: letters, digits, `-`, `.`,
-/// `_` and `:`. Built at compile time, where an index out of range fails the build.
-#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
-static PLAIN_HOST: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric() || c == b'-' || c == b'.' || c == b'_' || c == b':';
-        b += 1;
-    }
-    table
-};
-
-/// The bytes a reg-name may hold besides percent-encodings: unreserved characters and
-/// sub-delims. Built at compile time, where an index out of range fails the build.
-#[allow(clippy::indexing_slicing, clippy::arithmetic_side_effects)]
-static REG_NAME: [bool; 256] = {
-    let mut table = [false; 256];
-    let allowed = b"-._~!$&'()*+,;=";
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric();
-        b += 1;
-    }
-    let mut i = 0;
-    while i < allowed.len() {
-        table[allowed[i] as usize] = true;
-        i += 1;
-    }
-    table
-};
+}

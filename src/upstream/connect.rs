@@ -69,26 +69,9 @@ impl UpstreamConn {
     /// connections). A FIN already received is caught here; one still in flight is
     /// the race `proxy::retry` handles.
     pub fn probe(&self) -> bool {
-        quiet(&self.stream)
+        let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+        nothing_arrived(SockRef::from(&self.stream).peek(&mut byte))
     }
-}
-
-/// Whether nothing is waiting to be read on `stream`, neither bytes nor an end of
-/// stream nor an error: `poll` with a zero timeout, which the kernel answers from the
-/// socket's state without taking its lock (cheaper than a peek).
-#[cfg(target_os = "linux")]
-fn quiet(stream: &TcpStream) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
-}
-
-/// Whether nothing is waiting to be read on `stream`: a non-blocking peek.
-#[cfg(not(target_os = "linux"))]
-fn quiet(stream: &TcpStream) -> bool {
-    let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-    nothing_arrived(SockRef::from(stream).peek(&mut byte))
 }
 
 /// Whether a peek at an idle connection found it open: no end of stream and no bytes

@@ -16,6 +16,21 @@ fn limited(origin: &Origin, max_body: u64) -> holdfast::Config {
     config
 }
 
+/// A client gets half a second of waiting in hand, refilled at 1000 bytes/s.
+fn paced(origin: &Origin) -> holdfast::Config {
+    let mut config = config_for(origin);
+    config.timeouts.client_body = Duration::from_millis(500);
+    config.client_limits.body_min_bytes_per_second = 1000;
+    config
+}
+
+/// Waits until holdfast has given up on the upload's upstream connection, and checks
+/// the origin never got the whole request.
+async fn assert_upload_cut(origin: &Origin) {
+    wait_until("the upstream connection is closed", DEADLINE, || origin.closed() == 1).await;
+    assert!(origin.completed().is_empty(), "{:?}", origin.completed());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn body_over_client_max_body_gets_413_before_the_origin_sees_it() {
     let origin = Origin::start().await;
@@ -44,8 +59,7 @@ async fn chunked_body_growing_past_client_max_body_gets_413_and_never_completes(
     let resp = client.response_then_close().await.expect("a 413");
     assert_eq!(resp.status, 413, "{}", resp.body_text());
     // The head went up before the body grew too large; the body never completed.
-    wait_until("the origin sees the upload cut", DEADLINE, || origin.closed() == 1).await;
-    assert!(origin.completed().is_empty());
+    assert_upload_cut(&origin).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,10 +89,7 @@ async fn a_trickling_upload_is_cut_after_its_head_start_with_408() {
     // #13: timeouts applied per read, so a byte every 59 s held a client connection and
     // an upstream connection forever.
     let origin = Origin::start().await;
-    let mut config = config_for(&origin);
-    config.timeouts.client_body = Duration::from_millis(500);
-    config.client_limits.body_min_bytes_per_second = 1000;
-    let proxy = Proxy::start(config).await;
+    let proxy = Proxy::start(paced(&origin)).await;
     let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
     stream
         .write_all(b"POST /trickle HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
@@ -97,17 +108,13 @@ async fn a_trickling_upload_is_cut_after_its_head_start_with_408() {
     let mut client = crate::support::RawClient::from_stream(stream);
     let resp = client.response_then_close().await.expect("a 408");
     assert_eq!(resp.status, 408, "{}", resp.body_text());
-    wait_until("the upstream connection is closed", DEADLINE, || origin.closed() == 1).await;
-    assert!(origin.completed().is_empty());
+    assert_upload_cut(&origin).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_does_not_read_its_response_is_cut_after_its_head_start() {
     let origin = Origin::start().await;
-    let mut config = config_for(&origin);
-    config.timeouts.client_body = Duration::from_millis(500);
-    config.client_limits.body_min_bytes_per_second = 1000;
-    let proxy = Proxy::start(config).await;
+    let proxy = Proxy::start(paced(&origin)).await;
     let mut stream = TcpStream::connect(proxy.addr()).await.unwrap();
     // 64 MB: far more than the socket buffers hold, so holdfast has to wait on the
     // client, which never reads.

@@ -1,106 +1,27 @@
-//! Origins that misframe responses or send bytes nobody asked for: the client gets
+//! Origins that misframe responses or send bytes nobody asked for (a [`RawOrigin`]
+//! sends what no library would): the client gets
 //! framing holdfast wrote, and a pooled connection with unread bytes is never reused,
 //! so one client's response never reaches another (response queue poisoning).
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpListener;
 
-use crate::support::{config_to, group_config, wait_until, within_for, Proxy, DEADLINE};
-
-/// What a scripted origin sends for one request: a response, and maybe more bytes a
-/// while after it.
-struct Answer {
-    now: &'static [u8],
-    later: Option<(Duration, &'static [u8])>,
-}
-
-/// An origin that reads request heads (no bodies) and answers each as `script` says
-/// for its request line.
-struct Scripted {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    /// How many of the `later` writes have gone out.
-    late: Arc<AtomicUsize>,
-    accept: JoinHandle<()>,
-}
-
-impl Drop for Scripted {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-impl Scripted {
-    async fn start(script: fn(&str) -> Answer) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let late = Arc::new(AtomicUsize::new(0));
-        let (count, written) = (Arc::clone(&accepted), Arc::clone(&late));
-        let accept = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(answer(stream, script, Arc::clone(&written)));
-            }
-        });
-        Scripted { addr, accepted, late, accept }
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    fn late(&self) -> usize {
-        self.late.load(Ordering::SeqCst)
-    }
-}
-
-async fn answer(mut stream: TcpStream, script: fn(&str) -> Answer, late: Arc<AtomicUsize>) {
-    let mut pending = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => pending.extend_from_slice(&chunk[..n]),
-        }
-        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head: Vec<u8> = pending.drain(..end + 4).collect();
-            let line = String::from_utf8_lossy(&head);
-            let answer = script(line.lines().next().unwrap_or(""));
-            if stream.write_all(answer.now).await.is_err() {
-                return;
-            }
-            if let Some((delay, bytes)) = answer.later {
-                tokio::time::sleep(delay).await;
-                if stream.write_all(bytes).await.is_err() {
-                    return;
-                }
-                late.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-    }
-}
+use crate::support::{
+    config_to, group_config, wait_until, within_for, Proxy, RawAnswer, RawOrigin, DEADLINE,
+};
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stray_response_after_a_real_one_never_reaches_the_next_request() {
     // 30 ms after each real response, a whole second response nobody asked for.
-    let origin = Scripted::start(|_| Answer {
-        now: OK,
-        later: Some((
-            Duration::from_millis(30),
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray",
-        )),
-    })
-    .await;
-    let proxy = Proxy::start(config_to(origin.addr)).await;
+    let stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray";
+    let origin = RawOrigin::start_with_later(OK, Some((Duration::from_millis(30), stray))).await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
     for i in 0..3 {
         client.send(format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n")).await;
@@ -117,18 +38,18 @@ async fn a_stray_response_after_a_real_one_never_reaches_the_next_request() {
 async fn a_late_body_after_a_response_to_head_never_reaches_the_next_request() {
     // A response to HEAD has no body; this origin sends one anyway, 30 ms later, shaped
     // like a response.
-    let origin = Scripted::start(|line| match line.starts_with("HEAD") {
-        true => Answer {
-            now: b"HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n",
+    let origin = RawOrigin::scripted(|line| match line.starts_with("HEAD") {
+        true => RawAnswer {
             later: Some((
                 Duration::from_millis(30),
                 b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON",
             )),
+            ..RawAnswer::of(b"HTTP/1.1 200 OK\r\nContent-Length: 44\r\n\r\n")
         },
-        false => Answer { now: OK, later: None },
+        false => RawAnswer::of(OK),
     })
     .await;
-    let proxy = Proxy::start(config_to(origin.addr)).await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
     client.send("HEAD /h HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let head = client.head_response().await;
@@ -144,12 +65,11 @@ async fn a_late_body_after_a_response_to_head_never_reaches_the_next_request() {
 async fn origin_connection_header_naming_content_length_does_not_strip_the_framing() {
     // #13: the origin's `Connection: content-length` removed the response's framing while
     // the client connection stayed open.
-    let origin = Scripted::start(|_| Answer {
-        now: b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
-        later: None,
-    })
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
+    )
     .await;
-    let proxy = Proxy::start(config_to(origin.addr)).await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
     for i in 0..2 {
         client.send(format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n")).await;
@@ -162,12 +82,8 @@ async fn origin_connection_header_naming_content_length_does_not_strip_the_frami
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_content_response_loses_its_content_length() {
     // #13: a 204 kept its Content-Length (RFC 9110, 8.6: a 204 must not have one).
-    let origin = Scripted::start(|_| Answer {
-        now: b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
-        later: None,
-    })
-    .await;
-    let proxy = Proxy::start(config_to(origin.addr)).await;
+    let origin = RawOrigin::start(b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n").await;
+    let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
     for i in 0..2 {
         client.send(format!("DELETE /{i} HTTP/1.1\r\nHost: a\r\n\r\n")).await;
@@ -180,14 +96,13 @@ async fn no_content_response_loses_its_content_length() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_check_answered_with_101_does_not_pool_the_connection() {
     // #13: a check returned its connection to the pool after a switch of protocols.
-    let origin = Scripted::start(|_| Answer {
-        now: b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n",
-        later: None,
-    })
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n",
+    )
     .await;
     let extra =
         "[upstream.app.health_check]\npath = \"/ws\"\ninterval = \"50ms\"\nexpect_status = 101\n";
-    let proxy = Proxy::start(group_config(&[origin.addr], extra)).await;
+    let proxy = Proxy::start(group_config(&[origin.addr()], extra)).await;
     wait_until("three checks, each on its own connection", DEADLINE, || origin.accepted() >= 3)
         .await;
     assert_eq!(proxy.pool().idle, 0);

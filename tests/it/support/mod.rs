@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
 pub use load::Load;
-pub use origin::{Origin, OriginOptions, RawOrigin};
+pub use origin::{Origin, OriginOptions, RawAnswer, RawOrigin};
 pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};
 pub use tap::Tap;

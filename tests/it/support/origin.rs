@@ -535,11 +535,32 @@ impl AsyncWrite for Counted {
     }
 }
 
-/// A hand-written origin: answers every request head (requests must have no body) with
-/// the same bytes, on as many keep-alive connections as it is given.
+/// What a [`RawOrigin`] sends for one request head: a response, maybe more bytes a
+/// while after it, and whether it then closes the connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RawAnswer {
+    pub now: &'static [u8],
+    pub later: Option<(Duration, &'static [u8])>,
+    pub close: bool,
+}
+
+impl RawAnswer {
+    pub fn of(now: &'static [u8]) -> RawAnswer {
+        RawAnswer { now, later: None, close: false }
+    }
+}
+
+/// How a [`RawOrigin`] answers a request head, given its request line.
+type Script = Arc<dyn Fn(&str) -> RawAnswer + Send + Sync>;
+
+/// A hand-written origin: reads request heads (requests must have no body) and answers
+/// each as its script says, on as many keep-alive connections as it is given; for
+/// responses hyper would not send.
 pub struct RawOrigin {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
+    /// How many of the answers' `later` writes have gone out.
+    late: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
@@ -550,14 +571,15 @@ impl Drop for RawOrigin {
 }
 
 impl RawOrigin {
+    /// Answers every request head with `response`.
     pub async fn start(response: &'static [u8]) -> RawOrigin {
-        RawOrigin::start_with_later(response, None).await
+        RawOrigin::scripted(move |_| RawAnswer::of(response)).await
     }
 
     /// Like [`RawOrigin::start`], and the connection is closed after each response,
     /// which ends a body that has no length.
     pub async fn start_closing(response: &'static [u8]) -> RawOrigin {
-        RawOrigin::serve(response, None, true).await
+        RawOrigin::scripted(move |_| RawAnswer { close: true, ..RawAnswer::of(response) }).await
     }
 
     /// Like [`RawOrigin::start`], and `later.1` is written `later.0` after each
@@ -566,25 +588,24 @@ impl RawOrigin {
         response: &'static [u8],
         later: Option<(Duration, &'static [u8])>,
     ) -> RawOrigin {
-        RawOrigin::serve(response, later, false).await
+        RawOrigin::scripted(move |_| RawAnswer { later, ..RawAnswer::of(response) }).await
     }
 
-    async fn serve(
-        response: &'static [u8],
-        later: Option<(Duration, &'static [u8])>,
-        close: bool,
-    ) -> RawOrigin {
+    /// Answers each request head as `script` says for its request line.
+    pub async fn scripted(script: impl Fn(&str) -> RawAnswer + Send + Sync + 'static) -> RawOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind raw origin");
         let addr = listener.local_addr().expect("raw origin addr");
         let accepted = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&accepted);
+        let late = Arc::new(AtomicUsize::new(0));
+        let script: Script = Arc::new(script);
+        let (count, written) = (Arc::clone(&accepted), Arc::clone(&late));
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(answer_heads(stream, response, later, close));
+                tokio::spawn(answer_heads(stream, Arc::clone(&script), Arc::clone(&written)));
             }
         });
-        RawOrigin { addr, accepted, accept }
+        RawOrigin { addr, accepted, late, accept }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -594,16 +615,16 @@ impl RawOrigin {
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
     }
+
+    /// How many `later` writes have gone out.
+    pub fn late(&self) -> usize {
+        self.late.load(Ordering::SeqCst)
+    }
 }
 
-/// Writes `response` for each request head read (and `later`'s bytes after its delay);
-/// ends when the peer closes, or after the first response if `close`.
-async fn answer_heads(
-    mut stream: TcpStream,
-    response: &'static [u8],
-    later: Option<(Duration, &'static [u8])>,
-    close: bool,
-) {
+/// Answers each request head read as `script` says; ends when the peer closes, or
+/// after an answer that closes.
+async fn answer_heads(mut stream: TcpStream, script: Script, late: Arc<AtomicUsize>) {
     let mut pending = Vec::new();
     let mut chunk = [0u8; 4096];
     // Each round reads at least one byte or ends.
@@ -613,15 +634,18 @@ async fn answer_heads(
             Ok(n) => pending.extend_from_slice(&chunk[..n]),
         }
         while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-            pending.drain(..end + 4);
-            if stream.write_all(response).await.is_err() || close {
+            let head: Vec<u8> = pending.drain(..end + 4).collect();
+            let head = String::from_utf8_lossy(&head);
+            let answer = script(head.lines().next().unwrap_or(""));
+            if stream.write_all(answer.now).await.is_err() || answer.close {
                 return;
             }
-            if let Some((delay, bytes)) = later {
+            if let Some((delay, bytes)) = answer.later {
                 tokio::time::sleep(delay).await;
                 if stream.write_all(bytes).await.is_err() {
                     return;
                 }
+                late.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
