@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, ConnectionOut, PeerText};
-use crate::http1::head::{self, HeadScan, Look, Scan};
+use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
@@ -236,14 +236,7 @@ impl Conn {
             Look::First | Look::Complete => request::parse(data, storage, &limits)?,
         };
         let Some(req) = parsed else {
-            // The scan finds the empty line that ends a head where the parser wanted
-            // more: the two disagree, so the head is not one to forward.
-            let scanned = match look {
-                Look::First => self.scan.scan(data),
-                Look::Complete => Scan::Complete(data.len()),
-                Look::Wait => Scan::Partial,
-            };
-            if scanned != Scan::Partial {
+            if !self.scan.agrees_incomplete(look, data) {
                 return Err(Refusal::Malformed);
             }
             request::check_partial(data, self.scan.first_line(), &limits)?;

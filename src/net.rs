@@ -250,11 +250,6 @@ impl Deadline<'_> {
         Deadline { span, at: None, timer: None }
     }
 
-    /// At `at`.
-    pub fn at(at: Instant) -> Deadline<'static> {
-        Deadline { span: Duration::ZERO, at: Some(at), timer: None }
-    }
-
     /// At `at`, measured by the connection's `timer`.
     pub fn on(timer: &mut Timer, at: Instant) -> Deadline<'_> {
         Deadline { span: Duration::ZERO, at: Some(at), timer: Some(timer) }

@@ -93,9 +93,21 @@ impl HeadScan {
         self.first_line
     }
 
-    /// Bytes looked at so far (for tests of the linear bound).
-    pub fn scanned(&self) -> usize {
+    /// Bytes looked at so far, for the tests of the linear bound.
+    #[cfg(test)]
+    pub(crate) fn scanned(&self) -> usize {
         self.scanned
+    }
+
+    /// After the parser found the head at the start of `buf` incomplete on `look`:
+    /// whether the scan agrees. Where it finds the empty line that ends a head, the two
+    /// disagree, and the head is not one to pass on.
+    pub fn agrees_incomplete(&mut self, look: Look, buf: &[u8]) -> bool {
+        match look {
+            Look::First => self.scan(buf) == Scan::Partial,
+            Look::Complete => false,
+            Look::Wait => true,
+        }
     }
 
     /// Whether nothing of the head has been looked at yet.

@@ -8,7 +8,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::head::{HeadScan, Look, Scan};
+use super::head::{HeadScan, Look};
 use super::{Codings, ConnectionHeader, ContentLength, Framing, Lines, Name, Version};
 
 /// Header lines an origin's response may have. hyper allows 100; real responses with
@@ -106,14 +106,7 @@ pub fn read<'h, 'b>(
     if parsed.is_some() {
         return Ok(parsed);
     }
-    // Where the scan finds the empty line that ends the head and the parser does not,
-    // the two disagree: the head is not one to pass on.
-    let disagree = match look {
-        Look::First => scan.scan(buf) != Scan::Partial,
-        Look::Complete => true,
-        Look::Wait => false,
-    };
-    if disagree {
+    if !scan.agrees_incomplete(look, buf) {
         return Err(BadResponse::Malformed(httparse::Error::NewLine));
     }
     if buf.len() > MAX_HEAD_BYTES {
