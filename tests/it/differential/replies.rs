@@ -2,6 +2,7 @@
 //! request, and responses read leniently.
 
 use super::*;
+use crate::support::client::{response_framing, Framing};
 
 /// How a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,27 +110,11 @@ pub(super) fn head(bytes: &[u8]) -> Option<(Reply, usize)> {
     Some((reply, len))
 }
 
-/// How the body after `reply`'s head is delimited.
-pub(super) enum BodyEnd {
-    None,
-    Length(usize),
-    Chunked,
-    Close,
-}
-
-pub(super) fn body_end(reply: &Reply) -> BodyEnd {
-    if reply.status < 200 || reply.status == 204 || reply.status == 304 {
-        BodyEnd::None
-    } else if reply
-        .header("transfer-encoding")
-        .is_some_and(|te| te.to_ascii_lowercase().trim_end().ends_with("chunked"))
-    {
-        BodyEnd::Chunked
-    } else if let Some(cl) = reply.header("content-length") {
-        cl.trim().parse().map_or(BodyEnd::Close, BodyEnd::Length)
-    } else {
-        BodyEnd::Close
-    }
+/// How the body after `reply`'s head is delimited; a `Content-Length` that is not a
+/// number is read as a body that runs until the close.
+pub(super) fn body_end(reply: &Reply) -> Framing {
+    let (te, cl) = (reply.header("transfer-encoding"), reply.header("content-length"));
+    response_framing(reply.status, false, te, cl).unwrap_or(Framing::UntilClose)
 }
 
 /// The length of the complete chunked body at the start of `bytes`, if it is complete.
@@ -165,10 +150,10 @@ pub(super) fn complete_reply(bytes: &[u8]) -> Option<(Reply, usize)> {
     let (reply, len) = head(bytes)?;
     let body = &bytes[len..];
     let used = match body_end(&reply) {
-        BodyEnd::None => 0,
-        BodyEnd::Length(n) if n <= body.len() => n,
-        BodyEnd::Chunked => chunked_len(body)?,
-        BodyEnd::Length(_) | BodyEnd::Close => return None,
+        Framing::None => 0,
+        Framing::Length(n) if n <= body.len() => n,
+        Framing::Chunked => chunked_len(body)?,
+        Framing::Length(_) | Framing::UntilClose => return None,
     };
     Some((reply, len + used))
 }
@@ -197,10 +182,10 @@ pub(super) fn replies(bytes: &[u8]) -> Vec<Reply> {
             0
         } else {
             match body_end(&reply) {
-                BodyEnd::None => 0,
-                BodyEnd::Length(n) => n.min(body.len()),
-                BodyEnd::Chunked => chunked_len(body).unwrap_or(body.len()),
-                BodyEnd::Close => body.len(),
+                Framing::None => 0,
+                Framing::Length(n) => n.min(body.len()),
+                Framing::Chunked => chunked_len(body).unwrap_or(body.len()),
+                Framing::UntilClose => body.len(),
             }
         };
         out.push(reply);

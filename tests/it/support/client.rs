@@ -212,11 +212,33 @@ impl RawClient {
     }
 }
 
-enum Framing {
+/// How a response body is delimited.
+pub enum Framing {
     None,
     Length(usize),
     Chunked,
     UntilClose,
+}
+
+/// How the body of a response with `status` and these framing headers is delimited
+/// (`to_head`: it answers HEAD); an error names a `Content-Length` that is not a number.
+pub fn response_framing(
+    status: u16,
+    to_head: bool,
+    transfer_encoding: Option<&str>,
+    content_length: Option<&str>,
+) -> Result<Framing, String> {
+    if to_head || (100..200).contains(&status) || status == 204 || status == 304 {
+        Ok(Framing::None)
+    } else if transfer_encoding
+        .is_some_and(|te| te.to_ascii_lowercase().trim_end().ends_with("chunked"))
+    {
+        Ok(Framing::Chunked)
+    } else if let Some(cl) = content_length {
+        cl.trim().parse().map(Framing::Length).map_err(|_| format!("content-length {cl}"))
+    } else {
+        Ok(Framing::UntilClose)
+    }
 }
 
 /// Parses a response head from the front of `buf`, if it is complete.
@@ -246,20 +268,9 @@ fn parse_head(
             .collect(),
         body: Vec::new(),
     };
-    let framing = if to_head || (100..200).contains(&status) || status == 204 || status == 304 {
-        Framing::None
-    } else if resp
-        .header("transfer-encoding")
-        .is_some_and(|te| te.to_ascii_lowercase().trim_end().ends_with("chunked"))
-    {
-        Framing::Chunked
-    } else if let Some(cl) = resp.header("content-length") {
-        let n =
-            cl.trim().parse().map_err(|_| RawError::Malformed(format!("content-length {cl}")))?;
-        Framing::Length(n)
-    } else {
-        Framing::UntilClose
-    };
+    let te = resp.header("transfer-encoding");
+    let framing = response_framing(status, to_head, te, resp.header("content-length"))
+        .map_err(RawError::Malformed)?;
     Ok(Some((resp, len, framing)))
 }
 
