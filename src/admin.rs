@@ -22,7 +22,9 @@ use tokio::time::Instant;
 use crate::config::ServerAddr;
 use crate::listener;
 use crate::metrics::export::{self, Exporter};
+use crate::resources::Resources;
 use crate::upstream::{Backend, Groups, Members};
+use holdfast_pool::IdleBudget;
 
 /// Asks the server to reload its config file; the answer says what changed, or why
 /// nothing did.
@@ -32,6 +34,10 @@ pub type ReloadRequest = oneshot::Sender<Result<String, String>>;
 pub struct AdminState {
     pub exporter: Exporter,
     pub upstreams: Arc<Groups>,
+    /// Open files and local ports, read at start.
+    pub resources: Resources,
+    /// The idle-connection budget derived from them (or `pool.max_idle_total`).
+    pub budget: Arc<IdleBudget>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
     pub started: Instant,
@@ -140,6 +146,7 @@ pub fn status(state: &AdminState) -> Value {
         "state": if draining { "draining" } else { "serving" },
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
+        "limits": state.resources.status(&state.budget),
         "upstreams": upstreams,
     })
 }

@@ -216,6 +216,9 @@ fn apply_overrides(config: &mut Config, args: &RunArgs) {
 fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = config_from(&args)?;
     apply_overrides(&mut config, &args);
+    if let Some((before, after)) = crate::resources::raise_open_file_limit() {
+        tracing::info!(before, after, "raised the open-file limit to its hard limit");
+    }
     let runtime = runtime(config.threads)?;
     runtime.block_on(async {
         // Before listening: once a client can connect, SIGTERM means drain, never the

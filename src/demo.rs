@@ -105,7 +105,7 @@ impl Mode {
         config.admin = Some(any_port);
         if self == Mode::NoReuse {
             for upstream in &mut config.upstreams {
-                upstream.pool.max_idle = 0;
+                upstream.pool.max_idle = Some(0);
             }
         }
         config
@@ -702,7 +702,7 @@ mod tests {
     #[test]
     fn no_reuse_mode_keeps_no_idle_connections() {
         let origin: SocketAddr = "127.0.0.1:3000".parse().unwrap();
-        assert_eq!(Mode::NoReuse.config(origin).upstreams[0].pool.max_idle, 0);
-        assert_eq!(Mode::Reuse.config(origin).upstreams[0].pool.max_idle, 256);
+        assert_eq!(Mode::NoReuse.config(origin).upstreams[0].pool.max_idle, Some(0));
+        assert_eq!(Mode::Reuse.config(origin).upstreams[0].pool.max_idle, None);
     }
 }

@@ -34,6 +34,7 @@ pub mod live;
 pub mod metrics;
 pub mod net;
 pub mod proxy;
+pub mod resources;
 pub mod route;
 pub mod server;
 pub mod telemetry;

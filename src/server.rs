@@ -20,6 +20,7 @@ use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
 use crate::proxy::forwarded::TrustedProxies;
 use crate::proxy::{Destination, Proxy, Site};
+use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
@@ -78,6 +79,8 @@ struct Shared {
     /// The groups in force, for status and metrics.
     groups: Arc<Groups>,
     budget: Arc<IdleBudget>,
+    /// Open files and local ports, read at start; the budget derives from them.
+    resources: Resources,
     access_log: Option<AccessLog>,
     connections: Connections,
     unrouted: Arc<AtomicU64>,
@@ -131,6 +134,7 @@ impl Server {
             None => None,
         };
         let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
+        let resources = Resources::read();
         let shared = Arc::new(Shared {
             source,
             live: Mutex::new(Live {
@@ -139,7 +143,8 @@ impl Server {
                 upstreams: BTreeMap::new(),
             }),
             groups: Arc::default(),
-            budget: Arc::new(IdleBudget::new(idle_budget(config))),
+            budget: Arc::new(IdleBudget::new(resources.idle_budget(config.max_idle_total))),
+            resources,
             access_log,
             connections: Connections::default(),
             unrouted: Arc::default(),
@@ -176,6 +181,8 @@ impl Server {
                     process_reader(&shared, &draining),
                 ),
                 upstreams: Arc::clone(&shared.groups),
+                resources: shared.resources.clone(),
+                budget: Arc::clone(&shared.budget),
                 draining: Arc::clone(&draining),
                 started: Instant::now(),
                 reload: reload_tx,
@@ -496,23 +503,6 @@ fn process_reader(shared: &Arc<Shared>, draining: &Arc<AtomicBool>) -> ProcessRe
         reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
         reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
     })
-}
-
-/// Idle connections kept across all backends: `pool.max_idle_total`, or else a quarter
-/// of the open-file limit, so idle upstream sockets can never crowd out client
-/// connections (each client needs one descriptor, each busy request one more).
-fn idle_budget(config: &Config) -> usize {
-    config.max_idle_total.unwrap_or_else(|| match open_file_limit() {
-        Some(limit) => (limit / 4).max(64),
-        None => 4096,
-    })
-}
-
-/// The soft limit on open files, from `/proc/self/limits` (Linux).
-fn open_file_limit() -> Option<usize> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.

@@ -573,7 +573,9 @@ impl Validator<'_> {
         self.set_duration(&raw.max_lifetime, &k("max_lifetime"), &mut pool.max_lifetime);
         self.set_duration(&raw.queue_timeout, &k("queue_timeout"), &mut pool.queue_timeout);
         self.set_count(&raw.max_requests, &k("max_requests"), &mut pool.max_requests);
-        self.set_count(&raw.max_idle_per_server, &k("max_idle_per_server"), &mut pool.max_idle);
+        if let Some(v) = &raw.max_idle_per_server {
+            pool.max_idle = self.non_negative(v, &k("max_idle_per_server")).or(pool.max_idle);
+        }
         let max_connections = k("max_connections_per_server");
         self.set_count(
             &raw.max_connections_per_server,

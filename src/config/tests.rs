@@ -43,7 +43,7 @@ fn good_config_applies_precedence_and_defaults() {
     // [upstream.app.pool] wins, then [pool], then the pool's defaults.
     assert_eq!(app.pool.max_requests, 50);
     assert_eq!(app.pool.idle_timeout, Duration::from_secs(2));
-    assert_eq!(app.pool.max_idle, 8);
+    assert_eq!(app.pool.max_idle, Some(8));
     assert_eq!(app.pool.max_lifetime, holdfast_pool::PoolConfig::default().max_lifetime);
     assert_eq!(config.timeouts.connect, Duration::from_secs(1));
     assert_eq!(config.timeouts.read, super::defaults::READ_TIMEOUT);

@@ -61,8 +61,8 @@ async fn concurrent_keepalive_clients_need_at_most_one_upstream_connection_each(
     assert_eq!(pool.opened, accepted as u64);
     // Each connection is idle, unless it was beyond the peak of requests in flight at
     // once: then it was closed as surplus. Nothing else closed any.
-    assert_eq!(pool.idle + pool.closed(CloseReason::PoolFull), accepted as u64);
-    assert_eq!(pool.closed_total(), pool.closed(CloseReason::PoolFull));
+    assert_eq!(pool.idle + pool.closed(CloseReason::AboveDemand), accepted as u64);
+    assert_eq!(pool.closed_total(), pool.closed(CloseReason::AboveDemand));
     assert!(pool.idle <= CLIENTS as u64);
 }
 

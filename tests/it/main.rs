@@ -27,6 +27,9 @@ mod errors;
 mod limits;
 // Connections bounded by need: closing clients, the wait queue, Keep-Alive limits.
 mod demand;
+// The field report's scale: 500 and 1,000 clients, and 500 in 1,000 local ports.
+#[cfg(target_os = "linux")]
+mod concurrency;
 // Origins closing pooled connections unannounced: safe retries, refused unsafe ones.
 mod stale;
 // Source addresses, and a namespace with few ports: reuse holds, no reuse runs out.

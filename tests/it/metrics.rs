@@ -96,6 +96,20 @@ async fn status_shows_each_pool_and_its_reuse_ratio() {
     assert_eq!((server["requests"].as_u64(), server["reused"].as_u64()), (Some(4), Some(3)));
     assert_eq!(server["reuse_ratio"].as_f64(), Some(0.75));
     assert_eq!(server["active"].as_u64(), Some(0));
+    // The limits the idle budget derives from, read at start, and the budget itself.
+    // (Other tests in this process may raise the file limit, so the figures are checked
+    // against each other and the port range, not against a later reading.)
+    let limits = &status["limits"];
+    let open_files = limits["open_files"].as_u64().expect("an open-file limit");
+    let ports = holdfast::resources::Resources::read().local_ports.expect("a port range");
+    assert_eq!(limits["local_ports"], serde_json::json!([ports.start(), ports.end()]));
+    let read =
+        holdfast::resources::Resources { open_files: Some(open_files), local_ports: Some(ports) };
+    let budget = read.idle_budget(None) as u64;
+    assert_eq!(
+        (limits["idle_budget"].as_u64(), limits["idle_now"].as_u64()),
+        (Some(budget), Some(1))
+    );
 }
 
 #[tokio::test]

@@ -35,6 +35,12 @@ impl IdleBudget {
             .is_ok()
     }
 
+    /// Counts one more idle connection even past the limit (one a queued request is
+    /// about to take).
+    pub(crate) fn force(&self) {
+        self.idle.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Returns room for `n` idle connections that left the pool.
     pub(crate) fn give(&self, n: usize) {
         self.idle.fetch_sub(n, Ordering::AcqRel);

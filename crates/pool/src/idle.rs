@@ -297,16 +297,23 @@ impl<C: Poolable> Pool<C> {
             return;
         }
         if !self.take_budget() {
-            self.closed_active(CloseReason::PoolFull);
-            return;
+            if self.inner.stats.waiting() == 0 {
+                self.closed_active(CloseReason::BudgetSpent);
+                return;
+            }
+            // A queued request takes it at once: closing it would only make that
+            // request open another. It idles past the budget for that moment.
+            self.force_budget();
         }
         let mut state = self.lock();
         state.demand.rotate(now);
-        let bound = self.idle_bound(&state.demand);
+        // This connection is still counted in flight: the others are busy.
+        let busy = self.in_flight().saturating_sub(1);
+        let bound = self.idle_bound(&state.demand, state.idle.len(), busy);
         if bound == 0 {
             drop(state);
             self.give_budget(1);
-            self.closed_active(CloseReason::PoolFull);
+            self.closed_active(CloseReason::AboveDemand);
             return;
         }
         self.inner.stats.on_release();
@@ -315,7 +322,7 @@ impl<C: Poolable> Pool<C> {
         let evicted = (state.idle.len() > bound).then(|| state.idle.remove(0));
         drop(state);
         if let Some(entry) = evicted {
-            self.close_idle(vec![(entry, CloseReason::PoolFull)]);
+            self.close_idle(vec![(entry, CloseReason::AboveDemand)]);
         }
         self.wake_waiter();
     }
@@ -332,11 +339,21 @@ impl<C: Poolable> Pool<C> {
         }
     }
 
-    /// Idle connections worth keeping: no more than requests recently in flight at
-    /// once (a connection beyond that would only wait to time out), and never more
-    /// than `max_idle`.
-    fn idle_bound(&self, demand: &Demand) -> usize {
-        demand.recent_peak().min(self.inner.config.max_idle)
+    /// Idle connections worth keeping when `idle` are idle and `busy` other requests
+    /// hold a connection: no more than requests recently in flight at once (a
+    /// connection beyond that would only wait to time out), and no more than
+    /// `max_idle` when that ceiling is set.
+    ///
+    /// Demand now overrides the recent peak: while more requests are in flight than
+    /// connections idle, the next ones want a connection at once, and closing one
+    /// would only make a request open another. A queued request overrides the ceiling
+    /// too: it takes the connection the moment it is back.
+    fn idle_bound(&self, demand: &Demand, idle: usize, busy: usize) -> usize {
+        if self.inner.stats.waiting() > 0 {
+            return usize::MAX;
+        }
+        let by_demand = if busy > idle { usize::MAX } else { demand.recent_peak() };
+        self.inner.config.max_idle.map_or(by_demand, |cap| by_demand.min(cap))
     }
 
     /// Closes idle connections that have expired, been closed by the origin, or are
@@ -354,9 +371,9 @@ impl<C: Poolable> Pool<C> {
                 }
             }
             state.demand.rotate(now);
-            let bound = self.idle_bound(&state.demand);
+            let bound = self.idle_bound(&state.demand, state.idle.len(), self.in_flight());
             let surplus = state.idle.len().saturating_sub(bound);
-            retired.extend(state.idle.drain(..surplus).map(|e| (e, CloseReason::PoolFull)));
+            retired.extend(state.idle.drain(..surplus).map(|e| (e, CloseReason::AboveDemand)));
             retired
         };
         self.close_idle(retired);
@@ -476,6 +493,12 @@ impl<C: Poolable> Pool<C> {
 
     fn take_budget(&self) -> bool {
         self.inner.budget.as_ref().is_none_or(|b| b.take())
+    }
+
+    fn force_budget(&self) {
+        if let Some(b) = &self.inner.budget {
+            b.force();
+        }
     }
 
     fn give_budget(&self, n: usize) {

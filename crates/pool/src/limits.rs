@@ -26,13 +26,14 @@ pub struct PoolConfig {
     /// Default 10 min, for the same reason as `max_requests`, bounded in time so that
     /// a quiet but steady client cannot pin a connection forever.
     pub max_lifetime: Duration,
-    /// How many idle connections to keep for this backend.
+    /// An optional ceiling on idle connections kept for this backend.
     ///
-    /// Default 256: far above the concurrency one origin process usually serves and far
-    /// below the ~28,000 local ports a default `ip_local_port_range` gives to one
-    /// destination. Idle connections never outnumber the requests that were in flight
-    /// at once, because each idle connection was returned by a finished request.
-    pub max_idle: usize,
+    /// Default `None`: demand alone bounds idle connections (the recent peak of
+    /// requests in flight at once, see [`crate::Pool`]), together with the process-wide
+    /// [`crate::IdleBudget`]. A fixed cap below the concurrency a backend really has
+    /// closes connections that the next burst opens again (nginx's `keepalive 16`
+    /// mistake), so none is set unless asked for.
+    pub max_idle: Option<usize>,
     /// How many connections (idle, busy or being opened) this backend may have at once
     /// (0: no limit). Past it, requests wait in the queue.
     ///
@@ -57,7 +58,7 @@ impl Default for PoolConfig {
             idle_timeout: Duration::from_secs(4),
             max_requests: 100_000,
             max_lifetime: Duration::from_secs(600),
-            max_idle: 256,
+            max_idle: None,
             max_connections: 1024,
             queue_size: 1024,
             queue_timeout: Duration::from_secs(10),

@@ -17,8 +17,12 @@ pub enum CloseReason {
     /// The exchange on it did not end cleanly (body not fully read or sent, I/O error).
     Error,
     /// Keeping it idle would exceed what demand needs (the recent peak of requests in
-    /// flight), `max_idle`, or the global idle budget.
-    PoolFull,
+    /// flight) or the `max_idle` ceiling, while no request waits or is in flight
+    /// without an idle connection to take.
+    AboveDemand,
+    /// The process-wide idle budget ([`crate::IdleBudget`]) was spent, and no request
+    /// was waiting for it.
+    BudgetSpent,
     /// It was upgraded (for example to a WebSocket) and left HTTP.
     Upgraded,
     /// The proxy is shutting down.
@@ -31,13 +35,14 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, in a fixed order (for exporting counters).
-    pub const ALL: [CloseReason; 10] = [
+    pub const ALL: [CloseReason; 11] = [
         CloseReason::IdleTimeout,
         CloseReason::MaxRequests,
         CloseReason::MaxLifetime,
         CloseReason::UpstreamClosed,
         CloseReason::Error,
-        CloseReason::PoolFull,
+        CloseReason::AboveDemand,
+        CloseReason::BudgetSpent,
         CloseReason::Upgraded,
         CloseReason::Shutdown,
         CloseReason::Retired,
@@ -52,7 +57,8 @@ impl CloseReason {
             CloseReason::MaxLifetime => "max_lifetime",
             CloseReason::UpstreamClosed => "upstream_closed",
             CloseReason::Error => "error",
-            CloseReason::PoolFull => "pool_full",
+            CloseReason::AboveDemand => "above_demand",
+            CloseReason::BudgetSpent => "budget_spent",
             CloseReason::Upgraded => "upgraded",
             CloseReason::Shutdown => "shutdown",
             CloseReason::Retired => "retired",
@@ -72,7 +78,7 @@ pub struct PoolStats {
     reused: AtomicU64,
     checked_out: AtomicU64,
     idle: AtomicU64,
-    closed: [AtomicU64; 10],
+    closed: [AtomicU64; CloseReason::ALL.len()],
     waiting: AtomicU64,
     queue_full: AtomicU64,
     queue_timeouts: AtomicU64,
@@ -90,7 +96,7 @@ pub struct PoolStatsSnapshot {
     /// Connections idle in the pool now.
     pub idle: u64,
     /// Connections closed, per reason, in the order of [`CloseReason::ALL`].
-    pub closed: [u64; 10],
+    pub closed: [u64; CloseReason::ALL.len()],
     /// Requests waiting for a connection now (`max_connections` busy).
     pub waiting: u64,
     /// Requests refused because the queue was full.

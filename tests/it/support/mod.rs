@@ -8,6 +8,7 @@
 pub mod client;
 pub mod fuzz;
 pub mod load;
+pub mod netns;
 pub mod node;
 pub mod origin;
 pub mod proxy;

@@ -121,10 +121,10 @@ async fn connection_retires_after_max_lifetime() {
 
 #[tokio::test(start_paused = true)]
 async fn full_pool_evicts_least_recently_used() {
-    let pool = Pool::new(PoolConfig { max_idle: 2, ..PoolConfig::default() });
+    let pool = Pool::new(PoolConfig { max_idle: Some(2), ..PoolConfig::default() });
     open_all_then_release(&pool, &[1, 2, 3]).await;
     let snap = pool.stats().snapshot();
-    assert_eq!((snap.idle, snap.closed(CloseReason::PoolFull)), (2, 1));
+    assert_eq!((snap.idle, snap.closed(CloseReason::AboveDemand)), (2, 1));
     let first = pool.checkout(Instant::now()).unwrap().conn().id;
     let second = pool.checkout(Instant::now()).unwrap().conn().id;
     assert_eq!((first, second), (3, 2));
@@ -132,22 +132,22 @@ async fn full_pool_evicts_least_recently_used() {
 
 #[tokio::test(start_paused = true)]
 async fn zero_max_idle_keeps_nothing() {
-    let pool = Pool::new(PoolConfig { max_idle: 0, ..PoolConfig::default() });
+    let pool = Pool::new(PoolConfig { max_idle: Some(0), ..PoolConfig::default() });
     open_all_then_release(&pool, &[1]).await;
     assert!(pool.checkout(Instant::now()).is_none());
-    assert_eq!(pool.stats().snapshot().closed(CloseReason::PoolFull), 1);
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::AboveDemand), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn idle_connections_never_outnumber_requests_recently_in_flight() {
-    // #4 (the HAProxy lesson): one request at a time needs one idle connection, even
-    // if connections were opened one after another.
+    // One request at a time needs one idle connection, even if connections were
+    // opened one after another.
     let pool = Pool::new(PoolConfig::default());
     for id in 1..=5 {
         open(&pool, id).await.release(Instant::now());
     }
     let snap = pool.stats().snapshot();
-    assert_eq!((snap.opened, snap.idle, snap.closed(CloseReason::PoolFull)), (5, 1, 4));
+    assert_eq!((snap.opened, snap.idle, snap.closed(CloseReason::AboveDemand)), (5, 1, 4));
 }
 
 #[tokio::test(start_paused = true)]
@@ -163,7 +163,7 @@ async fn idle_surplus_from_a_burst_is_closed_once_the_peak_decays() {
     }
     assert_eq!(pool.recent_peak(), 1);
     let snap = pool.stats().snapshot();
-    assert_eq!((snap.idle, snap.closed(CloseReason::PoolFull)), (1, 7));
+    assert_eq!((snap.idle, snap.closed(CloseReason::AboveDemand)), (1, 7));
 }
 
 #[tokio::test(start_paused = true)]
@@ -174,7 +174,7 @@ async fn global_budget_caps_idle_across_pools() {
     open_all_then_release(&a, &[1, 2]).await;
     open_all_then_release(&b, &[3, 4]).await;
     assert_eq!(budget.idle(), 3);
-    assert_eq!(b.stats().snapshot().closed(CloseReason::PoolFull), 1);
+    assert_eq!(b.stats().snapshot().closed(CloseReason::BudgetSpent), 1);
     // Taking one out frees room in the budget for the other pool.
     let taken = a.checkout(Instant::now()).unwrap();
     assert_eq!(budget.idle(), 2);
@@ -184,6 +184,57 @@ async fn global_budget_caps_idle_across_pools() {
     a.clear();
     b.clear();
     assert_eq!(budget.idle(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_ceiling_by_default_so_every_connection_of_a_burst_idles() {
+    let pool = Pool::new(PoolConfig::default());
+    let ids: Vec<u32> = (1..=1000).collect();
+    open_all_then_release(&pool, &ids).await;
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.idle, snap.closed_total()), (1000, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_returning_while_others_are_busy_stays_though_the_peak_was_forgotten() {
+    let pool = Pool::new(PoolConfig { idle_timeout: secs(3600), ..PoolConfig::default() });
+    let mut busy = Vec::new();
+    for id in 1..=3 {
+        busy.push(open(&pool, id).await);
+    }
+    // Long requests: the peak they set is older than two demand windows.
+    tokio::time::advance(secs(60)).await;
+    busy.remove(0).release(Instant::now());
+    // Two requests are still in flight and none is idle: it is wanted.
+    assert_eq!(pool.stats().snapshot().idle, 1);
+    pool.evict_expired(Instant::now());
+    assert_eq!(pool.stats().snapshot().idle, 1, "two busy, one idle: kept");
+    drop(busy);
+    pool.evict_expired(Instant::now());
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::AboveDemand), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_gets_the_returning_connection_past_ceiling_and_budget() {
+    let budget = Arc::new(IdleBudget::new(0));
+    let config = PoolConfig { max_connections: 1, max_idle: Some(0), ..PoolConfig::default() };
+    let pool = Pool::with_budget(config, Some(Arc::clone(&budget)));
+    let busy = open(&pool, 1).await;
+    let waiter = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            match pool.acquire().await {
+                Ok(Checkout::Idle(mut c)) => c.conn().id,
+                _ => panic!("expected the returning connection"),
+            }
+        })
+    };
+    tokio::time::advance(Duration::from_millis(100)).await;
+    busy.release(Instant::now());
+    assert_eq!(waiter.await.unwrap(), 1);
+    let snap = pool.stats().snapshot();
+    assert_eq!(snap.closed(CloseReason::AboveDemand) + snap.closed(CloseReason::BudgetSpent), 0);
+    assert_eq!((snap.reused, budget.idle()), (1, 0));
 }
 
 #[tokio::test(start_paused = true)]
