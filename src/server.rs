@@ -210,6 +210,8 @@ impl Server {
             pool: b.pool.stats().snapshot(),
             retries: b.metrics.retries.load(Ordering::Relaxed),
             unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
+            ejections: b.metrics.ejections.load(Ordering::Relaxed),
+            health: b.health_now(Instant::now()).state.as_str(),
         };
         self.shared.groups.backends().into_iter().map(stats).collect()
     }

@@ -125,6 +125,20 @@ impl Balancer {
     }
 }
 
+impl Balancer {
+    /// The next of `len` servers in turn, skipping the indices in `exclude`, whatever
+    /// their health: for a group in panic (see `upstream::Members::choose`), where health
+    /// no longer decides; `None` when every server is excluded.
+    pub fn pick_ignoring_health(&self, len: usize, exclude: &[usize]) -> Option<usize> {
+        let open = (0..len).filter(|i| !exclude.contains(i)).count();
+        if open == 0 {
+            return None;
+        }
+        let turn = self.cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % open;
+        (0..len).filter(|i| !exclude.contains(i)).nth(turn)
+    }
+}
+
 /// Every index of `len` servers once, starting at the cursor's next position and
 /// wrapping around, so that successive picks start their scans at successive servers;
 /// `None` when there are no servers.
@@ -332,6 +346,17 @@ mod tests {
                 assert_eq!(balancer.pick(&group, &[2999], now), Some(1234), "{policy:?}");
             }
         }
+    }
+
+    #[test]
+    fn ignoring_health_takes_turns_over_servers_not_excluded() {
+        let balancer = Balancer::new(Policy::RoundRobin);
+        let picks: Vec<_> =
+            (0..6).map(|_| balancer.pick_ignoring_health(3, &[1]).unwrap()).collect();
+        assert!(picks.iter().all(|&i| i == 0 || i == 2), "{picks:?}");
+        assert_eq!(picks.iter().filter(|&&i| i == 0).count(), 3, "{picks:?}");
+        assert_eq!(balancer.pick_ignoring_health(2, &[0, 1]), None);
+        assert_eq!(balancer.pick_ignoring_health(0, &[]), None);
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct FileHealth {
     pub ejection: Option<Spanned<String>>,
     pub max_ejection: Option<Spanned<String>>,
     pub slow_start: Option<Spanned<String>>,
+    /// A percentage, 0 to 100.
+    pub panic_threshold: Option<Spanned<i64>>,
 }
 
 /// Active health checks: a request holdfast sends each server on its own.

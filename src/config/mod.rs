@@ -510,6 +510,16 @@ impl Validator<'_> {
         self.set_positive_duration(&raw.ejection, &k("ejection"), &mut h.ejection);
         self.set_positive_duration(&raw.max_ejection, &k("max_ejection"), &mut h.max_ejection);
         self.set_duration(&raw.slow_start, &k("slow_start"), &mut h.slow_start);
+        if let Some(v) = &raw.panic_threshold {
+            match u8::try_from(*v.get_ref()) {
+                Ok(percent) if percent <= 100 => h.panic_threshold = percent,
+                _ => self.problem(
+                    v.span(),
+                    k("panic_threshold"),
+                    "must be a percentage from 0 to 100",
+                ),
+            }
+        }
         if h.max_ejection < h.ejection {
             if let Some(v) = &raw.max_ejection {
                 self.problem(v.span(), k("max_ejection"), "must be at least `ejection`");

@@ -226,6 +226,7 @@ resolve_interval = "2s"
 max_connect_failures = 0
 ejection = "1s"
 slow_start = "0s"
+panic_threshold = 50
 
 [upstream.api.health_check]
 path = "/healthz?full=1"
@@ -258,6 +259,8 @@ fn routes_groups_health_and_names_parse_with_defaults_for_the_rest() {
     assert_eq!(api.health.max_connect_failures, 0);
     assert_eq!(api.health.ejection, Duration::from_secs(1));
     assert_eq!(api.health.slow_start, Duration::ZERO);
+    assert_eq!(api.health.panic_threshold, 50);
+    assert_eq!(config.upstreams[1].health.panic_threshold, 0);
     assert_eq!(api.health.max_5xx, crate::upstream::health::PassiveHealth::default().max_5xx);
     let check = api.check.as_ref().expect("a health check");
     assert_eq!(check.path, "/healthz?full=1");
@@ -296,6 +299,9 @@ resolve_interval = "0s"
 [upstream.api.health_check]
 path = "healthz"
 expect_status = 42
+
+[upstream.api.health]
+panic_threshold = 101
 "#;
     let message = errors(text);
     for expected in [
@@ -309,6 +315,7 @@ expect_status = 42
         "holdfast.toml:20: upstream.api.resolve_interval: must be more than 0",
         "holdfast.toml:23: upstream.api.health_check.path:",
         "holdfast.toml:24: upstream.api.health_check.expect_status: must be a status",
+        "holdfast.toml:27: upstream.api.health.panic_threshold: must be a percentage from 0 to 100",
     ] {
         assert!(message.contains(expected), "missing {expected:?} in:\n{message}");
     }

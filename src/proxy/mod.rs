@@ -789,17 +789,14 @@ impl Outbound {
 /// ends.
 fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assigned> {
     upstream.with_members(|m| {
-        let i = match &m.backends[..] {
-            // One server: nothing to compare, only whether it may take the request.
-            [only] if tried.is_empty() => (!only.is_down(now)).then_some(0)?,
-            backends if tried.is_empty() => m.balancer.pick(backends, &[], now)?,
-            backends => {
-                let exclude: Vec<usize> = (backends.iter().enumerate())
-                    .filter(|(_, b)| tried.contains(&b.addr))
-                    .map(|(i, _)| i)
-                    .collect();
-                m.balancer.pick(backends, &exclude, now)?
-            }
+        let i = if tried.is_empty() {
+            m.choose(&[], now)?
+        } else {
+            let exclude: Vec<usize> = (m.backends.iter().enumerate())
+                .filter(|(_, b)| tried.contains(&b.addr))
+                .map(|(i, _)| i)
+                .collect();
+            m.choose(&exclude, now)?
         };
         Some(Assigned::new(Arc::clone(m.backends.get(i)?)))
     })

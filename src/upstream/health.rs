@@ -54,6 +54,26 @@ pub const DEFAULT_MAX_EJECTION: Duration = Duration::from_secs(60);
 /// warm up under a growing load instead of taking its full share cold.
 pub const DEFAULT_SLOW_START: Duration = Duration::from_secs(10);
 
+/// Default [`PassiveHealth::panic_threshold`]: 0, so health is ignored only when no
+/// server of the group is in service. Ejecting every server answers every request with
+/// a 502 until an ejection expires, which is a longer outage than the one it reacts to;
+/// sending to all of them instead ends the outage the moment one is back. A higher
+/// value (Envoy uses 50%) also spreads load over failing servers before all are out.
+pub const DEFAULT_PANIC_THRESHOLD: u8 = 0;
+
+/// While a backend is ejected because connects to it failed, a connect is tried this
+/// long after the ejection, then at twice the previous wait up to [`PROBE_MAX_WAIT`]:
+/// a restarted origin is back in service within half a second of accepting
+/// connections, not when the ejection ends.
+pub const PROBE_FIRST_WAIT: Duration = Duration::from_millis(100);
+
+/// The longest wait between two connect probes of an ejected backend.
+pub const PROBE_MAX_WAIT: Duration = Duration::from_millis(300);
+
+/// How long one connect probe may take: a backend that needs longer to accept is not
+/// ready for requests.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Default [`CheckThresholds::unhealthy`]: one lost check can be a dropped packet.
 pub const DEFAULT_UNHEALTHY_CHECKS: u32 = 2;
 
@@ -77,6 +97,10 @@ pub struct PassiveHealth {
     /// After an outage ends, the backend's share of traffic ramps from a tenth to all of
     /// [`FULL_WEIGHT`] over this long; zero gives the full share at once.
     pub slow_start: Duration,
+    /// When fewer than this percentage of a group's servers are in service, health is
+    /// ignored and requests go to every server (Envoy's panic threshold). Whatever the
+    /// value, a group with no server in service sends to all of them.
+    pub panic_threshold: u8,
 }
 
 impl Default for PassiveHealth {
@@ -87,6 +111,7 @@ impl Default for PassiveHealth {
             ejection: DEFAULT_EJECTION,
             max_ejection: DEFAULT_MAX_EJECTION,
             slow_start: DEFAULT_SLOW_START,
+            panic_threshold: DEFAULT_PANIC_THRESHOLD,
         }
     }
 }
@@ -132,6 +157,9 @@ impl Cause {
 pub enum Transition {
     /// Passive detection took the backend out for `for_`.
     Ejected { cause: Cause, for_: Duration },
+    /// A connect probe reached a backend ejected for failed connects: its ejection
+    /// ended early, and it is in slow start.
+    Reachable,
     /// Active checks took the backend out.
     CheckFailed,
     /// Active checks let the backend back in; it starts with slow start, or stays out
@@ -246,14 +274,16 @@ pub struct Health {
     connect_failures: AtomicU32,
     /// Consecutive 5xx responses; reset by a success and by an ejection.
     server_errors: AtomicU32,
+    /// Ejections since the last success: the back-off exponent. Incremented under
+    /// `inner`'s lock; reset by any success, so the back-off doubles only while failures
+    /// go on.
+    ejections_in_a_row: AtomicU32,
     inner: Mutex<Inner>,
 }
 
 /// The state transitions decide on; guarded by [`Health::inner`].
 #[derive(Debug, Default)]
 struct Inner {
-    /// Ejections since the backend was last fully healthy: the back-off exponent.
-    in_a_row: u32,
     /// Ejections since start.
     ejections: u64,
     /// The last passive ejection, until the backend is fully healthy again.
@@ -316,7 +346,6 @@ impl Inner {
         }
         self.resume = None;
         self.ejection = None;
-        self.in_a_row = 0;
         true
     }
 
@@ -381,6 +410,7 @@ impl Health {
             epoch: OnceLock::new(),
             connect_failures: AtomicU32::new(0),
             server_errors: AtomicU32::new(0),
+            ejections_in_a_row: AtomicU32::new(0),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -424,16 +454,40 @@ impl Health {
         self.weight(now, passive) == 0
     }
 
-    /// A response that counts as a success (not a 5xx): the failure streaks end.
-    /// Stores only when a streak is running, so that backends under load do not bounce
-    /// the counters' cache line between cores.
+    /// A response that counts as a success (not a 5xx): the failure streaks end, and
+    /// the next ejection, if any, is the first of a new series. Stores only when a
+    /// streak is running, so that backends under load do not bounce the counters'
+    /// cache line between cores.
     pub fn on_success(&self) {
-        if self.connect_failures.load(Ordering::Relaxed) != 0 {
-            self.connect_failures.store(0, Ordering::Relaxed);
+        for counter in [&self.connect_failures, &self.server_errors, &self.ejections_in_a_row] {
+            if counter.load(Ordering::Relaxed) != 0 {
+                counter.store(0, Ordering::Relaxed);
+            }
         }
-        if self.server_errors.load(Ordering::Relaxed) != 0 {
-            self.server_errors.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether a connect probe should still run: the backend is ejected because
+    /// connects failed, and the ejection has not ended.
+    pub fn awaits_probe(&self, now: Instant) -> bool {
+        let inner = self.lock();
+        inner.ejection.is_some_and(|e| e.cause == Cause::ConnectFailures && e.until > now)
+    }
+
+    /// A connect probe got through to a backend ejected for failed connects: the
+    /// ejection ends now, and slow start begins. The back-off is kept until a request
+    /// succeeds (accepting a connection is not yet serving).
+    pub fn on_probe_connected(&self, now: Instant) -> Option<Transition> {
+        let mut inner = self.lock();
+        let ejection = inner.ejection.filter(|e| e.cause == Cause::ConnectFailures)?;
+        if ejection.until <= now {
+            return None;
         }
+        inner.ejection = Some(Ejection { until: now, ..ejection });
+        if !inner.checks.failing {
+            inner.resume = Some(Resume { at: now, after: ejection.cause });
+        }
+        self.publish(&inner, now);
+        Some(Transition::Reachable)
     }
 
     /// A connect to the backend failed (refused, reset, timed out).
@@ -491,9 +545,7 @@ impl Health {
     /// Where the backend stands now, for `/status`.
     pub fn snapshot(&self, now: Instant, passive: &PassiveHealth) -> HealthSnapshot {
         let mut inner = self.lock();
-        if inner.settle(now, passive) {
-            self.publish(&inner, now);
-        }
+        self.settle(&mut inner, now, passive);
         let state = inner.state(now);
         let cause = match state {
             State::Healthy => None,
@@ -535,9 +587,7 @@ impl Health {
             return None;
         }
         let mut inner = self.lock();
-        if inner.settle(now, passive) {
-            self.publish(&inner, now);
-        }
+        self.settle(&mut inner, now, passive);
         if inner.is_out(now) {
             counter.store(0, Ordering::Relaxed);
             return None;
@@ -557,9 +607,9 @@ impl Health {
         now: Instant,
         passive: &PassiveHealth,
     ) -> Transition {
-        inner.in_a_row = inner.in_a_row.saturating_add(1);
+        let in_a_row = self.ejections_in_a_row.fetch_add(1, Ordering::Relaxed).saturating_add(1);
         inner.ejections += 1;
-        let for_ = ejection_length(passive, inner.in_a_row);
+        let for_ = ejection_length(passive, in_a_row);
         let until = now + for_;
         inner.ejection = Some(Ejection { cause, until });
         inner.resume = Some(Resume { at: until, after: cause });
@@ -580,12 +630,19 @@ impl Health {
         self.word.store(inner.word(), Ordering::Release);
     }
 
+    /// Ends slow start if it has run its course: the backend is fully healthy, and its
+    /// back-off starts over.
+    fn settle(&self, inner: &mut Inner, now: Instant, passive: &PassiveHealth) {
+        if inner.settle(now, passive) {
+            self.ejections_in_a_row.store(0, Ordering::Relaxed);
+            self.publish(inner, now);
+        }
+    }
+
     /// The weight computed under the lock, after ending slow start if it is over.
     fn settled_weight(&self, now: Instant, passive: &PassiveHealth) -> u32 {
         let mut inner = self.lock();
-        if inner.settle(now, passive) {
-            self.publish(&inner, now);
-        }
+        self.settle(&mut inner, now, passive);
         inner.weight(now, passive)
     }
 
@@ -835,6 +892,59 @@ mod tests {
         );
         assert!(health.is_down(end + secs(10), &p));
         assert!(!health.is_down(end + secs(11), &p));
+    }
+
+    #[test]
+    fn a_success_between_ejections_starts_the_back_off_over() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        let end = t0 + eject_by_connects(&health, t0, &p);
+        // Back in slow start, a request succeeds: the next outage is a new one.
+        health.on_success();
+        let again = health.on_connect_failure(end + secs(1), &p);
+        assert_eq!(
+            again,
+            Some(Transition::Ejected { cause: Cause::ConnectFailures, for_: secs(5) })
+        );
+    }
+
+    #[test]
+    fn a_probe_that_connects_ends_a_connect_ejection_at_once() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        eject_by_connects(&health, t0, &p);
+        let probed = t0 + ms(300);
+        assert!(health.awaits_probe(probed));
+        assert!(health.is_down(probed, &p));
+        assert_eq!(health.on_probe_connected(probed), Some(Transition::Reachable));
+        // In slow start from the probe on, not from the ejection's end.
+        assert!(!health.is_down(probed, &p));
+        assert!(!health.awaits_probe(probed));
+        assert_eq!(health.snapshot(probed, &p).state, State::Recovering);
+        assert_eq!(health.on_probe_connected(probed + ms(1)), None, "only once");
+        // The back-off stands until a request succeeds: another failed connect in slow
+        // start ejects for twice as long.
+        let again = health.on_connect_failure(probed + ms(10), &p);
+        assert_eq!(
+            again,
+            Some(Transition::Ejected { cause: Cause::ConnectFailures, for_: secs(10) })
+        );
+    }
+
+    #[test]
+    fn a_probe_does_not_end_an_ejection_for_server_errors() {
+        let health = Health::new();
+        let t0 = Instant::now();
+        let p = passive();
+        for _ in 0..p.max_5xx {
+            health.on_server_error(t0, &p);
+        }
+        assert!(health.is_down(t0, &p));
+        assert!(!health.awaits_probe(t0));
+        assert_eq!(health.on_probe_connected(t0 + ms(100)), None);
+        assert!(health.is_down(t0 + ms(100), &p));
     }
 
     #[test]

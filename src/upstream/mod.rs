@@ -14,7 +14,7 @@ pub mod keepalive;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -46,15 +46,22 @@ pub struct Backend {
     passive: ArcSwap<PassiveHealth>,
     /// Requests assigned to this backend and not finished.
     outstanding: AtomicUsize,
+    /// The only server of its group: it is never ejected (nowhere else could take its
+    /// requests, so an ejection would only turn a blip into an outage).
+    alone: AtomicBool,
+    /// Itself, for the probe task an ejection starts.
+    me: Weak<Backend>,
 }
 
 /// A connection ready to carry one request.
 pub type Lease = Pooled<UpstreamConn>;
 
 impl Backend {
-    fn new(addr: SocketAddr, config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Self {
+    fn new(addr: SocketAddr, config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Arc<Self> {
         let pool = Pool::with_budget(config.pool.clone(), Some(Arc::clone(budget)));
-        Backend {
+        Arc::new_cyclic(|me| Backend {
+            alone: AtomicBool::new(false),
+            me: me.clone(),
             addr,
             pool,
             source_address: config.source_address,
@@ -63,7 +70,12 @@ impl Backend {
             latency: Ewma::new(Instant::now()),
             passive: ArcSwap::from_pointee(config.health.clone()),
             outstanding: AtomicUsize::new(0),
-        }
+        })
+    }
+
+    /// Whether it is the only server of its group (see [`Backend::alone`]).
+    pub fn is_alone(&self) -> bool {
+        self.alone.load(Ordering::Relaxed)
     }
 
     /// Whether this backend can stay in a group configured as `config` (same pool
@@ -106,6 +118,9 @@ impl Backend {
             self.latency.observe(header, now);
         }
         if status >= 500 {
+            if self.is_alone() {
+                return;
+            }
             let transition = self.health.on_server_error(now, &self.passive.load());
             self.act_on(transition);
         } else {
@@ -115,6 +130,9 @@ impl Backend {
 
     /// A connect to this backend failed.
     pub fn connect_failed(&self, now: Instant) {
+        if self.is_alone() {
+            return;
+        }
         let transition = self.health.on_connect_failure(now, &self.passive.load());
         self.act_on(transition);
     }
@@ -125,9 +143,16 @@ impl Backend {
         let Some(transition) = transition else { return };
         match transition {
             Transition::Ejected { cause, for_ } => {
-                tracing::warn!(backend = %self.addr, cause = cause.as_str(), ejected_for = ?for_, "backend ejected");
+                let for_ = humantime::format_duration(for_);
+                tracing::warn!(backend = %self.addr, cause = cause.as_str(), ejected_for = %for_, "backend ejected");
                 self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
                 self.pool.clear_for(CloseReason::Ejected);
+                if cause == health::Cause::ConnectFailures {
+                    self.start_probing();
+                }
+            }
+            Transition::Reachable => {
+                tracing::info!(backend = %self.addr, "backend accepts connections again; back in service");
             }
             Transition::CheckFailed => {
                 tracing::warn!(backend = %self.addr, "backend failed its health checks");
@@ -138,6 +163,35 @@ impl Backend {
                 tracing::info!(backend = %self.addr, "backend passed its health checks");
             }
         }
+    }
+
+    /// Tries a connect now and then while the backend is ejected for failed connects,
+    /// and ends the ejection at the first that gets through (see
+    /// [`health::PROBE_FIRST_WAIT`]). Ends by itself when the ejection ends or the
+    /// backend leaves its group.
+    fn start_probing(&self) {
+        let me = self.me.clone();
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            let mut wait = health::PROBE_FIRST_WAIT;
+            // Bounded by the ejection: each round first checks that it still runs.
+            loop {
+                tokio::time::sleep(wait).await;
+                let Some(backend) = me.upgrade() else { return };
+                if backend.pool.is_retired() || !backend.health.awaits_probe(Instant::now()) {
+                    return;
+                }
+                let (addr, source) = (backend.addr, backend.source_address);
+                if connect::connect(addr, source, health::PROBE_TIMEOUT).await.is_ok() {
+                    let transition = backend.health.on_probe_connected(Instant::now());
+                    backend.act_on(transition);
+                    return;
+                }
+                wait = (wait * 2).min(health::PROBE_MAX_WAIT);
+            }
+        });
     }
 
     /// The most recently used idle connection that is ready for a request, if there is
@@ -278,6 +332,42 @@ pub struct Members {
 }
 
 impl Members {
+    /// The index of the backend for the next request, skipping the indices in
+    /// `exclude` (backends this request already failed on): the balancer's pick among
+    /// backends in service, or, while the group is in panic, any backend in turn.
+    ///
+    /// The group is in panic when fewer than `panic_threshold` percent of its backends
+    /// are in service, and always when none is: requests then go to backends health
+    /// has taken out, because an ejection that outlasts the origin's outage only
+    /// lengthens it. A lone backend is never out (see [`Backend::alone`]).
+    pub fn choose(&self, exclude: &[usize], now: Instant) -> Option<usize> {
+        if let [only] = &self.backends[..] {
+            debug_assert!(only.is_alone());
+            return exclude.is_empty().then_some(0);
+        }
+        if !self.in_panic(now) {
+            if let Some(i) = self.balancer.pick(&self.backends, exclude, now) {
+                return Some(i);
+            }
+            if self.backends.iter().any(|b| !b.is_down(now)) {
+                // Some backend is in service; this request has been to each of them.
+                return None;
+            }
+        }
+        self.balancer.pick_ignoring_health(self.backends.len(), exclude)
+    }
+
+    /// Whether fewer than `panic_threshold` percent of the backends are in service
+    /// (never with a threshold of 0, the default).
+    fn in_panic(&self, now: Instant) -> bool {
+        let threshold = usize::from(self.config.health.panic_threshold);
+        if threshold == 0 {
+            return false;
+        }
+        let in_service = self.backends.iter().filter(|b| !b.is_down(now)).count();
+        in_service * 100 < threshold * self.backends.len()
+    }
+
     /// Why no backend may take a request now, for the 502 the client gets.
     pub fn unavailable(&self, now: Instant) -> String {
         if self.backends.is_empty() {
@@ -330,11 +420,12 @@ impl Upstream {
     /// A group with a backend for every address in `resolution`; idle connections count
     /// against `budget`, shared by all groups.
     pub fn new(config: UpstreamConfig, resolution: Resolution, budget: &Arc<IdleBudget>) -> Self {
-        let backends = resolution
+        let backends: Vec<Arc<Backend>> = resolution
             .addrs()
             .into_iter()
-            .map(|addr| Arc::new(Backend::new(addr, &config, budget)))
+            .map(|addr| Backend::new(addr, &config, budget))
             .collect();
+        mark_alone(&backends);
         let members =
             Members { balancer: Balancer::new(config.balance), config, backends, resolution };
         Upstream {
@@ -390,9 +481,10 @@ impl Upstream {
                     kept.push(addr);
                     Arc::clone(b)
                 }
-                None => Arc::new(Backend::new(addr, &config, &self.budget)),
+                None => Backend::new(addr, &config, &self.budget),
             })
             .collect();
+        mark_alone(&backends);
         for b in &old.backends {
             if !backends.iter().any(|n| Arc::ptr_eq(n, b)) {
                 tracing::info!(upstream = %self.name, backend = %b.addr, "backend removed; draining");
@@ -430,6 +522,14 @@ impl Upstream {
     }
 }
 
+/// Tells each backend whether it is the only one of its group.
+fn mark_alone(backends: &[Arc<Backend>]) {
+    let alone = backends.len() == 1;
+    for b in backends {
+        b.alone.store(alone, Ordering::Relaxed);
+    }
+}
+
 /// Pool counters of one backend, for status output and tests.
 #[derive(Debug, Clone)]
 pub struct BackendStats {
@@ -442,6 +542,10 @@ pub struct BackendStats {
     /// origin, and were answered 502 instead of being sent again (non-idempotent
     /// method, or a streamed body).
     pub unsafe_to_retry: u64,
+    /// Times health took it out of service (passive ejections and failed checks).
+    pub ejections: u64,
+    /// Where its health stands now (`healthy`, `ejected`, `recovering`, ...).
+    pub health: &'static str,
 }
 
 /// The upstream groups in force, for whoever reports on them (status, metrics); a

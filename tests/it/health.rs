@@ -2,9 +2,11 @@
 //! failing health checks, and the 502 when every server of a group is down.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use holdfast_pool::CloseReason;
 use tokio::net::TcpListener;
+use tokio::time::Instant;
 
 use crate::support::{
     group_config, wait_until, Load, Origin, OriginOptions, Proxy, RawClient, DEADLINE,
@@ -136,7 +138,7 @@ async fn failing_health_checks_take_a_server_out_before_requests_reach_it_and_pa
 }
 
 #[tokio::test]
-async fn when_every_server_is_down_the_client_gets_502_naming_the_group_and_why() {
+async fn when_every_server_is_ejected_requests_go_to_them_anyway_and_the_first_back_serves() {
     let (dead1, dead2) = (closed_port().await, closed_port().await);
     let passive = r#"
         [upstream.app.health]
@@ -150,12 +152,111 @@ async fn when_every_server_is_down_the_client_gets_502_naming_the_group_and_why(
     let first = client.response().await;
     assert_eq!(first.status, 502);
     assert!(first.body_text().contains("connection refused"), "{}", first.body_text());
-    // Now both are ejected: holdfast answers without trying.
+    let health: Vec<_> = proxy.stats().iter().map(|s| s.health).collect();
+    assert_eq!(health, ["ejected", "ejected"], "both servers are out for 30 s");
+    // Both are out, so the group is in panic: requests still go to them.
     client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let next = client.response().await;
     assert_eq!(next.status, 502);
-    let body = next.body_text();
-    assert!(body.contains("upstream app: all 2 servers are down"), "{body}");
-    assert!(body.contains(&format!("{dead1} ejected (connect_failures)")), "{body}");
-    assert!(body.contains(&format!("{dead2} ejected (connect_failures)")), "{body}");
+    assert!(next.body_text().contains("connection refused"), "{}", next.body_text());
+    // One comes back long before its ejection ends: it serves the very next request.
+    let back =
+        Origin::serve(TcpListener::bind(dead1).await.expect("rebind"), OriginOptions::default());
+    for _ in 0..2 {
+        client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        assert_eq!(client.response().await.status, 200);
+    }
+    assert_eq!(back.request_count(), 2);
+}
+
+#[tokio::test]
+async fn when_a_group_has_no_server_the_client_gets_502_naming_the_group_and_why() {
+    let text = r#"
+[[listener]]
+address = "127.0.0.1:0"
+upstream = "app"
+
+[upstream.app]
+servers = ["no-such-host.invalid:80"]
+"#;
+    let config = holdfast::Config::parse(text, std::path::Path::new("empty.toml")).expect("valid");
+    let proxy = Proxy::start(config).await;
+    let mut client = RawClient::connect(proxy.addr()).await;
+    client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let reply = client.response().await;
+    assert_eq!(reply.status, 502);
+    let body = reply.body_text();
+    assert!(body.contains("upstream app: the group has no servers"), "{body}");
+    assert!(body.contains("no-such-host.invalid:80 does not resolve"), "{body}");
+}
+
+/// Kills `origin`, keeps it down for `down`, and starts it again on the same port;
+/// returns the new origin and when it listened again.
+async fn restart_after(origin: Origin, down: Duration) -> (Origin, Instant) {
+    let addr = origin.addr();
+    origin.kill();
+    drop(origin);
+    tokio::time::sleep(down).await;
+    let listener = TcpListener::bind(addr).await.expect("rebind");
+    (Origin::serve(listener, OriginOptions::default()), Instant::now())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_server_restarted_twice_under_load_serves_again_at_once() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(group_config(&[origin.addr()], "")).await;
+    let load = Load::start(proxy.addr(), 2, "app.test", "/");
+    load.advance(100, DEADLINE).await;
+    let mut origin = origin;
+    for round in 0..2 {
+        let (back, listening) = restart_after(origin, Duration::from_millis(1500)).await;
+        let served = || back.request_count() > 0;
+        wait_until("a request reaches the restarted server", DEADLINE, served).await;
+        let after = listening.elapsed();
+        assert!(
+            after < Duration::from_millis(500),
+            "restart {round}: first request after {after:?}"
+        );
+        origin = back;
+        load.advance(100, DEADLINE).await;
+    }
+    let tally = load.stop().await;
+    // Only the outages failed, each with a 502 naming the refused connect.
+    assert!(!tally.failures.is_empty(), "the outages went unnoticed");
+    let stats = proxy.stats();
+    assert_eq!((stats[0].ejections, stats[0].health), (0, "healthy"), "never ejected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_servers_one_flapping_the_other_takes_all_traffic_and_the_flapper_is_back_within_half_a_second(
+) {
+    let (steady, flapping) = (Origin::start().await, Origin::start().await);
+    // Default health settings: a 5 s ejection, which only a probe can cut short.
+    let proxy = Proxy::start(group_config(&[steady.addr(), flapping.addr()], "")).await;
+    let load = Load::start(proxy.addr(), 4, "app.test", "/");
+    load.advance(200, DEADLINE).await;
+    let mut flapping = flapping;
+    let addr = flapping.addr();
+    let health = |proxy: &Proxy| proxy.stats().iter().find(|s| s.backend == addr).unwrap().health;
+    for round in 0..3 {
+        let down_since = Instant::now();
+        let (back, listening) = restart_after(flapping, Duration::from_millis(700)).await;
+        assert!(proxy.stats().iter().any(|s| s.ejections > round), "round {round}: not ejected");
+        // A probe connects within its longest wait: the ejection (5 s by default, 10 s
+        // the second time) ends long before its time.
+        wait_until("the probe ends the ejection", DEADLINE, || health(&proxy) != "ejected").await;
+        let after = listening.elapsed();
+        assert!(
+            after < Duration::from_millis(500),
+            "round {round}: back in service after {after:?}"
+        );
+        assert!(down_since.elapsed() < Duration::from_secs(2));
+        flapping = back;
+        wait_until("the flapping server serves again", DEADLINE, || flapping.request_count() > 0)
+            .await;
+        load.advance(200, DEADLINE).await;
+    }
+    let tally = load.stop().await;
+    assert!(tally.failures.is_empty(), "{} failed: {:?}", tally.failures.len(), tally.failures);
+    assert!(steady.request_count() > 0 && flapping.request_count() > 0);
 }
