@@ -18,6 +18,7 @@ use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigError, ListenerConfig};
 use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
+use crate::metrics::Answers;
 use crate::proxy::forwarded::TrustedProxies;
 use crate::proxy::{Destination, Proxy, Site};
 use crate::resources::Resources;
@@ -84,6 +85,8 @@ struct Shared {
     access_log: Option<AccessLog>,
     connections: Connections,
     unrouted: Arc<AtomicU64>,
+    /// Responses holdfast made itself, across listeners.
+    answers: Arc<Answers>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
 }
@@ -148,6 +151,7 @@ impl Server {
             access_log,
             connections: Connections::default(),
             unrouted: Arc::default(),
+            answers: Arc::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
         });
@@ -389,7 +393,12 @@ impl Shared {
     fn listen(&self, l: &ListenerConfig, site: Site, tcp: TcpListener) -> LiveListener {
         let addr = tcp.local_addr().unwrap_or(l.addr);
         tracing::info!(listen = %addr, upstream = ?l.upstream, "listening");
-        let proxy = Arc::new(Proxy::new(site, self.access_log.clone(), Arc::clone(&self.unrouted)));
+        let proxy = Arc::new(Proxy::new(
+            site,
+            self.access_log.clone(),
+            Arc::clone(&self.unrouted),
+            Arc::clone(&self.answers),
+        ));
         let (stop, stop_rx) = watch::channel(false);
         let connections = self.connections.child();
         let accepting = tokio::spawn(listener::accept_loop(
@@ -504,6 +513,8 @@ fn process_reader(shared: &Arc<Shared>, draining: &Arc<AtomicBool>) -> ProcessRe
         unrouted_requests: shared.unrouted.load(Ordering::Relaxed),
         reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
         reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
+        answers: shared.answers.snapshot(),
+        refusals: shared.answers.refusals.snapshot(),
     })
 }
 

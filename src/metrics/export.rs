@@ -19,7 +19,7 @@ use crate::upstream::{Backend, Groups, Upstream};
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Process-wide numbers, read at each scrape.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ProcessSnapshot {
     pub client_connections: usize,
     pub client_connections_accepted: u64,
@@ -29,6 +29,10 @@ pub struct ProcessSnapshot {
     pub unrouted_requests: u64,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
+    /// Responses holdfast made itself, by group, reason and status.
+    pub answers: Vec<(super::AnswerKey, u64)>,
+    /// Requests refused before routing, by rule.
+    pub refusals: Vec<(&'static str, u64)>,
 }
 
 /// Reads process-wide numbers for a scrape.
@@ -273,6 +277,26 @@ impl Collector for Sources {
             "holdfast_unrouted_requests",
             "Requests no route matched, answered 404.",
             [(none, process.unrouted_requests)],
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_errors",
+            "Responses holdfast made itself instead of relaying an origin's, by upstream group (- before routing), reason and status.",
+            process.answers.iter().map(|(k, n)| {
+                let upstream = k.upstream.as_deref().unwrap_or("-").to_string();
+                let labels = [
+                    ("upstream", upstream),
+                    ("reason", k.reason.to_string()),
+                    ("status", k.status.to_string()),
+                ];
+                (labels, *n)
+            }),
+        )?;
+        counter(
+            &mut enc,
+            "holdfast_refused_requests",
+            "Requests refused before routing, by the rule they broke.",
+            process.refusals.iter().map(|(rule, n)| ([("rule", *rule)], *n)),
         )?;
         counter(
             &mut enc,

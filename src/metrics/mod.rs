@@ -9,7 +9,7 @@ pub mod export;
 pub mod histogram;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use histogram::{Histogram, HistogramSnapshot};
 
@@ -59,6 +59,51 @@ impl ReasonCounts {
 
     pub fn get(&self, reason: &str) -> u64 {
         self.snapshot().iter().find(|(r, _)| *r == reason).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// One kind of response holdfast made itself: for which group (`None`: before a
+/// route was found), why, and with which status.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AnswerKey {
+    pub upstream: Option<Arc<str>>,
+    pub reason: &'static str,
+    pub status: u16,
+}
+
+/// Every response holdfast made itself instead of relaying an origin's, across all
+/// listeners: the 502/503/504 of an upstream failure, the 4xx of a refused request.
+/// Answers are rare, so a lock here costs nothing that matters.
+#[derive(Debug, Default)]
+pub struct Answers {
+    counts: Mutex<Vec<(AnswerKey, u64)>>,
+    /// Requests refused before routing, by the rule they broke (finer than the
+    /// answers' reason: `bad_framing`, `bad_host`, ...).
+    pub refusals: ReasonCounts,
+}
+
+impl Answers {
+    pub fn record(&self, upstream: Option<&Arc<str>>, reason: &'static str, status: u16) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let found = counts.iter_mut().find(|(k, _)| {
+            k.reason == reason
+                && k.status == status
+                && k.upstream.as_deref() == upstream.map(|u| &**u)
+        });
+        match found {
+            Some((_, n)) => *n += 1,
+            None => {
+                let key = AnswerKey { upstream: upstream.cloned(), reason, status };
+                counts.push((key, 1));
+            }
+        }
+    }
+
+    /// Every kind of answer so far with its count, sorted.
+    pub fn snapshot(&self) -> Vec<(AnswerKey, u64)> {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        counts.sort_unstable();
+        counts
     }
 }
 
@@ -122,6 +167,22 @@ mod tests {
         }
         assert_eq!(c.snapshot(), [2, 2, 1, 1, 3]);
         assert_eq!(c.total(), 9);
+    }
+
+    #[test]
+    fn answers_count_by_group_reason_and_status() {
+        let answers = Answers::default();
+        let app: Arc<str> = Arc::from("app");
+        answers.record(Some(&app), "connect_refused", 502);
+        answers.record(Some(&app), "connect_refused", 502);
+        answers.record(None, "bad_request", 400);
+        answers.record(Some(&app), "connect_timeout", 504);
+        let snap = answers.snapshot();
+        let find =
+            |reason| snap.iter().find(|(k, _)| k.reason == reason).map(|(k, n)| (k.clone(), *n));
+        assert_eq!(find("connect_refused").map(|(k, n)| (k.status, n)), Some((502, 2)));
+        assert_eq!(find("bad_request").map(|(k, _)| k.upstream), Some(None));
+        assert_eq!(snap.iter().map(|(_, n)| n).sum::<u64>(), 4);
     }
 
     #[test]

@@ -69,16 +69,12 @@ impl ProxyErrorKind {
             ProxyErrorKind::Connect(e) => e.as_str(),
             ProxyErrorKind::Queue(LeaseError::QueueTimeout { .. }) => "queue_timeout",
             ProxyErrorKind::Queue(_) => "queue_full",
-            ProxyErrorKind::HeaderTimeout(_) => "header_timeout",
-            ProxyErrorKind::Closed(_) => "closed",
-            ProxyErrorKind::NotRetried { why: NotReplayed::NotIdempotent, .. } => {
-                "not_retried_not_idempotent"
-            }
-            ProxyErrorKind::NotRetried { why: NotReplayed::BodyStreamed, .. } => {
-                "not_retried_body_streamed"
-            }
+            ProxyErrorKind::HeaderTimeout(_) => "response_timeout",
+            ProxyErrorKind::Closed(_) => "upstream_closed",
+            ProxyErrorKind::NotRetried { .. } => "not_replayed",
             ProxyErrorKind::BadResponse(_) => "bad_response",
-            ProxyErrorKind::ClientBody(_) => "client_body",
+            ProxyErrorKind::ClientBody(ClientBodyError::Invalid(_)) => "bad_request",
+            ProxyErrorKind::ClientBody(_) => "client_aborted",
             ProxyErrorKind::ClientTimeout => "client_timeout",
             ProxyErrorKind::BodyTooLarge(_) => "body_too_large",
         }

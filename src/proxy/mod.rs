@@ -51,6 +51,7 @@ use crate::http1::head::HeadScan;
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
 use crate::http1::{Framing, Version};
+use crate::metrics::Answers;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;
@@ -68,6 +69,8 @@ pub struct Proxy {
     access_log: Option<AccessLog>,
     /// Requests no route matched, across listeners.
     unrouted: Arc<AtomicU64>,
+    /// Every response holdfast makes itself, by group, reason and status.
+    answers: Arc<Answers>,
 }
 
 /// What a listener serves with: its routes and the settings of one config. A reload
@@ -167,8 +170,13 @@ enum Attempt {
 impl Proxy {
     /// Each request is traced into the metrics of its upstream group, and logged to
     /// `access_log` if there is one; requests no route matches count in `unrouted`.
-    pub fn new(site: Site, access_log: Option<AccessLog>, unrouted: Arc<AtomicU64>) -> Self {
-        Proxy { site: ArcSwap::from_pointee(site), access_log, unrouted }
+    pub fn new(
+        site: Site,
+        access_log: Option<AccessLog>,
+        unrouted: Arc<AtomicU64>,
+        answers: Arc<Answers>,
+    ) -> Self {
+        Proxy { site: ArcSwap::from_pointee(site), access_log, unrouted, answers }
     }
 
     /// The routes and settings in force now.
@@ -239,6 +247,12 @@ impl Proxy {
     pub fn refused(&self, client: SocketAddr, status: u16, reason: &'static str) {
         let site = self.site.load();
         let mut trace = Trace::refused(site.fallback.as_ref(), client, self.access_log.as_ref());
+        self.answers.refusals.record(reason);
+        self.answers.record(
+            site.fallback.as_ref().map(|u| &u.name),
+            refusal_reason(status),
+            status,
+        );
         trace.failed(reason);
         trace.finish(Delivery { status, bytes: 0, ended: Some(Instant::now()) });
     }
@@ -281,7 +295,7 @@ impl Proxy {
             Some(upstream) => {
                 let why = upstream.with_members(|m| m.unavailable(Instant::now()));
                 tracing::warn!(upstream = %upstream.name, "{why}");
-                (502, "no_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
+                (502, "no_healthy_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
             }
         };
         self.answer(out, status, reason, &text, client).await
@@ -754,6 +768,7 @@ impl Proxy {
         client: &mut TcpStream,
     ) -> Done {
         out.trace.failed(reason);
+        self.answers.record(out.trace.upstream().map(|u| &u.name), reason, status);
         // Unread body bytes would be taken for the next request: close instead.
         let keep = out.keep_alive && out.body_consumed;
         let connection = ConnectionOut::for_client(keep, out.version);
@@ -800,6 +815,21 @@ fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assig
         };
         Some(Assigned::new(Arc::clone(m.backends.get(i)?)))
     })
+}
+
+/// The reason a refused request is counted under in `holdfast_errors`, from its
+/// status (the rule it broke is counted apart, in `holdfast_refused_requests`).
+fn refusal_reason(status: u16) -> &'static str {
+    match status {
+        400 => "bad_request",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        414 => "uri_too_long",
+        417 => "expectation_failed",
+        431 => "headers_too_large",
+        501 => "not_implemented",
+        _ => "refused",
+    }
 }
 
 /// The failure of a request to its backend, as the client hears of it.

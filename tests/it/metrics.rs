@@ -155,3 +155,116 @@ async fn admin_paths_are_not_served_on_the_proxy_port() {
         .await;
     assert_eq!(reply.status, 405);
 }
+
+/// Every response holdfast makes itself is counted under a reason, so the reasons add
+/// up to exactly the errors clients received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_holdfast_makes_itself_is_counted_with_its_reason() {
+    let origin = Origin::start().await;
+    let refused = {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        listener.local_addr().expect("addr")
+        // Dropped here: connects to it are refused.
+    };
+    let text = format!(
+        r#"
+[admin]
+address = "127.0.0.1:0"
+
+[[listener]]
+address = "127.0.0.1:0"
+
+[[route]]
+host = "refused.test"
+upstream = "refused"
+
+[[route]]
+host = "nowhere.test"
+upstream = "nowhere"
+
+[[route]]
+host = "slow.test"
+upstream = "slow"
+
+[[route]]
+host = "narrow.test"
+upstream = "narrow"
+
+[timeouts]
+response_header = "300ms"
+
+[upstream.refused]
+servers = ["{refused}"]
+
+[upstream.nowhere]
+servers = ["no-such-host.invalid:80"]
+
+[upstream.slow]
+servers = ["{origin}"]
+
+[upstream.narrow]
+servers = ["{origin}"]
+
+[upstream.narrow.pool]
+max_connections_per_server = 1
+queue_size = 0
+"#,
+        origin = origin.addr()
+    );
+    let config = holdfast::Config::parse(&text, std::path::Path::new("answers.toml")).expect("ok");
+    let proxy = Proxy::start(config).await;
+    let get = |host: &'static str, path: &'static str| {
+        let addr = proxy.addr();
+        async move {
+            let mut client = crate::support::RawClient::connect(addr).await;
+            client.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n")).await;
+            client.response().await.status
+        }
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(get("refused.test", "/").await);
+        statuses.push(get("nowhere.test", "/").await);
+        statuses.push(get("slow.test", "/slow/1000").await);
+        statuses.push(get("unknown.test", "/").await);
+        statuses.push(get("slow.test", "/").await);
+    }
+    // Two at once through a group allowed one connection and no queue.
+    let (a, b) = tokio::join!(get("narrow.test", "/slow/200"), get("narrow.test", "/slow/200"));
+    statuses.extend([a, b]);
+    // A request refused before routing.
+    let mut bad = crate::support::RawClient::connect(proxy.addr()).await;
+    bad.send("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").await;
+    statuses.push(bad.response().await.status);
+
+    let count = |status: u16| statuses.iter().filter(|&&s| s == status).count() as u64;
+    assert_eq!((count(200), count(502), count(504), count(404)), (4, 6, 3, 3), "{statuses:?}");
+    assert_eq!((count(503), count(400)), (1, 1), "{statuses:?}");
+    let metrics = proxy.metrics().await;
+    let errors = |labels: &[(&str, &str)]| metrics.count("holdfast_errors_total", labels);
+    assert_eq!(
+        errors(&[("upstream", "refused"), ("reason", "connect_refused"), ("status", "502")]),
+        3
+    );
+    assert_eq!(errors(&[("upstream", "nowhere"), ("reason", "no_healthy_server")]), 3);
+    assert_eq!(
+        errors(&[("upstream", "slow"), ("reason", "response_timeout"), ("status", "504")]),
+        3
+    );
+    assert_eq!(errors(&[("upstream", "narrow"), ("reason", "queue_full"), ("status", "503")]), 1);
+    assert_eq!(errors(&[("reason", "no_route"), ("status", "404")]), 3);
+    assert_eq!(errors(&[("upstream", "-"), ("reason", "bad_request"), ("status", "400")]), 1);
+    assert_eq!(metrics.count("holdfast_refused_requests_total", &[("rule", "bad_framing")]), 1);
+    // The sum over every reason is every error a client got.
+    let received = statuses.iter().filter(|&&s| s >= 400).count() as u64;
+    assert_eq!(errors(&[]), received);
+    for class in ["4", "5"] {
+        let by_status: u64 = metrics
+            .series_named("holdfast_errors_total")
+            .filter(|(labels, _)| labels.get("status").is_some_and(|s| s.starts_with(class)))
+            .map(|(_, v)| v as u64)
+            .sum();
+        let got = statuses.iter().filter(|s| s.to_string().starts_with(class)).count() as u64;
+        assert_eq!(by_status, got, "{class}xx");
+    }
+}

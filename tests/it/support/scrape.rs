@@ -55,6 +55,14 @@ impl Metrics {
         matching.iter().sum()
     }
 
+    /// Every series named `name`: its labels and value.
+    pub fn series_named<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a BTreeMap<String, String>, f64)> + 'a {
+        self.series.iter().filter(move |(n, _, _)| n == name).map(|(_, l, v)| (l, *v))
+    }
+
     /// Like [`Metrics::sum`], as a count.
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         self.sum(name, labels) as u64
