@@ -69,11 +69,49 @@ struct Phase {
 }
 
 /// Serves `stream` until the client leaves, a limit closes it, or `stop` turns true.
+///
+/// Until the client's first bytes arrive, the connection's task holds only its socket
+/// and a deadline: the state for reading and forwarding requests (a few hundred bytes
+/// more, and a timer) is allocated when there is something to read. A crowd of
+/// connections that never send anything costs little.
 pub async fn serve(
     stream: TcpStream,
     addr: SocketAddr,
     proxy: Arc<Proxy>,
     mut open: OpenConnection,
+) {
+    let accepted = Instant::now();
+    let header_limit = proxy.site().timeouts.client_header;
+    if !first_bytes(&stream, net::later(accepted, header_limit), &mut open).await {
+        return;
+    }
+    Box::pin(serve_requests(stream, addr, proxy, open, accepted)).await;
+}
+
+/// Waits until the client has sent something (or closed); false when the connection
+/// should close instead: the first request's head did not start in time (it must be
+/// complete within `client_header` of the accept), or the server is stopping.
+async fn first_bytes(stream: &TcpStream, deadline: Instant, open: &mut OpenConnection) -> bool {
+    let mut readable = pin!(tokio::time::timeout_at(deadline, stream.readable()));
+    poll_fn(|cx| {
+        if let Poll::Ready(ready) = readable.as_mut().poll(cx) {
+            return Poll::Ready(matches!(ready, Ok(Ok(()))));
+        }
+        if open.poll_stop(cx) {
+            return Poll::Ready(false);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Reads and forwards requests until the connection ends.
+async fn serve_requests(
+    stream: TcpStream,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    mut open: OpenConnection,
+    accepted: Instant,
 ) {
     let settings = ClientSettings::of(proxy);
     // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
@@ -87,7 +125,7 @@ pub async fn serve(
         head: Vec::new(),
         scan: HeadScan::default(),
         timer: Timer::new(),
-        idle_since: Instant::now(),
+        idle_since: accepted,
     };
     let phase = Phase::default();
     let mut served = pin!(conn.run(&settings, &phase));

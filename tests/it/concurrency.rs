@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast::upstream::BackendStats;
-use holdfast_pool::CloseReason;
+use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 
 use crate::support::netns::Namespace;
 use crate::support::node::NodeOrigin;
@@ -43,16 +43,21 @@ async fn run_at(clients: usize) -> Run {
     load.advance(total, Duration::from_secs(90)).await;
     // While the load still runs: once it stops, connections opened in a race (a request
     // found none idle just as another came back) are rightly closed as surplus.
-    let pool = single(&proxy.server().stats()).pool.clone();
+    let churned = churned(&single(&proxy.server().stats()).pool);
     let tally = load.stop().await;
     let stats = origin.stats().await;
+    let pool = single(&proxy.server().stats()).pool.clone();
     Run {
         ok: tally.ok,
         failures: tally.failures,
         accepted: stats.counter("accepted") - 1, // the stats request's own connection
-        churned: pool.closed(CloseReason::AboveDemand) + pool.closed(CloseReason::BudgetSpent),
+        churned,
         opened: pool.opened,
     }
+}
+
+fn churned(pool: &PoolStatsSnapshot) -> u64 {
+    pool.closed(CloseReason::AboveDemand) + pool.closed(CloseReason::BudgetSpent)
 }
 
 fn single(stats: &[BackendStats]) -> &BackendStats {
