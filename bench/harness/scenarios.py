@@ -395,6 +395,9 @@ def _many_clients_in_namespace(ctx, scenario, contender, run_dir, record):
     metrics["upstream_connections_total"] = metrics["upstream_connections"]
     _per_client(metrics, scenario.clients)
     metrics["socket_errors_by_kind"] = result.get("socket_errors_by_kind")
+    # What running out of ports looks like: error responses and failed connections. Slow
+    # responses (timeouts) come apart: `direct` has them too, from the origin itself.
+    metrics["failures"] = (metrics["errors"] or 0) - (metrics["timeouts"] or 0)
     error_log = run_dir / "error.log"
     if contender.program == "nginx" and error_log.exists():
         # nginx logs every failed connect: errno 99 is a source port shortage
