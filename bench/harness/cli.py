@@ -209,8 +209,8 @@ def _session(opts, session, argv):
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     idle_clients, pool_connections = scenarios.idle_counts(nofile)
     if idle_clients < scenarios.IDLE_CONNECTIONS or pool_connections < scenarios.IDLE_CONNECTIONS:
-        log(f"note: the open-file limit is {nofile}; idle-clients holds {idle_clients} "
-            f"connections and pool-memory pools {pool_connections}")
+        log(f"note: the open-file limit is {nofile}; idle-clients and silent-clients hold "
+            f"{idle_clients} connections and pool-memory pools {pool_connections}")
     ctx = Context(
         bins=bins, log_dir=session, wrk_script=str(WRK_SCRIPT), ports=ports, origins={},
         duration_s=opts.duration, warmup_s=opts.warmup, rate=opts.rate,
@@ -219,18 +219,19 @@ def _session(opts, session, argv):
         pool_connections=pool_connections,
     )
     ctx.origins["rust"] = origins.start("rust", port=ports["origin"], bins=bins, log_dir=session)
-    if any(s.origin == "node" for s in plan_scenarios):
+    if any(s.origin == "node" and s.name not in scenarios.IN_NAMESPACE for s in plan_scenarios):
         ctx.origins["node"] = origins.start("node", port=ports["node"], bins=bins,
                                             log_dir=session)
 
     info = machine.describe(bins)
     commit = machine.git_commit(REPO) if not opts.holdfast else f"binary {opts.holdfast}"
     records = []
-    total = sum(len(_contenders_for(s, plan_contenders)) for s in plan_scenarios) * opts.runs
+    total = opts.runs * sum(len(scenarios.contenders_for(s, plan_contenders))
+                            for s in plan_scenarios)
     done = 0
     for round_no in range(1, opts.runs + 1):
         for scenario in plan_scenarios:
-            order = _contenders_for(scenario, plan_contenders)
+            order = scenarios.contenders_for(scenario, plan_contenders)
             shift = (round_no - 1) % max(1, len(order))
             order = order[shift:] + order[:shift]
             for contender in order:
@@ -296,12 +297,6 @@ def _revive_origins(ctx, ports, bins, session):
             ctx.origins[kind] = origins.start(kind, port=port, bins=bins, log_dir=session)
 
 
-def _contenders_for(scenario, plan_contenders):
-    if scenario.name == "pool-memory":
-        return [c for c in plan_contenders if c.name == "holdfast"]
-    return list(plan_contenders)
-
-
 def _one_line(record):
     if not record["ok"]:
         return f"FAILED: {(record['error'] or '').splitlines()[0][:200]}"
@@ -314,6 +309,13 @@ def _one_line(record):
                 f"after burst 1, {m.get('rss_kb_two_pools')} kB after burst 2: "
                 f"{per:,.0f} B per idle connection (upper bound "
                 f"{m.get('bytes_per_idle_connection_upper') or 0:,.0f} B)")
+    if record["scenario"] == "silent-clients":
+        ok = m.get("bytes_per_silent_connection") is not None
+        return (f"{m.get('silent_connections') or 0:,} silent connections held; RSS "
+                f"{m.get('rss_kb_start')} kB at start, {m.get('rss_kb_held')} kB held, "
+                f"{m.get('rss_kb_after')} kB after they closed: "
+                + (f"{m['bytes_per_silent_connection']:,.0f} B per connection, "
+                   f"{m['rss_kb_left']:,} kB not given back" if ok else "not measured"))
     parts = [f"{m.get('rps') or 0:>9,.0f} req/s"]
     if m.get("cpu_us_per_request") is not None:
         split = ""
@@ -327,6 +329,11 @@ def _one_line(record):
     if lat.get("p99") is not None:
         parts.append(f"p99 {lat['p99']:,} µs")
     parts.append(f"errors {m.get('errors')}")
+    if m.get("timeouts"):
+        parts.append(f"timeouts {m['timeouts']}")
+    if m.get("clients"):
+        parts.append(f"upstream opened {m.get('upstream_connections_total'):,} for "
+                     f"{m['clients']:,} clients, {m.get('upstream_open_max'):,} open at peak")
     if m.get("rss_kb"):
         parts.append(f"RSS {m['rss_kb'] / 1024:.1f} MB")
     if (m.get("proxy_core_other") or 0) > 0.15:
@@ -361,7 +368,7 @@ def _commands(records, origin_argvs, session, argv):
     seen = set()
     for rec in records:
         cmd = rec.get("command")
-        if (cmd and rec["scenario"] not in ("port-exhaustion", "pool-memory")
+        if (cmd and rec["scenario"] not in scenarios.IN_NAMESPACE + ("pool-memory",)
                 and rec["contender"] not in seen):
             seen.add(rec["contender"])
             lines.append(shorten(cmd))
@@ -376,7 +383,7 @@ def _commands(records, origin_argvs, session, argv):
         if not rec:
             continue
         lines.append(f"# {scenario.name}")
-        if scenario.name == "port-exhaustion":
+        if scenario.name in scenarios.IN_NAMESPACE:
             lines.append("ip netns add $NS; ip -n $NS link set lo up; ip netns exec $NS sysctl "
                          f"-w net.ipv4.ip_local_port_range='{netns.PORT_RANGE}' "
                          "net.ipv4.tcp_tw_reuse=0   # origin and contender also run in $NS")
@@ -390,10 +397,10 @@ def _commands(records, origin_argvs, session, argv):
 
 def _exit_status(opts, records, plan_contenders):
     failed = [r for r in records if not r["ok"]]
-    empty = [r for r in records if r["ok"] and r["scenario"] != "pool-memory"
+    empty = [r for r in records if r["ok"] and r["scenario"] not in scenarios.NO_REQUESTS
              and not r["metrics"].get("requests")]
     holdfast_errors = [r for r in records if r["contender"] == "holdfast" and r["ok"]
-                       and r["scenario"] not in ("pool-memory",)
+                       and r["scenario"] not in scenarios.NO_REQUESTS
                        and r["metrics"].get("errors")]
     if "holdfast" in opts.contenders and not any(c.name == "holdfast" for c in plan_contenders):
         failed.append({"scenario": "-", "contender": "holdfast", "error": "not run"})

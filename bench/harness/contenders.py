@@ -24,6 +24,8 @@ class Contender:
     program: str | None  # the program it needs ("nginx", "haproxy", "holdfast"), None for direct
     config: str | None  # template in bench/configs/
     about: str
+    # Runs only in the scenarios that name it (Scenario.contenders), not in every scenario.
+    only_where_named: bool = False
 
 
 CONTENDERS = [
@@ -33,6 +35,9 @@ CONTENDERS = [
               "upstream, Upgrade and Connection copied"),
     Contender("nginx-recipe", "nginx", "nginx-recipe.conf",
               "nginx 1.22, keepalive 16, HTTP/1.1, Connection \"\""),
+    Contender("nginx-keepalive32", "nginx", "nginx-keepalive32.conf",
+              "nginx 1.22 set up as nginx 1.29.7's defaults: keepalive 32 per worker, "
+              "HTTP/1.1, Connection \"\"", only_where_named=True),
     Contender("nginx-tuned", "nginx", "nginx-tuned.conf",
               "nginx 1.22, keepalive 1024, keepalive_requests 100000, keepalive_timeout 60s"),
     Contender("haproxy", "haproxy", "haproxy.cfg",

@@ -26,12 +26,19 @@ def _last_json(text, prefix=""):
     return None
 
 
-def wrk(ctx, name, url, *, duration_s, connections=64, closing=False, netns=None):
-    """wrk -t1 -cN -dDs --latency, keep-alive or with `Connection: close` on every request."""
+def wrk(ctx, name, url, *, duration_s, connections=64, closing=False, timeout_s=None,
+        netns=None):
+    """wrk -t1 -cN -dDs --latency, keep-alive or with `Connection: close` on every request.
+
+    With `timeout_s`, `--timeout`: a response that takes longer counts as a timeout (wrk's
+    own default is 2 s as well, so this only spells it out where the scenario depends on it).
+    """
     argv = [
         ctx.bins["wrk"], "-t1", f"-c{connections}", f"-d{int(duration_s)}s", "--latency",
         "-s", ctx.wrk_script,
     ]
+    if timeout_s is not None:
+        argv += ["--timeout", f"{int(timeout_s)}s"]
     if closing:
         argv += ["-H", "Connection: close"]
     argv.append(url)
@@ -111,11 +118,14 @@ def burst(ctx, name, url, *, connections, timeout_s=180):
 
 
 class Holder:
-    """bench-load hold: keeps idle client connections open until stopped."""
+    """bench-load hold: keeps idle client connections open until stopped; `silent`
+    connections send nothing at all (no request)."""
 
-    def __init__(self, ctx, name, url, *, connections, hold_s):
+    def __init__(self, ctx, name, url, *, connections, hold_s, silent=False):
         argv = [ctx.bins["bench-load"], "hold", "--url", url,
                 "--connections", str(connections), "--hold", f"{int(hold_s)}s"]
+        if silent:
+            argv.append("--silent")
         self.child = procs.spawn(name, argv, log_dir=ctx.log_dir, cpu=procs.LOAD_CPU)
 
     def wait_holding(self, timeout_s=90):

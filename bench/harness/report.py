@@ -21,8 +21,17 @@ METRICS = (
     "idle_rss_kb", "idle_clients_open_after", "first_error_s",
     "idle_connections", "rss_kb_start", "rss_kb_one_pool", "rss_kb_two_pools",
     "bytes_per_idle_connection", "bytes_per_idle_connection_upper", "read_s_after_first_burst",
-    "proxy_core_other",
+    "proxy_core_other", "non_2xx", "timeouts", "upstream_connections_warmup",
+    "upstream_connections_total", "upstream_connections_per_client", "upstream_open_max",
+    "connect_eaddrnotavail", "silent_connections", "rss_kb_held", "rss_kb_after", "rss_kb_left",
+    "bytes_per_silent_connection", "bytes_left_per_connection", "silent_closed_by_proxy",
+    "held_s", "establish_s", "listen_backlog", "failures",
 )
+
+# silent-clients targets for holdfast: RSS per silent client connection, and what is left
+# once they all closed (a tenth of that budget per connection, 2 MB for 10,000).
+SILENT_BYTES_LIMIT = 2000
+SILENT_LEFT_BYTES_LIMIT = 200
 
 
 def _flat(metrics):
@@ -116,6 +125,39 @@ def targets(medians, records):
         "reference_from": "nginx-default, nginx-recipe", "ratio": None, "limit": "0 vs > 0",
         "unit": "errors", "pass": passed})
 
+    def failures_of(contender):
+        return [r["metrics"]["failures"] for r in records
+                if r["scenario"] == "c500-netns" and r["contender"] == contender and r["ok"]
+                and r["metrics"].get("failures") is not None]
+
+    mine = failures_of("holdfast")
+    others = {name: statistics.median(v) for name in ("nginx-default", "nginx-keepalive32",
+                                                        "haproxy")
+              if (v := failures_of(name))}
+    checks.append({
+        "target": "500 clients in 1000 local ports: 0 failed requests for holdfast (every "
+                  "run), counting error responses and socket errors but not timeouts",
+        "scenario": "c500-netns", "holdfast": max(mine) if mine else None,
+        "reference": others or None, "reference_from": "median of the others",
+        "ratio": None, "limit": "0", "unit": "errors",
+        "pass": (max(mine) == 0) if mine else None})
+
+    per_silent = _median(medians, "silent-clients", "holdfast", "bytes_per_silent_connection")
+    ref, ref_name = _best_peer(medians, "silent-clients", "bytes_per_silent_connection", True)
+    checks.append({"target": "memory per silent client connection < 2 kB",
+                   "scenario": "silent-clients", "holdfast": per_silent, "reference": ref,
+                   "reference_from": ref_name, "ratio": None,
+                   "limit": f"< {SILENT_BYTES_LIMIT} bytes", "unit": "bytes",
+                   "pass": None if per_silent is None else per_silent < SILENT_BYTES_LIMIT})
+    left = _median(medians, "silent-clients", "holdfast", "bytes_left_per_connection")
+    ref, ref_name = _best_peer(medians, "silent-clients", "bytes_left_per_connection", True)
+    checks.append({"target": "RSS back near the start once the silent clients closed",
+                   "scenario": "silent-clients", "holdfast": left, "reference": ref,
+                   "reference_from": ref_name, "ratio": None,
+                   "limit": f"<= {SILENT_LEFT_BYTES_LIMIT} bytes per connection held",
+                   "unit": "bytes",
+                   "pass": None if left is None else left <= SILENT_LEFT_BYTES_LIMIT})
+
     per_conn = _median(medians, "pool-memory", "holdfast", "bytes_per_idle_connection")
     checks.append({"target": "memory per idle pooled upstream connection < 20 kB",
                    "scenario": "pool-memory", "holdfast": per_conn, "reference": None,
@@ -198,7 +240,31 @@ COLUMNS = {
     "bytes_per_idle_connection_upper": ("upper bound, bytes", lambda v: _num(v)),
     "read_s_after_first_burst": ("s idle at 2nd reading", lambda v: _num(v, 1)),
     "proxy_core_other": ("other load on proxy core", _share),
+    "non_2xx": ("non-2xx", lambda v: _num(v)),
+    "timeouts": ("timeouts", lambda v: _num(v)),
+    "upstream_connections_total": ("upstream conns opened, warm-up + window",
+                                   lambda v: _num(v)),
+    "upstream_connections_per_client": ("opened per client conn", lambda v: _num(v, 2)),
+    "upstream_open_max": ("peak upstream conns open", lambda v: _num(v)),
+    "connect_eaddrnotavail": ("connect() errno 99 in nginx's log", lambda v: _num(v)),
+    "failures": ("errors but timeouts", lambda v: _num(v)),
+    "silent_connections": ("silent conns held", lambda v: _num(v)),
+    "rss_kb_held": ("RSS MB held", _mb),
+    "rss_kb_after": ("RSS MB after close", _mb),
+    "rss_kb_left": ("RSS MB not given back", _mb),
+    "bytes_per_silent_connection": ("bytes per silent conn", lambda v: _num(v)),
+    "bytes_left_per_connection": ("bytes left per conn", lambda v: _num(v)),
+    "silent_closed_by_proxy": ("closed by the proxy while held", lambda v: _num(v)),
+    "held_s": ("s held at reading", lambda v: _num(v, 1)),
+    "establish_s": ("s to connect all", lambda v: _num(v, 1)),
+    "listen_backlog": ("listen backlog", lambda v: _num(v)),
 }
+
+MANY_CLIENT_COLUMNS = ("rps", "p50_us", "p99_us", "errors", "timeouts", "upstream_connections",
+                       "upstream_connections_total", "upstream_connections_per_client",
+                       "upstream_open_max", "reuse", "cpu_us_per_request",
+                       "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share",
+                       "rss_kb", "proxy_core_other")
 
 SCENARIO_COLUMNS = {
     "rate-latency": ("rps", "p50_us", "p90_us", "p99_us", "p999_us", "max_us",
@@ -215,6 +281,16 @@ SCENARIO_COLUMNS = {
     "pool-memory": ("idle_connections", "rss_kb_start", "rss_kb_one_pool", "rss_kb_two_pools",
                     "bytes_per_idle_connection", "bytes_per_idle_connection_upper",
                     "read_s_after_first_burst"),
+    "c500": MANY_CLIENT_COLUMNS,
+    "c1000": MANY_CLIENT_COLUMNS,
+    "c500-netns": ("requests", "rps", "errors", "failures", "non_2xx", "timeouts", "p99_us",
+                   "upstream_connections", "upstream_connections_per_client",
+                   "upstream_open_max", "time_wait_upstream", "connect_eaddrnotavail",
+                   "cpu_us_per_request"),
+    "silent-clients": ("silent_connections", "rss_kb_start", "rss_kb_held",
+                       "bytes_per_silent_connection", "rss_kb_after", "rss_kb_left",
+                       "bytes_left_per_connection", "silent_closed_by_proxy", "establish_s",
+                       "held_s", "listen_backlog"),
 }
 DEFAULT_COLUMNS = ("rps", "p50_us", "p99_us", "p999_us", "cpu_us_per_request",
                    "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
@@ -249,7 +325,7 @@ def scenario_table(name, per_contender, order):
 
 def matrix(medians, metric, fmt, scenario_order, contender_order):
     """Contenders down, scenarios across, one metric's medians."""
-    cols = [s for s in scenario_order if s in medians and s != "pool-memory"]
+    cols = [s for s in scenario_order if s in medians and s not in scenarios.NO_REQUESTS]
     rows = []
     for contender in contender_order:
         if not any(contender in medians[s] for s in cols):
@@ -265,7 +341,7 @@ def matrix(medians, metric, fmt, scenario_order, contender_order):
 
 def cpu_matrix(medians, scenario_order, contender_order):
     """Like `matrix` for CPU per request: 'total (user / sys)' in every cell."""
-    cols = [s for s in scenario_order if s in medians and s != "pool-memory"]
+    cols = [s for s in scenario_order if s in medians and s not in scenarios.NO_REQUESTS]
     rows = []
     for contender in contender_order:
         if not any(contender in medians[s] for s in cols):
@@ -313,11 +389,25 @@ def targets_table(checks):
 
 # ---- charts ---------------------------------------------------------------------------------
 
+MANY_CLIENT_PANELS = (
+    ("rps", "requests/s (higher is better)"),
+    ("p99_us", "p99 latency, µs (lower is better)"),
+    ("upstream_connections_total", "upstream connections opened, warm-up + window"),
+)
+
 CHART_PANELS = {
     "rate-latency": (("p99_us", "p99 latency, µs (lower is better)"),
                      ("cpu_us_per_request", "proxy CPU µs per request (lower is better)")),
     "idle-clients": (("rps", "requests/s (higher is better)"),
                      ("rss_kb_max", "RSS MB during the window (lower is better)")),
+    "c500": MANY_CLIENT_PANELS,
+    "c1000": MANY_CLIENT_PANELS,
+    "c500-netns": (("rps", "requests/s (higher is better)"),
+                   ("errors", "errors (lower is better)"),
+                   ("upstream_connections", "upstream connections opened (lower is better)")),
+    "silent-clients": (("bytes_per_silent_connection",
+                        "RSS bytes per silent connection (lower is better)"),
+                       ("rss_kb_left", "RSS MB not given back after close (lower is better)")),
 }
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
@@ -507,8 +597,8 @@ def _notes(document):
         "(from /proc/stat), i.e. other processes on the host; high values mean the run was "
         "disturbed.",
         "- *upstream conns opened* and *reuse* come from the origin's own counters, read "
-        "before and after the window (after a warm-up, except port-exhaustion, which starts "
-        "cold). *TIME_WAIT*: sockets that entered TIME_WAIT during the window, on the "
+        "before and after the window (after a warm-up, except port-exhaustion and c500-netns, "
+        "which start cold). *TIME_WAIT*: sockets that entered TIME_WAIT during the window, on the "
         "client side (the proxy's listening port) and the upstream side (the origin's port).",
         "- *errors*: non-2xx responses plus socket errors (connect, read, write, timeout) as "
         "the load generator counted them.",
@@ -516,8 +606,9 @@ def _notes(document):
     if opts.get("nofile", 0) < 200_000:
         notes.append(
             f"- The open-file limit here is {opts.get('nofile')} and cannot be raised "
-            f"(no CAP_SYS_RESOURCE), so idle-clients holds {opts.get('idle_clients'):,} "
-            f"client connections and pool-memory pools {opts.get('pool_connections'):,} "
+            f"(no CAP_SYS_RESOURCE), so idle-clients and silent-clients hold "
+            f"{opts.get('idle_clients'):,} client connections and pool-memory pools "
+            f"{opts.get('pool_connections'):,} "
             "connections; HAProxy runs with `no strict-limits` below the descriptor count "
             "it would size for its maxconn.")
     notes.append(
@@ -527,6 +618,32 @@ def _notes(document):
         "the RSS it adds, divided by pool a's idle connections (from holdfast's /status), is "
         "what an idle pooled connection holds. The upper bound divides all RSS burst 1 added "
         "by the connections it left idle (client-side memory the allocator kept included).")
+    notes.append(
+        "- c500, c1000, c500-netns: *upstream conns opened* counts the origin's accepted "
+        "connections over the window, and *opened per client conn* divides it by the "
+        "number of client connections N, which wrk opens anew for the window: 1 is one "
+        "upstream connection per client connection, kept for the whole window; below 1, "
+        "connections kept from the warm-up were reused; far above 1, connections were "
+        "closed and opened again under steady load. *warm-up + window* counts from a cold "
+        "start. *peak upstream conns open*: the most the origin had open at once (`ss`, "
+        "every 0.5 s in the window). *timeouts*: responses that took over 2 s (wrk "
+        "`--timeout 2s`), part of *errors*. nginx-keepalive32 is nginx set up as 1.29.7 "
+        "sets itself up by default (`keepalive 32`, HTTP/1.1, `Connection \"\"`). In "
+        "c500-netns every closed upstream connection holds one of 1000 local ports for 60 s; "
+        "running out shows as error responses and failed connections (*errors but "
+        "timeouts*, which the target counts), and *connect() errno 99* counts nginx's "
+        "failed connects. Timeouts there come with 500 connections on the shared core "
+        "whatever the proxy, `direct` included.")
+    notes.append(
+        "- silent-clients: N client connections that never send a byte. RSS (all the "
+        "proxy's processes) at the start, once all N are accepted (*held*), and after they "
+        "all closed and the proxy closed its side (*after close*). *bytes per silent conn* "
+        "= (held − start) / connections open at the proxy when RSS was read; *not given "
+        "back* = after close − start. Kernel socket memory is not in RSS. *s to connect "
+        "all*: how long bench-load took to open them; seconds mean SYNs were dropped "
+        "because more connections waited to be accepted than the *listen backlog* allows, "
+        "and retried. holdfast closes a connection that sent no complete request head 10 s "
+        "after the accept, so a run in which fewer than 90% are open at the reading fails.")
     return notes
 
 

@@ -25,6 +25,24 @@ class Scenario:
     about: str
     origin: str  # "rust" or "node"
     needs: tuple  # programs the scenario needs besides the contender's own
+    clients: int = 64  # wrk's connections
+    timeout_s: int | None = None  # wrk's --timeout, where the scenario counts timeouts
+    # The contenders it runs, by name; None: every contender but those that only run where
+    # named (see Contender.only_where_named).
+    contenders: tuple | None = None
+
+    @property
+    def many_clients(self):
+        """More clients than any pool here keeps idle: upstream connections opened and
+        held open are the point, so they are also sampled during the window."""
+        return self.clients > 64
+
+
+# The high-concurrency scenarios compare holdfast with nginx as its current version sets
+# itself up (keepalive 32 by default), nginx tuned, HAProxy and no proxy at all.
+MANY_CLIENTS = ("direct", "nginx-keepalive32", "nginx-tuned", "haproxy", "holdfast")
+# Silent clients cost a proxy the same whatever it does upstream, so one nginx is enough.
+PROXIES_CLIENT_SIDE = ("nginx-tuned", "haproxy", "holdfast")
 
 
 SCENARIOS = [
@@ -36,10 +54,22 @@ SCENARIOS = [
              "rust", ()),
     Scenario("idle-clients", "10,000 idle client connections held open while 64 keep-alive "
              "clients run (wrk), 100 B", "rust", ("wrk",)),
+    Scenario("silent-clients", "10,000 client connections that never send a byte "
+             "(bench-load hold --silent): proxy RSS before, while they are held and after "
+             "they all closed", "rust", (), contenders=PROXIES_CLIENT_SIDE),
     Scenario("node-50k", "64 keep-alive clients (wrk) against a Node 20 origin, 50 kB",
              "node", ("wrk", "node")),
+    Scenario("c500", "500 keep-alive clients (wrk --timeout 2s) against the Node origin, 50 kB",
+             "node", ("wrk", "node"), clients=500, timeout_s=2, contenders=MANY_CLIENTS),
+    Scenario("c1000", "1,000 keep-alive clients (wrk --timeout 2s) against the Node origin, "
+             "50 kB", "node", ("wrk", "node"), clients=1000, timeout_s=2,
+             contenders=MANY_CLIENTS),
     Scenario("port-exhaustion", "network namespace with 1000 local ports and tcp_tw_reuse=0: "
              "64 keep-alive + 64 closing clients (bench-load mixed)", "rust", ("ip",)),
+    Scenario("c500-netns", "c500 in a network namespace with 1000 local ports and "
+             "tcp_tw_reuse=0, from a cold start: 500 keep-alive clients (wrk --timeout 2s), "
+             "Node origin, 50 kB", "node", ("wrk", "node", "ip"), clients=500, timeout_s=2,
+             contenders=("direct", "nginx-default") + MANY_CLIENTS[1:]),
     Scenario("pool-memory", "holdfast only: memory per idle pooled upstream connection, "
              "10,000 idle (fewer if the open-file limit is low)", "rust", ()),
 ]
@@ -47,6 +77,21 @@ SCENARIOS = [
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency")
+
+# Scenarios that measure memory, not requests: no requests/s, CPU per request or errors.
+NO_REQUESTS = ("pool-memory", "silent-clients")
+# Scenarios run inside a network namespace of their own (see netns.py).
+IN_NAMESPACE = ("port-exhaustion", "c500-netns")
+
+
+def contenders_for(scenario, plan_contenders):
+    """The contenders of `plan_contenders` that run `scenario`, in their order."""
+    if scenario.name == "pool-memory":
+        return [c for c in plan_contenders if c.name == "holdfast"]
+    if scenario.contenders is not None:
+        return [c for c in plan_contenders if c.name in scenario.contenders]
+    return [c for c in plan_contenders if not c.only_where_named]
+
 
 # Idle client connections in idle-clients, and idle pooled connections in pool-memory.
 # Fewer when the open-file limit cannot hold them (see `idle_counts`).
@@ -77,8 +122,12 @@ def run(ctx, scenario, contender, round_no):
     try:
         if scenario.name == "port-exhaustion":
             _port_exhaustion(ctx, contender, run_dir, record)
+        elif scenario.name == "c500-netns":
+            _many_clients_in_namespace(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "pool-memory":
             _pool_memory(ctx, run_dir, record)
+        elif scenario.name == "silent-clients":
+            _silent_clients(ctx, scenario, contender, run_dir, record)
         else:
             origin = ctx.origins[scenario.origin]
             running = _start(ctx, contender, origin, run_dir)
@@ -118,9 +167,19 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
         saturated = record["load"]["rps"] < 0.97 * ctx.rate
         record["metrics"]["saturated"] = saturated
         return
-    path = {"keepalive-50k": "/50k", "node-50k": "/"}.get(scenario.name, "/tiny")
+    path = "/" if scenario.origin == "node" else {"keepalive-50k": "/50k"}.get(scenario.name,
+                                                                             "/tiny")
     closing = scenario.name == "closing-tiny"
-    warmup = load.wrk(ctx_run, "warmup", url + path, duration_s=ctx.warmup_s, closing=closing)
+
+    def wrk(name, seconds):
+        return load.wrk(ctx_run, name, url + path, duration_s=seconds,
+                        connections=scenario.clients, closing=closing,
+                        timeout_s=scenario.timeout_s)
+
+    # The origin's counters before the warm-up: upstream connections opened from a cold
+    # start (warm-up and window) as well as in the window alone.
+    cold = origin.stats()
+    warmup = wrk("warmup", ctx.warmup_s)
     record["warmup_argv"] = warmup["argv"]
     # The warm-up's own closes must be over a second old when the window starts, so the
     # TIME_WAIT count (whole seconds) after the window does not include them.
@@ -139,8 +198,14 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
         record["metrics"]["idle_rss_kb"] = rss
     try:
         metrics, result = measure(
-            running, origin, ctx.ports,
-            lambda: load.wrk(ctx_run, "load", url + path, duration_s=duration, closing=closing))
+            running, origin, ctx.ports, lambda: wrk("load", duration),
+            sample_upstream=scenario.many_clients)
+        warm = origin.delta(cold, metrics["origin_stats"]["before"])
+        metrics["upstream_connections_warmup"] = warm["connections"]
+        metrics["upstream_connections_total"] = warm["connections"] + metrics[
+            "upstream_connections"]
+        if scenario.many_clients:
+            _per_client(metrics, scenario.clients)
         record["metrics"].update(metrics)
         record["load"] = result
         if holder:
@@ -153,14 +218,24 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
         record["holdfast_status"] = running.status()
 
 
-def measure(running, origin, ports, drive, *, netns_name=None):
-    """Runs `drive()` (the load) between two samples; returns (metrics, load result)."""
+def measure(running, origin, ports, drive, *, netns_name=None, sample_upstream=False):
+    """Runs `drive()` (the load) between two samples; returns (metrics, load result).
+
+    With `sample_upstream`, the connections open at the origin are also counted every
+    half second during the window (`ss`, filtered in the kernel), for their peak.
+    """
     rss_max = [0]
+    upstream_open_max = [0]
     stop = threading.Event()
 
     def sample_rss():
+        ticks = 0
         while not stop.wait(0.25):
             rss_max[0] = max(rss_max[0], procs.memory_kb(running.pids())[0])
+            ticks += 1
+            if sample_upstream and ticks % 2 == 0:
+                upstream_open_max[0] = max(
+                    upstream_open_max[0], sockets.established_count(origin.port, netns_name))
 
     origin_before = origin.stats()
     cores_before = procs.core_times()
@@ -209,10 +284,13 @@ def measure(running, origin, ports, drive, *, netns_name=None):
         """Microseconds of proxy CPU per request served; None without a proxy."""
         return seconds * 1e6 / served if proxied and served else None
 
+    by_kind = result.get("socket_errors_by_kind") or result.get("errors_by_kind") or {}
     metrics = {
         "requests": requests,
         "rps": result.get("rps"),
         "errors": result.get("errors"),
+        "non_2xx": result.get("non_2xx"),
+        "timeouts": by_kind.get("timeout"),
         "latency_us": result.get("latency_us"),
         "upstream_requests": upstream_requests,
         "upstream_connections": upstream_connections,
@@ -241,9 +319,20 @@ def measure(running, origin, ports, drive, *, netns_name=None):
         "hwm_kb": hwm if proxied else None,
         "time_wait_client": tw_client,
         "time_wait_upstream": tw_upstream,
+        "upstream_open_max": upstream_open_max[0] if sample_upstream else None,
+        "origin_stats": {"before": origin_before, "after": origin_after},
         "wall_s": round(wall_s, 3),
     }
     return metrics, result
+
+
+def _per_client(metrics, clients):
+    """Upstream connections opened in the window per client connection. The window's
+    load generator opens its own N client connections, so 1 is one upstream connection
+    per client connection; a pool that kept the warm-up's connections shows less, one
+    that closes and reopens connections more."""
+    metrics["clients"] = clients
+    metrics["upstream_connections_per_client"] = metrics["upstream_connections"] / clients
 
 
 def _port_exhaustion(ctx, contender, run_dir, record):
@@ -273,6 +362,161 @@ def _port_exhaustion(ctx, contender, run_dir, record):
     metrics["errors_by_kind"] = result.get("errors_by_kind")
     record["metrics"] = metrics
     record["load"] = result
+
+
+def _many_clients_in_namespace(ctx, scenario, contender, run_dir, record):
+    """c500 from a cold start inside a namespace with 1000 local ports and tcp_tw_reuse=0.
+
+    The same load as c500 (wrk, keep-alive clients, the Node origin), but every closed
+    upstream connection keeps a local port in TIME_WAIT for 60 s (the side that closes
+    first holds it), so a proxy that opens more than about 1000 upstream connections in
+    the window runs out of source ports and answers with errors.
+    """
+    with netns.namespace() as name:
+        record["netns"] = name
+        origin = origins.start(scenario.origin, port=ctx.ports["node"], bins=ctx.bins,
+                               log_dir=run_dir, netns=name)
+        running = None
+        try:
+            running = _start(ctx, contender, origin, run_dir, netns_name=name)
+            record["command"] = running.child.argv if running.child else None
+            url = running.base_url + "/"
+            metrics, result = measure(
+                running, origin, ctx.ports,
+                lambda: load.wrk(ctx.for_run(run_dir), "load", url, duration_s=ctx.duration_s,
+                                 connections=scenario.clients, timeout_s=scenario.timeout_s,
+                                 netns=name),
+                netns_name=name, sample_upstream=True)
+        finally:
+            if running:
+                running.stop()
+            origin.stop()
+    # A cold start: everything was opened in the window.
+    metrics["upstream_connections_total"] = metrics["upstream_connections"]
+    _per_client(metrics, scenario.clients)
+    metrics["socket_errors_by_kind"] = result.get("socket_errors_by_kind")
+    # What running out of ports looks like: error responses and failed connections. Slow
+    # responses (timeouts) come apart: `direct` has them too, from the origin itself.
+    metrics["failures"] = (metrics["errors"] or 0) - (metrics["timeouts"] or 0)
+    error_log = run_dir / "error.log"
+    if contender.program == "nginx" and error_log.exists():
+        # nginx logs every failed connect: errno 99 is a source port shortage
+        metrics["connect_eaddrnotavail"] = error_log.read_text(errors="replace").count(
+            "(99: Cannot assign requested address)")
+    record["metrics"] = metrics
+    record["load"] = result
+
+
+# silent-clients: after the proxy accepted every connection, a pause before RSS is read;
+# holdfast closes a connection that has not sent a complete request head within 10 s of
+# the accept, so the reading comes well before that.
+SILENT_SETTLE_S = 0.5
+# How long bench-load would hold if the harness did not stop it first (a bound, not a wait).
+SILENT_HOLD_S = 120
+# After the clients closed: how long the proxy gets to close its side, then a pause for
+# the allocator before RSS is read once more.
+SILENT_CLOSE_WAIT_S = 15.0
+SILENT_ALLOCATOR_PAUSE_S = 1.0
+
+
+def _silent_clients(ctx, scenario, contender, run_dir, record):
+    """RSS of a proxy before, while and after it holds N connections that send nothing.
+
+    One request goes through the proxy first (it works and reached the origin), then RSS
+    is read (start). bench-load opens N connections and sends nothing on them; once the
+    proxy has accepted all of them (its accept queue is empty) RSS is read again (held),
+    and the connections the proxy still has open are counted. Then bench-load closes them
+    all, the harness waits until the proxy has closed its side too, and RSS is read a last
+    time (after). (held - start) / open is the memory one silent connection holds;
+    after - start is what the proxy did not give back.
+    """
+    origin = ctx.origins[scenario.origin]
+    port = ctx.ports["proxy"]
+    wanted = ctx.idle_clients
+    metrics = record["metrics"] = {"silent_wanted": wanted}
+    if wanted < IDLE_CONNECTIONS:
+        metrics["note"] = (f"open-file limit {ctx.nofile}: {wanted:,} connections, not "
+                           f"{IDLE_CONNECTIONS:,}")
+    running = _start(ctx, contender, origin, run_dir)
+    record["command"] = running.child.argv if running.child else None
+    try:
+        _get_ok(running.base_url + "/tiny")
+        metrics["listen_backlog"] = sockets.listen_backlog(port)
+        time.sleep(SILENT_SETTLE_S)
+        metrics["rss_kb_start"], _ = procs.memory_kb(running.pids())
+        holder = load.Holder(ctx.for_run(run_dir), "hold", running.base_url + "/",
+                             connections=wanted, hold_s=SILENT_HOLD_S, silent=True)
+        record["load"] = {"argv": holder.child.argv}
+        try:
+            record["holding"] = holding = holder.wait_holding()
+            held_from = time.monotonic()
+            metrics["establish_s"] = round(holding["establish_s"], 2)
+            _wait_accepted(port, running)
+            time.sleep(SILENT_SETTLE_S)
+            metrics["rss_kb_held"], metrics["hwm_kb"] = procs.memory_kb(running.pids())
+            metrics["silent_connections"] = sockets.established_count(port)
+            metrics["held_s"] = round(time.monotonic() - held_from + holding["establish_s"], 2)
+        finally:
+            record["hold_final"] = final = holder.stop()
+        metrics["silent_failed"] = holding["failed"]
+        metrics["silent_closed_by_proxy"] = (final or {}).get("closed_by_peer")
+        deadline = time.monotonic() + SILENT_CLOSE_WAIT_S
+        while sockets.not_closed(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        metrics["silent_open_after"] = sockets.not_closed(port)
+        time.sleep(SILENT_ALLOCATOR_PAUSE_S)
+        metrics["rss_kb_after"], _ = procs.memory_kb(running.pids())
+        if not running.is_alive():
+            raise RunFailed(f"{contender.name} exited during the run: "
+                            f"{running.child.stderr_tail(1000)}")
+    finally:
+        running.stop()
+    held = metrics["silent_connections"]
+    if held < 0.9 * wanted:
+        raise RunFailed(
+            f"{contender.name} held {held:,} of {wanted:,} silent connections when RSS was "
+            f"read, {metrics['held_s']} s after the first connect ({holding['failed']:,} "
+            f"failed to connect, {metrics['silent_closed_by_proxy']} closed by "
+            f"{contender.name} by then; connecting took {metrics['establish_s']} s, listen "
+            f"backlog {metrics['listen_backlog']})")
+    metrics["bytes_per_silent_connection"] = (
+        (metrics["rss_kb_held"] - metrics["rss_kb_start"]) * 1024 / held)
+    metrics["rss_kb_left"] = metrics["rss_kb_after"] - metrics["rss_kb_start"]
+    metrics["bytes_left_per_connection"] = metrics["rss_kb_left"] * 1024 / held
+
+
+def _get_ok(url):
+    """One GET; raises RunFailed unless it answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            resp.read()
+            status = resp.status
+    except OSError as err:
+        raise RunFailed(f"GET {url} failed: {err}") from err
+    if status != 200:
+        raise RunFailed(f"GET {url} answered {status}")
+
+
+def _wait_accepted(port, running, timeout_s=5.0):
+    """Waits until the proxy on `port` has accepted every connection that reached it: none
+    waits in its accept queue and no handshake is unfinished. After `timeout_s` it goes on
+    with what is open then (holdfast closes silent connections 10 s after the accept, so
+    waiting longer would measure fewer); raises RunFailed if the proxy exits.
+
+    bench-load reports `holding` once every connect() returned. Most server sides are
+    established by then; when the accept queue was full, the kernel dropped the client's
+    last ACK and finishes the handshake on a retry.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if sockets.accept_queue(port) == 0 and sockets.handshaking(port) == 0:
+            return
+        if not running.is_alive():
+            raise RunFailed(f"{running.contender.name} exited while accepting: "
+                            f"{running.child.stderr_tail(1000)}")
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 HOLDFAST_POOL_TEMPLATE = "holdfast-pool-memory.toml"

@@ -65,16 +65,16 @@ def bars(title, panels, *, subtitle=None):
             if med is None:
                 out.append(f'<text x="{x0 + 4}" y="{y + 16}" fill="#94a3b8">n/a</text>')
                 continue
-            w = bar_w * med / scale_max
+            w = bar_w * max(med, 0) / scale_max  # a negative value (an RSS drop) as 0
             color = HIGHLIGHT if highlighted else BAR
             out.append(f'<rect x="{x0}" y="{y + 5}" width="{w:.1f}" height="{row_h - 10}" '
                        f'fill="{color}"/>')
             if lo is not None and hi is not None and hi > lo:
-                xl, xh = x0 + bar_w * lo / scale_max, x0 + bar_w * hi / scale_max
+                xl, xh = (x0 + bar_w * max(v, 0) / scale_max for v in (lo, hi))
                 ym = y + row_h / 2
                 out.append(f'<path d="M{xl:.1f} {ym - 4}v8M{xl:.1f} {ym}H{xh:.1f}M{xh:.1f} '
                            f'{ym - 4}v8" stroke="{INK}" fill="none"/>')
-            label_x = x0 + max(w, bar_w * (hi or med) / scale_max) + 6
+            label_x = x0 + max(w, bar_w * max(hi or med, 0) / scale_max) + 6
             out.append(f'<text x="{label_x:.1f}" y="{y + 16}" fill="{INK}">{_fmt(med)}</text>')
     out.append(f'<text x="12" y="{height - 8}" fill="#64748b" font-size="11">'
                'bar: median of runs; whisker: min-max</text>')

@@ -65,7 +65,7 @@ enum Command {
         #[arg(long, value_parser = parse_interval, default_value = "1s")]
         interval: Duration,
     },
-    /// Open N connections, proxy one request on each, hold them idle.
+    /// Open N connections, proxy one request on each (none with --silent), hold them idle.
     Hold {
         #[arg(long, value_parser = parse_target)]
         url: Target,
@@ -74,6 +74,9 @@ enum Command {
         /// How long to hold; default until SIGTERM/SIGINT, at most 10 minutes.
         #[arg(long, value_parser = parse_duration)]
         hold: Option<Duration>,
+        /// Connect only: send no request, not a single byte.
+        #[arg(long)]
+        silent: bool,
     },
     /// N requests in flight at once, each on its own new connection.
     Burst {
@@ -165,7 +168,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             let report = mixed::run(config).await;
             finish(&report, &report.first_errors)
         }
-        Command::Hold { url, connections, hold } => {
+        Command::Hold { url, connections, hold, silent } => {
             let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
             let release = async {
                 tokio::select! {
@@ -177,6 +180,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
                 target: url,
                 connections: to_usize(connections),
                 connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+                silent,
             };
             let report = hold::run(config, print_holding_event, release).await;
             finish(&report, &report.first_errors)

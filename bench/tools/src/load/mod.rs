@@ -2,7 +2,7 @@
 //!
 //! - [`rate`]: open-loop fixed rate over keep-alive connections (no coordinated omission);
 //! - [`mixed`]: closed loop, keep-alive workers next to workers that close after each request;
-//! - [`hold`]: many connections, each proxied once, then held idle;
+//! - [`hold`]: many connections, each proxied once (or silent: no byte sent), then held idle;
 //! - [`burst`]: many requests in flight at once, each on its own new connection.
 //!
 //! They share [`target`] (where to send), [`exchange`] (one request on one connection, with
