@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{AccessLogFormat, AccessLogTarget, Config};
+use crate::config::{AccessLogFormat, AccessLogTarget, Config, ServerAddr, MAX_BACKLOG};
 use crate::server::{ConfigSource, Server};
 
 #[derive(Debug, Parser)]
@@ -30,9 +30,10 @@ pub struct RunArgs {
     /// Address to accept clients on (quick mode).
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     pub listen: Option<SocketAddr>,
-    /// Backend to proxy to; repeat for several (balanced by power of two choices). Quick mode.
-    #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config")]
-    pub upstreams: Vec<SocketAddr>,
+    /// Server to proxy to, `ip:port` or `host:port` (a name is resolved again every
+    /// 5 s); repeat for several (balanced by power of two choices). Quick mode.
+    #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config", value_parser = parse_upstream)]
+    pub upstreams: Vec<ServerAddr>,
     /// Config file (TOML); see examples/holdfast.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -50,6 +51,15 @@ pub struct RunArgs {
     /// Access log line format; overrides the config file's access_log.format.
     #[arg(long, value_name = "FORMAT")]
     pub access_log_format: Option<AccessLogFormatArg>,
+    /// Listen backlog of every listener (default: 511, or net.core.somaxconn if lower);
+    /// overrides the config file's `backlog`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BACKLOG)))]
+    pub backlog: Option<u32>,
+}
+
+/// An `--upstream` value. The one place its syntax is decided.
+fn parse_upstream(text: &str) -> Result<ServerAddr, String> {
+    text.parse()
 }
 
 /// `--access-log-format` values.
@@ -210,6 +220,11 @@ fn apply_overrides(config: &mut Config, args: &RunArgs) {
     }
     if let Some(format) = args.access_log_format {
         config.access_log.format = format.into();
+    }
+    if let Some(backlog) = args.backlog {
+        for l in &mut config.listeners {
+            l.backlog = backlog;
+        }
     }
 }
 
@@ -425,6 +440,31 @@ mod tests {
         let before = (config.admin, config.access_log.clone());
         apply_overrides(&mut config, &cli.run);
         assert_eq!((config.admin, config.access_log), before);
+    }
+
+    #[test]
+    fn upstream_is_an_address_or_a_host_name_with_a_port() {
+        let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "127.0.0.1:9000"])
+            .expect("an ip:port");
+        assert_eq!(cli.run.upstreams, [ServerAddr::Ip("127.0.0.1:9000".parse().expect("addr"))]);
+        let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "LocalHost:3000"])
+            .expect("a host:port");
+        assert_eq!(cli.run.upstreams, [ServerAddr::Name { host: "localhost".into(), port: 3000 }]);
+        let error =
+            parse(&["--listen", "127.0.0.1:8000", "--upstream", "localhost"]).expect_err("no port");
+        assert!(error.to_string().contains("no port"), "{error}");
+        assert!(parse(&["--listen", "127.0.0.1:8000", "--upstream", "app:0"]).is_err());
+    }
+
+    #[test]
+    fn backlog_flag_sets_every_listener() {
+        let cli = parse(&[&QUICK[..], &["--backlog", "1024"]].concat()).expect("a backlog");
+        assert_eq!(cli.run.backlog, Some(1024));
+        let mut config = quick();
+        config.listeners.push(config.listeners[0].clone());
+        apply_overrides(&mut config, &cli.run);
+        assert!(config.listeners.iter().all(|l| l.backlog == 1024), "{:?}", config.listeners);
+        assert!(parse(&[&QUICK[..], &["--backlog", "0"]].concat()).is_err());
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Accepts client connections and starts a task serving each (see `client`), until
 //! told to stop; then it stops accepting, and open connections finish their requests.
+//! [`bind`] opens the listening socket with its backlog.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 use crate::client;
@@ -114,6 +116,35 @@ impl Drop for OpenConnection {
             parent.open.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// Opens a listening socket on `addr` with room for `backlog` connections waiting to be
+/// accepted. Accepted sockets inherit TCP_NODELAY from it (Linux), which saves a system
+/// call per client connection; responses go out whole, so Nagle would only hold back the
+/// last segment of a streamed body.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    // As std and tokio do: a restarted holdfast can bind while connections of the
+    // previous one are in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let _ = socket.set_nodelay(true);
+    if let Some(max) = somaxconn().filter(|max| backlog > *max) {
+        tracing::warn!(
+            listen = %addr,
+            backlog,
+            somaxconn = max,
+            "backlog is above net.core.somaxconn; the kernel uses somaxconn"
+        );
+    }
+    socket.listen(backlog)
+}
+
+/// The largest listen backlog the kernel grants (`net.core.somaxconn`), where it says.
+pub fn somaxconn() -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/sys/net/core/somaxconn").ok()?;
+    text.trim().parse().ok()
 }
 
 /// Accepts on `listener` until `stop` turns true.

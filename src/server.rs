@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio::time::Instant;
 
 use crate::admin::{self, AdminState, ReloadRequest};
-use crate::config::{Config, ConfigError, ListenerConfig};
+use crate::config::{Config, ConfigDiff, ConfigError, ListenerConfig};
 use crate::listener::{self, Connections};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
 use crate::metrics::Answers;
@@ -124,8 +124,8 @@ impl Server {
     ) -> Result<Server, StartError> {
         let mut bound = Vec::new();
         for l in &config.listeners {
-            let tcp =
-                bind(l.addr).await.map_err(|source| StartError::Bind { addr: l.addr, source })?;
+            let tcp = listener::bind(l.addr, l.backlog)
+                .map_err(|source| StartError::Bind { addr: l.addr, source })?;
             bound.push((l.addr, tcp));
         }
         let admin_listener = match config.admin {
@@ -227,15 +227,16 @@ impl Server {
         }
     }
 
-    /// Reads the config file again and applies it (see [`Server::reload_with`]).
-    pub async fn reload(&self) -> Result<String, ReloadError> {
+    /// Reads the config file again and applies it (see [`Server::reload_with`]); says
+    /// what changed.
+    pub async fn reload(&self) -> Result<ConfigDiff, ReloadError> {
         self.shared.reload_file().await
     }
 
     /// Applies `config` to the running server: listeners added and removed, groups
     /// updated (servers that stay keep their pools), routes and timeouts replaced.
-    /// Requests in flight finish as they started.
-    pub async fn reload_with(&self, config: Config) -> Result<String, ReloadError> {
+    /// Requests in flight finish as they started. Says what changed.
+    pub async fn reload_with(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
         self.shared.reload(config).await
     }
 
@@ -268,7 +269,7 @@ impl Server {
 }
 
 impl Shared {
-    async fn reload_file(&self) -> Result<String, ReloadError> {
+    async fn reload_file(&self) -> Result<ConfigDiff, ReloadError> {
         let result = match self.read_source() {
             Ok(config) => self.try_reload(config).await,
             Err(e) => Err(e),
@@ -277,7 +278,7 @@ impl Shared {
     }
 
     /// Applies `config`; on any error nothing changes.
-    async fn reload(&self, config: Config) -> Result<String, ReloadError> {
+    async fn reload(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
         let result = self.try_reload(config).await;
         self.settle(result)
     }
@@ -292,28 +293,35 @@ impl Shared {
 
     /// Resolves and binds what `config` needs, then applies it; on any error nothing
     /// changes.
-    async fn try_reload(&self, config: Config) -> Result<String, ReloadError> {
+    async fn try_reload(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
         let mut live = self.live.lock().await;
         warn_unreloadable(&live.config, &config);
+        let diff = ConfigDiff::between(&live.config, &config);
         let resolved = resolve_all(&config, &live.upstreams).await;
         let mut bound = Vec::new();
         for l in &config.listeners {
             if live.listeners.iter().any(|o| o.configured == l.addr) {
                 continue;
             }
-            let tcp =
-                bind(l.addr).await.map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
+            let tcp = listener::bind(l.addr, l.backlog)
+                .map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
             bound.push((l.addr, tcp));
         }
-        Ok(self.apply(&mut live, config, resolved, bound))
+        self.apply(&mut live, config, resolved, bound);
+        Ok(diff)
     }
 
-    /// Counts and logs how a reload ended.
-    fn settle(&self, result: Result<String, ReloadError>) -> Result<String, ReloadError> {
+    /// Counts and logs how a reload ended: each change on a line of its own.
+    fn settle(&self, result: Result<ConfigDiff, ReloadError>) -> Result<ConfigDiff, ReloadError> {
         match &result {
-            Ok(report) => {
+            Ok(diff) => {
                 self.reloads_ok.fetch_add(1, Ordering::Relaxed);
-                tracing::info!("config reloaded: {report}");
+                if diff.is_empty() {
+                    tracing::info!("config reloaded: no changes");
+                }
+                for change in &diff.changes {
+                    tracing::info!("config reloaded: {change}");
+                }
             }
             Err(e) => {
                 self.reloads_failed.fetch_add(1, Ordering::Relaxed);
@@ -331,28 +339,24 @@ impl Shared {
         config: Config,
         mut resolved: BTreeMap<String, Resolution>,
         mut bound: Vec<(SocketAddr, TcpListener)>,
-    ) -> String {
-        let (mut added, mut kept) = (0, 0);
+    ) {
         let mut upstreams = BTreeMap::new();
         for u in &config.upstreams {
             let resolution = resolved.remove(&u.name).unwrap_or_default();
             let group = match live.upstreams.remove(&u.name) {
                 Some(group) => {
                     group.update(u.clone(), resolution);
-                    kept += 1;
                     group
                 }
                 None => {
                     let group = Arc::new(Upstream::new(u.clone(), resolution, &self.budget));
                     tokio::spawn(discovery::run(Arc::clone(&group)));
                     tokio::spawn(check::run(Arc::clone(&group)));
-                    added += 1;
                     group
                 }
             };
             upstreams.insert(u.name.clone(), group);
         }
-        let removed = live.upstreams.len();
         for (name, group) in std::mem::take(&mut live.upstreams) {
             tracing::info!(upstream = %name, "upstream group removed; its servers drain");
             group.remove();
@@ -382,11 +386,6 @@ impl Shared {
         live.listeners = listeners;
         live.upstreams = upstreams;
         live.config = config;
-        format!(
-            "{} listener(s), {} upstream group(s): {added} added, {kept} updated, {removed} removed",
-            live.listeners.len(),
-            live.upstreams.len(),
-        )
     }
 
     /// Starts accepting on a newly bound listener.
@@ -409,15 +408,6 @@ impl Shared {
         ));
         LiveListener { configured: l.addr, proxy, stop, accepting, connections }
     }
-}
-
-/// Binds a proxy listener. Accepted sockets inherit TCP_NODELAY from it (Linux), which
-/// saves a system call per client connection; responses go out whole, so Nagle would
-/// only hold back the last segment of a streamed body.
-async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let tcp = TcpListener::bind(addr).await?;
-    let _ = socket2::SockRef::from(&tcp).set_nodelay(true);
-    Ok(tcp)
 }
 
 /// Resolves the servers of every group in `config`; names that fail keep what the
@@ -482,6 +472,15 @@ fn warn_unreloadable(old: &Config, new: &Config) {
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
         tracing::warn!(key, "changed in the config file; takes effect at the next restart");
     }
+    for l in &new.listeners {
+        if old.listeners.iter().any(|o| o.addr == l.addr && o.backlog != l.backlog) {
+            tracing::warn!(
+                key = "backlog",
+                listen = %l.addr,
+                "changed in the config file; takes effect at the next restart"
+            );
+        }
+    }
 }
 
 /// Answers reload requests from the admin listener until the server stops.
@@ -496,7 +495,7 @@ async fn serve_reloads(
             () = listener::stopped(&mut stop) => return,
             else => return,
         };
-        let result = shared.reload_file().await.map_err(|e| e.to_string());
+        let result = shared.reload_file().await.map(|d| d.to_string()).map_err(|e| e.to_string());
         let _ = reply.send(result);
     }
 }

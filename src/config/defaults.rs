@@ -6,6 +6,20 @@ use std::time::Duration;
 
 use super::{AccessLogFormat, AccessLogTarget};
 
+/// The listen backlog: connections the kernel completes and holds for holdfast to
+/// accept. 511 is nginx's default on Linux, enough to ride out a burst of new clients
+/// while every worker is busy; Rust's standard library (and so tokio) uses 128, which a
+/// burst of a few hundred connections overflows, and the kernel then drops connection
+/// attempts, which clients retry only after a second. Linux silently caps the backlog at
+/// `net.core.somaxconn` (4096 on current kernels, 128 before 5.4), so the default is the
+/// smaller of the two: what the kernel really uses, and what `ss -ltn` shows.
+pub fn listen_backlog() -> u32 {
+    crate::listener::somaxconn().map_or(LISTEN_BACKLOG, |max| max.min(LISTEN_BACKLOG))
+}
+
+/// See [`listen_backlog`].
+pub const LISTEN_BACKLOG: u32 = 511;
+
 /// Upstream TCP connect. A backend on the same host or network answers a SYN in
 /// milliseconds; 5 s covers a loaded kernel and a retransmitted SYN (1 s, then 3 s).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -28,7 +28,7 @@ pub struct FileConfig {
 
 /// A byte size as written: a number of bytes, or text with a unit (`"10MB"`).
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a size: a number of bytes, or a string like \"10MB\"")]
 pub enum FileSize {
     Bytes(i64),
     Text(String),
@@ -41,6 +41,8 @@ pub struct FileListener {
     /// Where requests no `[[route]]` matches go; without it they get 404.
     pub upstream: Option<Spanned<String>>,
     pub client_max_body: Option<Spanned<FileSize>>,
+    /// Connections the kernel may hold for holdfast to accept (`listen()`'s backlog).
+    pub backlog: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

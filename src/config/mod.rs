@@ -1,13 +1,16 @@
 //! Turns `holdfast.toml` (or the quick-mode flags) into a validated [`Config`]:
-//! `file::FileConfig` (as written) -> `Config` (typed, defaults applied).
+//! `file::FileConfig` (as written; `read` steps over unknown keys and mistyped values)
+//! -> `Config` (typed, defaults applied). `diff` says what changes from one to the next.
 //!
 //! Precedence for pool settings: `[upstream.NAME.pool]`, then `[pool]`, then the
 //! pool's own defaults. Every problem in a file is reported at once, each with its
 //! file, line and key. `holdfast check` and start-up run the same [`Config::load`].
 
 mod defaults;
+mod diff;
 mod error;
 mod file;
+mod read;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +27,7 @@ use crate::route::{self, HostPattern};
 use crate::upstream::health::{CheckThresholds, PassiveHealth};
 use toml::Spanned;
 
+pub use diff::{Change, ConfigDiff};
 pub use error::{ConfigError, ConfigProblem};
 use file::{FileAccessLog, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
 
@@ -88,6 +92,8 @@ pub struct ListenerConfig {
     pub upstream: Option<String>,
     /// Request body bytes allowed on this listener (over `[limits]`'s).
     pub client_max_body: Option<u64>,
+    /// Connections the kernel holds for holdfast to accept (`listen()`'s backlog).
+    pub backlog: u32,
 }
 
 /// Requests for `host` under `path` go to the group `upstream`.
@@ -122,6 +128,22 @@ pub struct UpstreamConfig {
 pub enum ServerAddr {
     Ip(SocketAddr),
     Name { host: String, port: u16 },
+}
+
+impl From<SocketAddr> for ServerAddr {
+    fn from(addr: SocketAddr) -> ServerAddr {
+        ServerAddr::Ip(addr)
+    }
+}
+
+impl std::str::FromStr for ServerAddr {
+    type Err = String;
+
+    /// `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`; the error says what is
+    /// wrong in words for the operator.
+    fn from_str(text: &str) -> Result<ServerAddr, String> {
+        parse_server(text)
+    }
 }
 
 impl fmt::Display for ServerAddr {
@@ -202,22 +224,30 @@ impl Default for ClientLimits {
     }
 }
 
+/// The largest listen backlog: `listen()` takes a C `int`.
+pub const MAX_BACKLOG: u32 = i32::MAX as u32;
+
 /// The name quick mode gives its one upstream group.
 pub const QUICK_UPSTREAM: &str = "default";
 
 impl Config {
-    /// Quick mode: one listener proxying to `servers`, everything else default.
-    pub fn quick(listen: SocketAddr, servers: Vec<SocketAddr>) -> Config {
+    /// Quick mode: one listener proxying to `servers` (addresses, or names resolved
+    /// like a config file's), everything else default.
+    pub fn quick(
+        listen: SocketAddr,
+        servers: impl IntoIterator<Item = impl Into<ServerAddr>>,
+    ) -> Config {
         Config {
             listeners: vec![ListenerConfig {
                 addr: listen,
                 upstream: Some(QUICK_UPSTREAM.into()),
                 client_max_body: None,
+                backlog: defaults::listen_backlog(),
             }],
             routes: Vec::new(),
             upstreams: vec![UpstreamConfig::new(
                 QUICK_UPSTREAM,
-                servers.into_iter().map(ServerAddr::Ip).collect(),
+                servers.into_iter().map(Into::into).collect(),
             )],
             timeouts: Timeouts::default(),
             client_limits: ClientLimits::default(),
@@ -241,15 +271,23 @@ impl Config {
     /// Validates config text read from `path`, which names the file in errors and is
     /// where relative paths in it (the access log file) are resolved from.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let raw: FileConfig = toml::from_str(text)
-            .map_err(|e| ConfigError::single(path.to_path_buf(), problem_from_toml(text, &e)))?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut v = Validator { text, dir, problems: Vec::new() };
-        let config = v.config(raw);
-        if v.problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError { file: PathBuf::from(path), problems: v.problems })
+        let mut read = read::read(text);
+        let config = read.file.take().map(|raw| {
+            let dir = path.parent().unwrap_or(Path::new(""));
+            let mut v = Validator { text, dir, problems: Vec::new() };
+            let config = v.config(raw);
+            v.problems.retain(|p| !read.is_after_blanking(&p.key));
+            read.problems.append(&mut v.problems);
+            config
+        });
+        let mut problems = read.problems;
+        match config {
+            Some(config) if problems.is_empty() => Ok(config),
+            _ => {
+                // In file order; problems of the whole file (no line) last.
+                problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
+                Err(ConfigError { file: PathBuf::from(path), problems })
+            }
         }
     }
 }
@@ -268,22 +306,6 @@ impl UpstreamConfig {
             resolve_interval: defaults::RESOLVE_INTERVAL,
         }
     }
-}
-
-fn problem_from_toml(text: &str, e: &toml::de::Error) -> ConfigProblem {
-    let line = e.span().map(|span| line_of(text, span.start));
-    // toml's message repeats the position and a source excerpt; keep its first
-    // meaningful line, since we print the position ourselves.
-    let message = e.message().lines().next().unwrap_or("invalid TOML").to_string();
-    let key = e.span().map(|span| key_before(text, span.start)).unwrap_or_default();
-    ConfigProblem { line, key, message }
-}
-
-/// The `key = ` at the start of the line holding `offset`, if any.
-fn key_before(text: &str, offset: usize) -> String {
-    let start = text[..offset.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[start..].lines().next().unwrap_or("");
-    line.split_once('=').map(|(k, _)| k.trim().to_string()).unwrap_or_default()
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -431,9 +453,21 @@ impl Validator<'_> {
                 .client_max_body
                 .as_ref()
                 .and_then(|v| self.size(v, &format!("{key}.client_max_body")));
-            if let Some(addr) = addr {
+            let backlog = match &l.backlog {
+                None => Some(defaults::listen_backlog()),
+                Some(v) => match u32::try_from(*v.get_ref()) {
+                    // listen() takes an int.
+                    Ok(n @ 1..=MAX_BACKLOG) => Some(n),
+                    _ => {
+                        let message = format!("must be from 1 to {MAX_BACKLOG}");
+                        self.problem(v.span(), format!("{key}.backlog"), message);
+                        None
+                    }
+                },
+            };
+            if let (Some(addr), Some(backlog)) = (addr, backlog) {
                 let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
-                out.push(ListenerConfig { addr, upstream, client_max_body });
+                out.push(ListenerConfig { addr, upstream, client_max_body, backlog });
             }
         }
         out

@@ -333,3 +333,173 @@ servers = ["127.0.0.1:3000"]
     let message = errors(text);
     assert!(message.contains("holdfast.toml:3: listener[0]: has no `upstream`"), "{message}");
 }
+
+#[test]
+fn unknown_keys_and_bad_values_in_different_tables_are_all_reported() {
+    let text = r#"threads = 2
+thread = 4
+
+[[listener]]
+address = "127.0.0.1:8080"
+upstream = "app"
+backlogg = 10
+
+[upstream.app]
+servers = ["127.0.0.1:3000"]
+balance = "fastest"
+
+[upstream.app.pool]
+idle_timout = "4s"
+
+[timeouts]
+connect = "0s"
+"#;
+    let message = errors(text);
+    for expected in [
+        "holdfast.toml:2: thread: unknown key; did you mean `threads`?",
+        "holdfast.toml:7: listener[0].backlogg: unknown key; did you mean `backlog`?",
+        "holdfast.toml:11: upstream.app.balance: unknown balance policy \"fastest\"",
+        "holdfast.toml:14: upstream.app.pool.idle_timout: unknown key; did you mean `idle_timeout`?",
+        "holdfast.toml:17: timeouts.connect: must be more than 0",
+    ] {
+        assert!(message.contains(expected), "missing {expected:?} in:\n{message}");
+    }
+    assert_eq!(message.lines().count(), 5, "{message}");
+    // In file order.
+    let lines: Vec<&str> = message.lines().map(|l| l.split(':').nth(1).unwrap()).collect();
+    assert_eq!(lines, ["2", "7", "11", "14", "17"]);
+}
+
+#[test]
+fn an_unknown_key_far_from_any_known_one_lists_the_keys_of_its_table() {
+    let message = errors(&with("idle_timeout = \"4s\"\n"));
+    assert!(
+        message.contains(
+            "holdfast.toml:6: upstream.app.idle_timeout: unknown key; the keys here are servers,"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("pool"), "{message}");
+}
+
+#[test]
+fn values_of_the_wrong_type_are_all_reported_beside_other_problems() {
+    let text = with(
+        "resolve_interval = 5\n\
+         [pool]\nmax_requests = \"many\"\nidle_timeout = \"soon\"\n\
+         [limits]\nclient_max_body = true\nmax_request_headers = 0\n",
+    );
+    let message = errors(&text);
+    for expected in [
+        "holdfast.toml:6: upstream.app.resolve_interval: invalid type: integer `5`, expected a string",
+        "holdfast.toml:8: pool.max_requests: invalid type: string \"many\"",
+        "holdfast.toml:9: pool.idle_timeout: \"soon\" is not a duration",
+        "holdfast.toml:11: limits.client_max_body: ",
+        "holdfast.toml:12: limits.max_request_headers: must be 1 or more",
+    ] {
+        assert!(message.contains(expected), "missing {expected:?} in:\n{message}");
+    }
+    assert_eq!(message.lines().count(), 5, "{message}");
+}
+
+#[test]
+fn an_unknown_table_is_one_problem_and_its_keys_are_not_more() {
+    let text = with(
+        "[upstream.app.poool]\nidle_timeout = \"1s\"\nmax_requests = 5\n\
+         [[listners]]\naddress = \"127.0.0.1:1\"\n\
+         [upstream.app.poool.deeper]\nx = 1\n",
+    );
+    let message = errors(&text);
+    assert!(message.contains(":6: upstream.app.poool: unknown key; did you mean `pool`?"));
+    assert!(message.contains(":9: listners: unknown key; did you mean `listener`?"), "{message}");
+    assert_eq!(message.lines().count(), 2, "{message}");
+}
+
+#[test]
+fn unknown_keys_in_inline_and_dotted_tables_are_found() {
+    let text = with(
+        "pool = { idle_timeout = \"1s\", max_reqs = 5 }\n\
+         health.max_5xxx = 3\nhealth.ejection = \"0s\"\n",
+    );
+    let message = errors(&text);
+    assert!(message.contains(":6: upstream.app.pool.max_reqs: unknown key"), "{message}");
+    assert!(message.contains(":7: upstream.app.health.max_5xxx: unknown key"), "{message}");
+    assert!(message.contains(":8: upstream.app.health.ejection: must be more than 0"), "{message}");
+    assert_eq!(message.lines().count(), 3, "{message}");
+}
+
+#[test]
+fn a_missing_required_key_ends_the_report_after_what_was_found() {
+    // The listener has no address; the unknown key before it is still reported.
+    let text = "bogus = 1\n[[listener]]\nupstream = \"app\"\n";
+    let message = errors(text);
+    assert!(message.contains("holdfast.toml:1: bogus: unknown key"), "{message}");
+    assert!(message.contains("holdfast.toml:2: listener[0]: `address` is required here"));
+    assert_eq!(message.lines().count(), 2, "{message}");
+    // A required key with a value of the wrong type is reported once, as that.
+    let message = errors("[[listener]]\naddress = 8080\n");
+    assert!(message.contains(":2: listener[0].address: invalid type: integer"), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+#[test]
+fn a_syntax_error_is_the_only_problem_reported() {
+    let message = errors("bogus = 1\n[pool\nidle_timeout = \"soon\"\n");
+    assert!(message.starts_with("holdfast.toml:2:"), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+#[test]
+fn closest_known_key_allows_a_third_of_the_letters_wrong() {
+    let known = ["idle_timeout", "max_requests", "queue_size"];
+    assert_eq!(super::read::closest("idle_timout", &known), Some("idle_timeout"));
+    assert_eq!(super::read::closest("Max_Request", &known), Some("max_requests"));
+    assert_eq!(super::read::closest("queue", &known), None);
+    assert_eq!(super::read::closest("x", &known), None);
+}
+
+#[test]
+fn backlog_is_per_listener_with_a_default_the_kernel_allows() {
+    let config = parse(&with(
+        "[[listener]]\naddress = \"127.0.0.1:8081\"\nupstream = \"app\"\nbacklog = 4096\n",
+    ))
+    .unwrap();
+    let default = super::defaults::listen_backlog();
+    assert!((1..=super::defaults::LISTEN_BACKLOG).contains(&default), "{default}");
+    assert_eq!(config.listeners[0].backlog, default);
+    assert_eq!(config.listeners[1].backlog, 4096);
+    let message = errors(&with(
+        "[[listener]]\naddress = \"127.0.0.1:8081\"\nupstream = \"app\"\nbacklog = 0\n",
+    ));
+    assert!(
+        message.contains("holdfast.toml:9: listener[1].backlog: must be from 1 to 2147483647"),
+        "{message}"
+    );
+    let message =
+        errors(&with("[[listener]]\naddress = \"127.0.0.1:8081\"\nbacklog = 4294967296\n"));
+    assert!(message.contains(":8: listener[1].backlog: must be from 1"), "{message}");
+}
+
+#[test]
+fn what_follows_from_a_value_of_the_wrong_type_is_not_reported_again() {
+    // Without its `upstream`, the listener would also be "without upstream or routes".
+    let message = errors("[[listener]]\naddress = \"127.0.0.1:1\"\nupstream = 5\n");
+    assert_eq!(
+        message,
+        "holdfast.toml:3: listener[0].upstream: invalid type: integer `5`, expected a string"
+    );
+    let message = errors(&with("[limits]\nclient_max_body = [1]\n"));
+    assert_eq!(
+        message,
+        "holdfast.toml:7: limits.client_max_body: a size: a number of bytes, or a string like \"10MB\""
+    );
+}
+
+#[test]
+fn a_file_of_many_problems_is_reported_up_to_a_bound() {
+    let text: String = (0..150).map(|i| format!("bogus{i} = 1\n")).collect();
+    let message = errors(&text);
+    assert!(message.contains("holdfast.toml:100: bogus99: unknown key"), "{message}");
+    assert!(!message.contains("bogus100"), "{message}");
+    assert!(message.ends_with("holdfast.toml: stopped after 100 problems; there may be more"));
+}

@@ -1,10 +1,11 @@
-//! The binary's command line: `holdfast check`, quick mode and `--config`.
+//! The binary's command line: `holdfast check`, quick mode, `--config`, `--backlog` and
+//! `holdfast reload`.
 
 use std::process::{Command, Output};
 
 use http::StatusCode;
 
-use crate::support::{ChildProxy, HttpClient, Origin, TempDir};
+use crate::support::{wait_until, ChildProxy, HttpClient, Origin, TempDir, DEADLINE};
 
 fn holdfast(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_holdfast"))
@@ -61,6 +62,44 @@ idle_timout = "4s"
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("{}:7:", path.display())), "stderr: {stderr}");
     assert!(stderr.contains("idle_timout"), "stderr: {stderr}");
+}
+
+#[test]
+fn check_reports_every_unknown_key_and_bad_value_in_one_run() {
+    let dir = TempDir::new("check-all");
+    let path = dir.write(
+        "holdfast.toml",
+        r#"[[listener]]
+address = "127.0.0.1:8080"
+upstream = "app"
+adress = "127.0.0.1:8081"
+
+[upstream.app]
+servers = ["127.0.0.1:9000"]
+balance = "fastest"
+
+[upstream.app.pool]
+idle_timout = "4s"
+
+[timeouts]
+connect = "0s"
+"#,
+    );
+    let out = holdfast(&["check", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "check accepted a bad config");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let file = path.display();
+    for expected in [
+        format!("{file}:4: listener[0].adress: unknown key; did you mean `address`?"),
+        format!("{file}:8: upstream.app.balance: unknown balance policy \"fastest\""),
+        format!(
+            "{file}:11: upstream.app.pool.idle_timout: unknown key; did you mean `idle_timeout`?"
+        ),
+        format!("{file}:14: timeouts.connect: must be more than 0"),
+    ] {
+        assert!(stderr.contains(&expected), "missing {expected:?} in:\n{stderr}");
+    }
+    assert_eq!(stderr.lines().count(), 4, "{stderr}");
 }
 
 #[test]
@@ -143,6 +182,92 @@ async fn config_file_binary_proxies_with_its_pool_settings() {
     assert_eq!(origin.accepted(), 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_mode_resolves_a_host_name_upstream() {
+    let origin = Origin::start().await;
+    let upstream = format!("localhost:{}", origin.addr().port());
+    let proxy = ChildProxy::launch(|listen| {
+        let args = ["--listen", &listen.to_string(), "--upstream", &upstream, "--threads", "2"];
+        args.map(String::from).into()
+    })
+    .await;
+    let mut client = HttpClient::connect(proxy.addr()).await;
+    let reply = client.get("/by-name").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", proxy.stderr());
+    assert_eq!(reply.header("x-path"), Some("/by-name"));
+}
+
+#[test]
+fn quick_mode_refuses_an_upstream_without_a_port() {
+    let out = holdfast(&["--listen", "127.0.0.1:1", "--upstream", "localhost"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("\"localhost\" is not a server: no port"), "{stderr}");
+}
+
+/// The backlog of the socket listening on `addr`, as `ss -ltn` shows it (the Send-Q
+/// column of a listening socket). `None` without `ss`, unless on CI, where that fails.
+fn listen_backlog(addr: std::net::SocketAddr) -> Option<u32> {
+    let filter = format!("sport = :{}", addr.port());
+    let out = match Command::new("ss").args(["-ltn", &filter]).output() {
+        Ok(out) => out,
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("skipped: cannot run `ss` (iproute2): {e}");
+            return None;
+        }
+        Err(e) => panic!("`ss` (iproute2) is needed on CI: {e}"),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    // State Recv-Q Send-Q Local-Address:Port Peer-Address:Port
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(3) == Some(addr.to_string().as_str()))
+        .unwrap_or_else(|| panic!("no listening socket on {addr} in:\n{text}"));
+    let send_q = line.split_whitespace().nth(2).expect("a Send-Q column");
+    Some(send_q.parse().expect("Send-Q is a number"))
+}
+
+/// The backlog holdfast uses by default: nginx's 511, or less if the kernel allows less.
+fn default_backlog() -> u32 {
+    let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    somaxconn.map_or(511, |max: u32| max.min(511))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_listen_with_the_configured_or_default_backlog() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("backlog");
+    let other = crate::support::proxy::free_port();
+    let upstream = origin.addr();
+    let proxy = ChildProxy::launch(|listen| {
+        let path = dir.write(
+            "holdfast.toml",
+            &format!(
+                "[[listener]]\naddress = \"{listen}\"\nupstream = \"app\"\nbacklog = 37\n\n\
+                 [[listener]]\naddress = \"{other}\"\nupstream = \"app\"\n\n\
+                 [upstream.app]\nservers = [\"{upstream}\"]\n"
+            ),
+        );
+        vec!["--config".to_string(), path.display().to_string(), "--threads".into(), "1".into()]
+    })
+    .await;
+    let Some(configured) = listen_backlog(proxy.addr()) else { return };
+    assert_eq!(configured, 37, "{}", proxy.stderr());
+    assert_eq!(listen_backlog(other), Some(default_backlog()));
+    drop(proxy);
+
+    // --backlog sets it in quick mode.
+    let proxy = ChildProxy::launch(|listen| {
+        let args = ["--listen", &listen.to_string(), "--upstream", &upstream.to_string()];
+        let flags = ["--backlog", "42", "--threads", "1"];
+        args.iter().chain(&flags).map(|a| a.to_string()).collect()
+    })
+    .await;
+    assert_eq!(listen_backlog(proxy.addr()), Some(42), "{}", proxy.stderr());
+}
+
 /// Parses "N opened" from the demo's "upstream connections" line of one path.
 fn opened_in(report: &str, path_heading: &str) -> u64 {
     let section = report.split(path_heading).nth(1).expect("path section in the report");
@@ -204,6 +329,13 @@ async fn sighup_and_the_reload_command_apply_a_changed_config_file() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(moved, "SIGHUP did not apply the new file: {}", proxy.stderr());
+    // The change is logged, as `holdfast reload` would print it.
+    let logged = format!(
+        "config reloaded: upstream app: added server {}; removed server {}",
+        second.addr(),
+        first.addr()
+    );
+    wait_until("the reload is logged", DEADLINE, || proxy.stderr().contains(&logged)).await;
 
     // `holdfast reload --config FILE` finds the admin listener in the file.
     let path = write(proxy.addr(), first.addr(), "");
@@ -221,6 +353,45 @@ async fn sighup_and_the_reload_command_apply_a_changed_config_file() {
     assert!(stderr.contains("upstream.app.balance"), "{stderr}");
     assert_eq!(origin_of(client.get("/").await), Some(first.addr().to_string()));
     assert!(proxy.stderr().contains("reload rejected"), "{}", proxy.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_command_prints_the_servers_added_and_removed() {
+    let (first, second) = (Origin::start().await, Origin::start().await);
+    let dir = TempDir::new("reload-diff");
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let write = |listen: std::net::SocketAddr, server: std::net::SocketAddr| {
+        dir.write(
+            "holdfast.toml",
+            &format!(
+                "threads = 1\n\n[admin]\naddress = \"{admin}\"\n\n[[listener]]\n\
+                 address = \"{listen}\"\nupstream = \"app\"\n\n[upstream.app]\n\
+                 servers = [\"{server}\"]\n"
+            ),
+        )
+    };
+    let proxy = ChildProxy::launch(|listen| {
+        let path = write(listen, first.addr());
+        vec!["--config".to_string(), path.display().to_string()]
+    })
+    .await;
+    write(proxy.addr(), second.addr());
+    let out = holdfast(&["reload", "--admin", &admin.to_string()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "reloaded: 1 change\nupstream app: added server {}; removed server {}\n",
+            second.addr(),
+            first.addr()
+        )
+    );
+    // The running holdfast logs the same.
+    let logged = format!("config reloaded: upstream app: added server {}", second.addr());
+    wait_until("the reload is logged", DEADLINE, || proxy.stderr().contains(&logged)).await;
+
+    let out = holdfast(&["reload", "--admin", &admin.to_string()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "reloaded: no changes\n");
 }
 
 #[test]

@@ -70,9 +70,10 @@ impl Proxy {
         Proxy { server: Some(server), addr }
     }
 
-    /// Re-reads the config file, like SIGHUP.
+    /// Re-reads the config file, like SIGHUP; what changed, in the words
+    /// `holdfast reload` prints.
     pub async fn reload(&self) -> Result<String, holdfast::ReloadError> {
-        super::within("reload", self.server().reload()).await
+        super::within("reload", self.server().reload()).await.map(|diff| diff.to_string())
     }
 
     /// Pool and retry counters of every backend in force.

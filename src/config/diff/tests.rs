@@ -1,0 +1,130 @@
+use std::path::Path;
+
+use super::ConfigDiff;
+use crate::config::Config;
+
+/// A config with a listener in front of `app` (servers `app_servers`), then `extra`.
+fn config(app_servers: &str, extra: &str) -> Config {
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\nbacklog = 100\n\n\
+         [upstream.app]\nservers = [{app_servers}]\n{extra}"
+    );
+    Config::parse(&text, Path::new("holdfast.toml")).expect("a valid config")
+}
+
+fn lines(old: &Config, new: &Config) -> Vec<String> {
+    ConfigDiff::between(old, new).changes.iter().map(ToString::to_string).collect()
+}
+
+const ONE: &str = "\"127.0.0.1:3001\"";
+
+#[test]
+fn the_same_config_has_no_changes() {
+    let diff = ConfigDiff::between(&config(ONE, ""), &config(ONE, ""));
+    assert!(diff.is_empty());
+    assert_eq!(diff.to_string(), "no changes");
+}
+
+#[test]
+fn servers_added_and_removed_are_named_on_their_group() {
+    let old = config("\"127.0.0.1:3001\", \"app.internal:3000\"", "");
+    let new = config("\"app.internal:3000\", \"127.0.0.1:3002\"", "");
+    assert_eq!(
+        lines(&old, &new),
+        ["upstream app: added server 127.0.0.1:3002; removed server 127.0.0.1:3001"]
+    );
+    // The order of servers is not a change.
+    let reordered = config("\"127.0.0.1:3002\", \"app.internal:3000\"", "");
+    assert!(ConfigDiff::between(&new, &reordered).is_empty());
+}
+
+#[test]
+fn groups_added_removed_and_their_settings_changed() {
+    let old = config(ONE, "[upstream.old]\nservers = [\"127.0.0.1:4000\"]\n");
+    let new = config(
+        ONE,
+        "balance = \"round_robin\"\n[upstream.app.pool]\nidle_timeout = \"1500ms\"\n\
+         [upstream.app.health_check]\npath = \"/healthz\"\n\
+         [upstream.api]\nservers = [\"127.0.0.1:5000\", \"api.internal:80\"]\n",
+    );
+    assert_eq!(
+        lines(&old, &new),
+        [
+            // Groups in name order, as the file's tables are read.
+            "upstream api: added with servers 127.0.0.1:5000, api.internal:80",
+            "upstream app: changed balance p2c -> round_robin; \
+             changed pool.idle_timeout 4s -> 1.5s; added health_check GET /healthz",
+            "upstream old: removed (its servers drain)",
+        ]
+    );
+}
+
+#[test]
+fn routes_are_known_by_host_and_path() {
+    let groups = "[upstream.web]\nservers = [\"127.0.0.1:4000\"]\n";
+    let route = |host: &str, path: &str, upstream: &str| {
+        format!("[[route]]\nhost = \"{host}\"\npath = \"{path}\"\nupstream = \"{upstream}\"\n")
+    };
+    let old = config(
+        ONE,
+        &format!("{}{}{groups}", route("example.com", "/api", "web"), route("*", "/old", "web")),
+    );
+    let new = config(
+        ONE,
+        &format!(
+            "{}{}{groups}",
+            route("example.com", "/api", "app"),
+            route("*.example.com", "/", "web")
+        ),
+    );
+    assert_eq!(
+        lines(&old, &new),
+        [
+            "route example.com/api: changed upstream web -> app",
+            "route *.example.com/: added (upstream web)",
+            "route /old: removed",
+        ]
+    );
+}
+
+#[test]
+fn listener_changes_say_which_wait_for_a_restart() {
+    let old = config(ONE, "");
+    let text = "[[listener]]\naddress = \"127.0.0.1:8080\"\nbacklog = 1024\n\
+                client_max_body = 1024\n\
+                [[listener]]\naddress = \"127.0.0.1:8081\"\nupstream = \"app\"\n\
+                [[route]]\nupstream = \"app\"\n\
+                [upstream.app]\nservers = [\"127.0.0.1:3001\"]\n";
+    let new = Config::parse(text, Path::new("holdfast.toml")).expect("valid");
+    assert_eq!(
+        lines(&old, &new),
+        [
+            "listener 127.0.0.1:8080: changed upstream app -> none; \
+             changed client_max_body none -> 1024; \
+             changed backlog 100 -> 1024 (takes effect at restart)",
+            "listener 127.0.0.1:8081: added (upstream app)",
+            "route /: added (upstream app)",
+        ]
+    );
+    let back = lines(&new, &old);
+    assert_eq!(back[1], "listener 127.0.0.1:8081: removed", "{back:?}");
+}
+
+#[test]
+fn settings_for_everything_and_those_read_only_at_start() {
+    let old = config(ONE, "");
+    let new = config(
+        ONE,
+        "[timeouts]\nconnect = \"1s\"\n[limits]\nmax_request_headers = 50\n\
+         [admin]\n[pool]\nmax_idle_total = 10\n",
+    );
+    let diff = ConfigDiff::between(&old, &new);
+    assert_eq!(
+        diff.to_string(),
+        "4 changes\n\
+         timeouts: changed connect 5s -> 1s\n\
+         limits: changed max_request_headers 100 -> 50\n\
+         admin: changed none -> 127.0.0.1:9901 (takes effect at restart)\n\
+         pool.max_idle_total: changed none -> 10 (takes effect at restart)"
+    );
+}
