@@ -379,7 +379,10 @@ impl Shared {
     /// Starts accepting on a newly bound listener.
     fn listen(&self, l: &ListenerConfig, site: Site, tcp: TcpListener) -> LiveListener {
         let addr = tcp.local_addr().unwrap_or(l.addr);
-        tracing::info!(listen = %addr, upstream = ?l.upstream, "listening");
+        match &l.upstream {
+            Some(upstream) => tracing::info!(listen = %addr, upstream = %upstream, "listening"),
+            None => tracing::info!(listen = %addr, "listening"),
+        }
         let proxy = Arc::new(Proxy::new(site, self.access_log.clone(), Arc::clone(&self.unrouted)));
         let (stop, stop_rx) = watch::channel(false);
         let connections = self.connections.child();
@@ -459,10 +462,11 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("threads", old.threads != new.threads),
         ("admin", old.admin != new.admin),
         ("access_log", old.access_log != new.access_log),
+        ("log_format", old.log_format != new.log_format),
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
-        tracing::warn!(key, "changed in the config file; takes effect at the next restart");
+        tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");
     }
 }
 

@@ -361,7 +361,7 @@ impl Proxy {
             match decision {
                 Decision::Retry => {
                     tracing::debug!(
-                        backend = %backend.addr, method = %out.method, outcome = ?outcome,
+                        backend = %backend.addr, method = %out.method, outcome = %outcome.as_str(),
                         error = %io_error, "pooled connection failed, retrying on a new one"
                     );
                     fresh = true;
