@@ -22,6 +22,7 @@ use crate::proxy::forwarded::TrustedProxies;
 use crate::proxy::{Destination, Proxy, Site};
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::failures;
 use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
 use holdfast_pool::IdleBudget;
 
@@ -158,6 +159,7 @@ impl Server {
         }
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
+        tokio::spawn(flush_failures(stop_rx.clone()));
         let (reload_tx, reload_rx) = mpsc::channel(4);
         tokio::spawn(serve_reloads(Arc::clone(&shared), reload_rx, stop_rx));
         let draining = Arc::new(AtomicBool::new(false));
@@ -250,6 +252,8 @@ impl Server {
             u.remove();
         }
         let _ = self.stop_admin.send(true);
+        // Failures counted since their last line would otherwise go unsaid.
+        failures::flush_all();
         tracing::info!(unfinished = connections.count(), "stopped");
     }
 }
@@ -517,6 +521,18 @@ fn open_file_limit() -> Option<usize> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
     line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// Writes the upstream failures counted since their key's last line, once their window
+/// has passed: the count an outage ends on has no later failure to carry it.
+async fn flush_failures(mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(failures::WINDOW) => {}
+            () = listener::stopped(&mut stop) => return,
+        }
+        failures::flush();
+    }
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.

@@ -1,8 +1,9 @@
 //! Logging: a `tracing` subscriber writing to stderr, filtered like `RUST_LOG`, as
-//! text (coloured only on a terminal) or JSON; and the per-request access log
-//! (`access_log`).
+//! text (coloured only on a terminal) or JSON; upstream failures counted into a line
+//! per kind and second (`failures`); and the per-request access log (`access_log`).
 
 pub mod access_log;
+pub mod failures;
 
 use std::ffi::OsStr;
 use std::io::IsTerminal;
