@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{AccessLogFormat, AccessLogTarget, Config, ServerAddr, MAX_BACKLOG};
+use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, ServerAddr, MAX_BACKLOG};
 use crate::server::{ConfigSource, Server};
+use crate::telemetry;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,6 +56,28 @@ pub struct RunArgs {
     /// overrides the config file's `backlog`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_BACKLOG)))]
     pub backlog: Option<u32>,
+    /// holdfast's own log lines on stderr: `text`, or `json` for log shippers; overrides
+    /// the config file's log_format.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<LogFormatArg>,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// `key=value` text, coloured on a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(arg: LogFormatArg) -> LogFormat {
+        match arg {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
 }
 
 /// An `--upstream` value. The one place its syntax is decided.
@@ -106,8 +129,12 @@ pub enum Command {
     Reload(ReloadArgs),
 }
 
-/// Runs the parsed command line; the exit code says whether it worked.
+/// Runs the parsed command line; the exit code says whether it worked. Logging starts
+/// here: serving starts it once the config says its format, other commands log text.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.command.is_some() {
+        telemetry::init(telemetry::DEFAULT_FILTER, LogFormat::Text);
+    }
     match cli.command {
         Some(Command::Check { file }) => Ok(check(&file)),
         Some(Command::Demo(args)) => {
@@ -226,11 +253,15 @@ fn apply_overrides(config: &mut Config, args: &RunArgs) {
             l.backlog = backlog;
         }
     }
+    if let Some(format) = args.log_format {
+        config.log_format = format.into();
+    }
 }
 
 fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut config = config_from(&args)?;
     apply_overrides(&mut config, &args);
+    telemetry::init(telemetry::DEFAULT_FILTER, config.log_format);
     if let Some((before, after)) = crate::resources::raise_open_file_limit() {
         tracing::info!(before, after, "raised the open-file limit to its hard limit");
     }
@@ -252,7 +283,8 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         serve_until(&server, signal, hangup).await.context("installing signal handlers")?;
         #[cfg(not(unix))]
         serve_until(&server, signal).await.context("installing signal handlers")?;
-        tracing::info!(drain = ?config.timeouts.drain, "shutting down");
+        let drain = humantime::format_duration(config.timeouts.drain);
+        tracing::info!(drain = %drain, "shutting down");
         server.shutdown(config.timeouts.drain).await;
         Ok(ExitCode::SUCCESS)
     })
@@ -410,6 +442,18 @@ mod tests {
     }
 
     #[test]
+    fn log_format_flag_is_text_or_json_and_overrides_the_config() {
+        let cli = parse(&[&QUICK[..], &["--log-format", "json"]].concat()).expect("json");
+        assert_eq!(cli.run.log_format, Some(LogFormatArg::Json));
+        let mut config = quick();
+        assert_eq!(config.log_format, LogFormat::Text);
+        apply_overrides(&mut config, &cli.run);
+        assert_eq!(config.log_format, LogFormat::Json);
+        assert!(parse(&["--config", "holdfast.toml", "--log-format", "text"]).is_ok());
+        assert!(parse(&[&QUICK[..], &["--log-format", "pretty"]].concat()).is_err());
+    }
+
+    #[test]
     fn admin_and_access_log_flags_combine_with_a_config_file() {
         let cli = parse(&["--config", "holdfast.toml", "--admin", "127.0.0.1:9901"])
             .expect("--admin with --config");
@@ -437,9 +481,10 @@ mod tests {
         let mut config = quick();
         config.admin = Some("127.0.0.1:7000".parse().expect("addr"));
         config.access_log.format = AccessLogFormat::Text;
-        let before = (config.admin, config.access_log.clone());
+        config.log_format = LogFormat::Json;
+        let before = (config.admin, config.access_log.clone(), config.log_format);
         apply_overrides(&mut config, &cli.run);
-        assert_eq!((config.admin, config.access_log), before);
+        assert_eq!((config.admin, config.access_log, config.log_format), before);
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl Conn {
     /// Answers a request that cannot be forwarded, then closes: after a refused head,
     /// nothing that follows on the connection can be trusted to be framed right.
     async fn refuse(&mut self, settings: &ClientSettings, refusal: Refusal) {
-        tracing::debug!(client = %self.addr, reason = refusal.as_str(), "refused request");
+        tracing::debug!(client = %self.addr, reason = %refusal.as_str(), "refused request");
         settings.proxy.refused(self.addr, refusal.status(), refusal.name());
         let mut response = Vec::with_capacity(256);
         let text = format!("holdfast: {}\n", refusal.as_str());

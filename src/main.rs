@@ -1,4 +1,4 @@
-//! The `holdfast` binary: parse the command line, start logging, run.
+//! The `holdfast` binary: parse the command line, run it (which starts logging).
 
 use std::process::ExitCode;
 
@@ -15,7 +15,6 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
     let cli = holdfast::cli::Cli::parse();
-    holdfast::telemetry::init("holdfast=info");
     match holdfast::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -24,6 +24,7 @@ use crate::proxy::{Destination, Proxy, Site};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::failures;
 use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
 use holdfast_pool::IdleBudget;
 
@@ -167,6 +168,7 @@ impl Server {
         }
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
+        tokio::spawn(flush_failures(stop_rx.clone()));
         let (reload_tx, reload_rx) = mpsc::channel(4);
         tokio::spawn(serve_reloads(Arc::clone(&shared), reload_rx, stop_rx));
         let draining = Arc::new(AtomicBool::new(false));
@@ -264,6 +266,8 @@ impl Server {
             u.remove();
         }
         let _ = self.stop_admin.send(true);
+        // Failures counted since their last line would otherwise go unsaid.
+        failures::flush_all();
         tracing::info!(unfinished = connections.count(), "stopped");
     }
 }
@@ -391,7 +395,10 @@ impl Shared {
     /// Starts accepting on a newly bound listener.
     fn listen(&self, l: &ListenerConfig, site: Site, tcp: TcpListener) -> LiveListener {
         let addr = tcp.local_addr().unwrap_or(l.addr);
-        tracing::info!(listen = %addr, upstream = ?l.upstream, "listening");
+        match &l.upstream {
+            Some(upstream) => tracing::info!(listen = %addr, upstream = %upstream, "listening"),
+            None => tracing::info!(listen = %addr, "listening"),
+        }
         let proxy = Arc::new(Proxy::new(
             site,
             self.access_log.clone(),
@@ -467,10 +474,11 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("threads", old.threads != new.threads),
         ("admin", old.admin != new.admin),
         ("access_log", old.access_log != new.access_log),
+        ("log_format", old.log_format != new.log_format),
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
-        tracing::warn!(key, "changed in the config file; takes effect at the next restart");
+        tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");
     }
     for l in &new.listeners {
         if old.listeners.iter().any(|o| o.addr == l.addr && o.backlog != l.backlog) {
@@ -515,6 +523,18 @@ fn process_reader(shared: &Arc<Shared>, draining: &Arc<AtomicBool>) -> ProcessRe
         answers: shared.answers.snapshot(),
         refusals: shared.answers.refusals.snapshot(),
     })
+}
+
+/// Writes the upstream failures counted since their key's last line, once their window
+/// has passed: the count an outage ends on has no later failure to carry it.
+async fn flush_failures(mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(failures::WINDOW) => {}
+            () = listener::stopped(&mut stop) => return,
+        }
+        failures::flush();
+    }
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.

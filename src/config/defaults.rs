@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{AccessLogFormat, AccessLogTarget};
+use super::{AccessLogFormat, AccessLogTarget, LogFormat};
 
 /// The listen backlog: connections the kernel completes and holds for holdfast to
 /// accept. 511 is nginx's default on Linux, enough to ride out a burst of new clients
@@ -80,6 +80,10 @@ pub const ACCESS_LOG_TARGET: AccessLogTarget = AccessLogTarget::Stdout;
 /// Access log lines are JSON unless `format` says otherwise: log pipelines parse JSON
 /// without a pattern, and every field stays present and typed.
 pub const ACCESS_LOG_FORMAT: AccessLogFormat = AccessLogFormat::Json;
+
+/// holdfast's own log lines (stderr) are text unless `log_format` says otherwise: the
+/// first reader is a person at a terminal or in `journalctl`; log shippers ask for JSON.
+pub const LOG_FORMAT: LogFormat = LogFormat::Text;
 
 /// How often server names are resolved again. Container platforms replace a
 /// container's address within seconds; 5 s follows them quickly for the price of one

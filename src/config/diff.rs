@@ -165,7 +165,8 @@ fn pool(d: &mut Details, old: &PoolConfig, new: &PoolConfig) {
     d.field("pool.idle_timeout", duration(old.idle_timeout), duration(new.idle_timeout));
     d.field("pool.max_requests", old.max_requests, new.max_requests);
     d.field("pool.max_lifetime", duration(old.max_lifetime), duration(new.max_lifetime));
-    let (o, n) = (format!("{:?}", old.max_idle), format!("{:?}", new.max_idle));
+    let ceiling = |c: Option<usize>| c.map_or_else(|| "none".to_string(), |n| n.to_string());
+    let (o, n) = (ceiling(old.max_idle), ceiling(new.max_idle));
     d.field("pool.max_idle_per_server", o, n);
     d.field("pool.max_connections_per_server", old.max_connections, new.max_connections);
     d.field("pool.queue_size", old.queue_size, new.queue_size);
@@ -178,6 +179,7 @@ fn health(d: &mut Details, old: &PassiveHealth, new: &PassiveHealth) {
     d.field("health.ejection", duration(old.ejection), duration(new.ejection));
     d.field("health.max_ejection", duration(old.max_ejection), duration(new.max_ejection));
     d.field("health.slow_start", duration(old.slow_start), duration(new.slow_start));
+    d.field("health.panic_threshold", old.panic_threshold, new.panic_threshold);
 }
 
 fn check(d: &mut Details, old: Option<&CheckConfig>, new: Option<&CheckConfig>) {

@@ -22,6 +22,8 @@ pub struct FileConfig {
     /// Present (even empty): the admin listener is on.
     pub admin: Option<FileAdmin>,
     pub access_log: Option<FileAccessLog>,
+    /// `"text"` or `"json"`: how holdfast's own log lines (stderr) look.
+    pub log_format: Option<Spanned<String>>,
     /// Networks (`"10.0.0.0/8"`) whose forwarding headers are believed.
     pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
 }

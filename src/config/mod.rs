@@ -49,6 +49,8 @@ pub struct Config {
     /// listener.
     pub admin: Option<SocketAddr>,
     pub access_log: AccessLogConfig,
+    /// How holdfast's own log lines look; applies at start only.
+    pub log_format: LogFormat,
     /// Peers whose forwarding headers are extended rather than replaced.
     pub trusted_proxies: Vec<Cidr>,
 }
@@ -82,6 +84,15 @@ pub enum AccessLogFormat {
     Json,
     /// Combined-log-like text with upstream fields appended.
     Text,
+}
+
+/// The shape of holdfast's own log lines (stderr), as opposed to the access log's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `key=value` text, coloured on a terminal.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// One address to accept clients on.
@@ -255,6 +266,7 @@ impl Config {
             max_idle_total: None,
             admin: None,
             access_log: AccessLogConfig::default(),
+            log_format: defaults::LOG_FORMAT,
             trusted_proxies: Vec::new(),
         }
     }
@@ -384,6 +396,7 @@ impl Validator<'_> {
             max_idle_total,
             admin: raw.admin.map(|admin| self.admin(admin)),
             access_log: raw.access_log.map(|log| self.access_log(log)).unwrap_or_default(),
+            log_format: self.log_format(raw.log_format.as_ref()),
             trusted_proxies: self.trusted_proxies(raw.trusted_proxies.as_ref()),
         }
     }
@@ -421,6 +434,19 @@ impl Validator<'_> {
             },
         };
         AccessLogConfig { target, format }
+    }
+
+    fn log_format(&mut self, raw: Option<&Spanned<String>>) -> LogFormat {
+        let Some(v) = raw else { return defaults::LOG_FORMAT };
+        match v.get_ref().as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                let message = format!("{other:?} is not a format: use \"text\" or \"json\"");
+                self.problem(v.span(), "log_format", message);
+                defaults::LOG_FORMAT
+            }
+        }
     }
 
     fn listeners(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<ListenerConfig> {

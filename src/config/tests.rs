@@ -1,7 +1,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{AccessLogConfig, AccessLogFormat, AccessLogTarget, Config, DEFAULT_ADMIN_ADDR};
+use super::{
+    AccessLogConfig, AccessLogFormat, AccessLogTarget, Config, LogFormat, DEFAULT_ADMIN_ADDR,
+};
 
 fn parse(text: &str) -> Result<Config, super::ConfigError> {
     Config::parse(text, Path::new("holdfast.toml"))
@@ -502,4 +504,24 @@ fn a_file_of_many_problems_is_reported_up_to_a_bound() {
     assert!(message.contains("holdfast.toml:100: bogus99: unknown key"), "{message}");
     assert!(!message.contains("bogus100"), "{message}");
     assert!(message.ends_with("holdfast.toml: stopped after 100 problems; there may be more"));
+}
+
+#[test]
+fn log_format_is_text_unless_the_file_says_json() {
+    assert_eq!(parse(&with("")).unwrap().log_format, LogFormat::Text);
+    let config = parse(&format!("log_format = \"json\"\n{}", with(""))).unwrap();
+    assert_eq!(config.log_format, LogFormat::Json);
+    let config = parse(&format!("log_format = \"text\"\n{}", with(""))).unwrap();
+    assert_eq!(config.log_format, LogFormat::Text);
+}
+
+#[test]
+fn bad_log_format_names_line_and_key() {
+    let message = errors(&format!("threads = 2\nlog_format = \"xml\"\n{}", with("")));
+    assert_eq!(
+        message,
+        "holdfast.toml:2: log_format: \"xml\" is not a format: use \"text\" or \"json\""
+    );
+    let message = errors(&format!("log_format = 1\n{}", with("")));
+    assert!(message.starts_with("holdfast.toml:1: log_format: "), "{message}");
 }

@@ -96,6 +96,20 @@ impl ProxyErrorKind {
     }
 }
 
+impl ProxyErrorKind {
+    /// Whether the client caused the failure (its body was malformed, cut short, too
+    /// slow or too large): nothing an operator of holdfast or the origin can act on, so
+    /// it is logged at debug, not counted among upstream failures.
+    pub fn is_client_fault(&self) -> bool {
+        matches!(
+            self,
+            ProxyErrorKind::ClientBody(_)
+                | ProxyErrorKind::ClientTimeout
+                | ProxyErrorKind::BodyTooLarge(_)
+        )
+    }
+}
+
 impl ProxyError {
     /// The status the client gets: 400, 408, 413, 502, 503 or 504.
     pub fn status(&self) -> u16 {

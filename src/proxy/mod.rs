@@ -55,6 +55,7 @@ use crate::metrics::Answers;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::failures;
 use crate::upstream::{keepalive, Assigned, Backend, Lease, LeaseError, Upstream};
 
 /// Responses whose unread remainder is at most this many bytes are drained after the
@@ -265,7 +266,9 @@ impl Proxy {
         if let (Framing::Length(len), Some(max)) = (out.framing, out.max_body) {
             if len > max {
                 // Refused before anything reaches the origin.
-                let text = format!("holdfast: {}\n", ProxyErrorKind::BodyTooLarge(max));
+                let kind = ProxyErrorKind::BodyTooLarge(max);
+                tracing::debug!(length = len, reason = %kind.as_str(), "{kind}");
+                let text = format!("holdfast: {kind}\n");
                 return self.answer(out, 413, "body_too_large", &text, client.stream).await;
             }
         }
@@ -294,7 +297,7 @@ impl Proxy {
             }
             Some(upstream) => {
                 let why = upstream.with_members(|m| m.unavailable(Instant::now()));
-                tracing::warn!(upstream = %upstream.name, "{why}");
+                failures::record(&upstream.name, None, "no_healthy_server", 502, &why);
                 (502, "no_healthy_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
             }
         };
@@ -375,7 +378,7 @@ impl Proxy {
             match decision {
                 Decision::Retry => {
                     tracing::debug!(
-                        backend = %backend.addr, method = %out.method, outcome = ?outcome,
+                        backend = %backend.addr, method = %out.method, outcome = %outcome.as_str(),
                         error = %io_error, "pooled connection failed, retrying on a new one"
                     );
                     fresh = true;
@@ -705,10 +708,11 @@ impl Proxy {
                 Done { next: Next::Close, at }
             }
             Err(DownloadError::Upstream { error, bytes }) => {
-                tracing::warn!(
-                    upstream = %out.upstream_name(), backend = %out.backend().addr,
-                    status, error = %error, "upstream response body failed; client connection closed"
-                );
+                if let Some(upstream) = out.trace.upstream() {
+                    let backend = Some(out.backend().addr);
+                    let message = format!("upstream response body failed: {error}");
+                    failures::record(&upstream.name, backend, "upstream_body", status, &message);
+                }
                 lease.discard(CloseReason::Error);
                 out.trace.failed("upstream_body");
                 let at = out.trace.started();
@@ -746,11 +750,14 @@ impl Proxy {
     /// Answers a request that failed with holdfast's own response naming the upstream,
     /// the backend and the reason.
     async fn answer_error(&self, out: Outbound, e: ProxyError, client: &mut TcpStream) -> Done {
-        tracing::warn!(
-            upstream = %e.upstream, backend = %e.backend, method = %out.method,
-            reused = e.reused, status = e.status(), reason = e.kind.as_str(),
-            "{}", e.kind
-        );
+        if e.kind.is_client_fault() {
+            tracing::debug!(
+                upstream = %e.upstream, backend = %e.backend, method = %out.method,
+                status = e.status(), reason = %e.kind.as_str(), "{}", e.kind
+            );
+        } else {
+            failures::record(&e.upstream, Some(e.backend), e.kind.as_str(), e.status(), &e.kind);
+        }
         if e.kind.is_backend_failure() {
             out.backend().observe(e.status(), None, Instant::now());
         }
@@ -792,10 +799,6 @@ impl Outbound {
     /// The backend the request goes to; only called once one was picked.
     fn backend(&self) -> &Arc<Backend> {
         self.backend.as_ref().expect("the request has a backend").backend()
-    }
-
-    fn upstream_name(&self) -> &str {
-        self.trace.upstream().map_or("-", |u| &u.name)
     }
 }
 

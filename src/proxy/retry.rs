@@ -38,6 +38,16 @@ pub enum SendOutcome {
     MaybeReceived,
 }
 
+impl SendOutcome {
+    /// A stable snake_case name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendOutcome::Unsent => "unsent",
+            SendOutcome::MaybeReceived => "maybe_received",
+        }
+    }
+}
+
 /// Whether the request body could be sent a second time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyReplay {

@@ -143,8 +143,8 @@ impl Backend {
         let Some(transition) = transition else { return };
         match transition {
             Transition::Ejected { cause, for_ } => {
-                let for_ = humantime::format_duration(for_);
-                tracing::warn!(backend = %self.addr, cause = cause.as_str(), ejected_for = %for_, "backend ejected");
+                let ejected_for = humantime::format_duration(for_);
+                tracing::warn!(backend = %self.addr, cause = %cause.as_str(), ejected_for = %ejected_for, "backend ejected");
                 self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
                 self.pool.clear_for(CloseReason::Ejected);
                 if cause == health::Cause::ConnectFailures {

@@ -54,3 +54,5 @@ mod reload;
 mod discovery;
 // Access log lines (JSON, text, reopened on SIGUSR1) and the `holdfast stats` view.
 mod access_log;
+// holdfast's own log: plain values, colour only on a terminal, JSON, outages as counts.
+mod logs;

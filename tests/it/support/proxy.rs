@@ -161,6 +161,16 @@ impl ChildProxy {
         ChildProxy::launch_wrapped(&[], args).await
     }
 
+    /// [`ChildProxy::launch`] with environment variables changed: each is set to its
+    /// value, or removed when that is `None`. By default the child gets
+    /// `RUST_LOG=holdfast=info` and `NO_COLOR=1`.
+    pub async fn launch_env(
+        env: &[(&str, Option<&str>)],
+        args: impl Fn(SocketAddr) -> Vec<String>,
+    ) -> ChildProxy {
+        ChildProxy::launch_with(&[], env, args).await
+    }
+
     /// [`ChildProxy::launch`] through `wrapper`: the command line is the wrapper's
     /// words, then the binary's path, then its arguments (for example `unshare ... sh
     /// -c 'mount ... && exec "$@"' ARG0`). The wrapper must exec the binary, so the
@@ -169,10 +179,18 @@ impl ChildProxy {
         wrapper: &[String],
         args: impl Fn(SocketAddr) -> Vec<String>,
     ) -> ChildProxy {
+        ChildProxy::launch_with(wrapper, &[], args).await
+    }
+
+    async fn launch_with(
+        wrapper: &[String],
+        env: &[(&str, Option<&str>)],
+        args: impl Fn(SocketAddr) -> Vec<String>,
+    ) -> ChildProxy {
         let mut last_error = String::new();
         for _attempt in 0..5 {
             let addr = free_port();
-            let mut child = ChildProxy::spawn(wrapper, &args(addr), addr);
+            let mut child = ChildProxy::spawn(wrapper, env, &args(addr), addr);
             match child.wait_listening().await {
                 Ok(()) => return child,
                 Err(e) => last_error = e,
@@ -181,13 +199,23 @@ impl ChildProxy {
         panic!("holdfast binary did not start listening: {last_error}");
     }
 
-    fn spawn(wrapper: &[String], args: &[String], addr: SocketAddr) -> ChildProxy {
+    fn spawn(
+        wrapper: &[String],
+        env: &[(&str, Option<&str>)],
+        args: &[String],
+        addr: SocketAddr,
+    ) -> ChildProxy {
         let binary = env!("CARGO_BIN_EXE_holdfast").to_string();
         let words: Vec<&String> = wrapper.iter().chain([&binary]).chain(args).collect();
-        let mut child = Command::new(words[0])
-            .args(&words[1..])
-            .env("RUST_LOG", "holdfast=info")
-            .env("NO_COLOR", "1")
+        let mut command = Command::new(words[0]);
+        command.args(&words[1..]).env("RUST_LOG", "holdfast=info").env("NO_COLOR", "1");
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
