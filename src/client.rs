@@ -71,9 +71,9 @@ struct Phase {
 /// Serves `stream` until the client leaves, a limit closes it, or `stop` turns true.
 ///
 /// Until the client's first bytes arrive, the connection's task holds only its socket
-/// and a deadline: the state for reading and forwarding requests (a few hundred bytes
-/// more, and a timer) is allocated when there is something to read. A crowd of
-/// connections that never send anything costs little.
+/// and a deadline: the read buffer, and the state for reading and forwarding requests
+/// (a few hundred bytes more, and a timer), are taken when there is something to read.
+/// A crowd of connections that never send anything costs little.
 pub async fn serve(
     stream: TcpStream,
     addr: SocketAddr,
@@ -82,27 +82,51 @@ pub async fn serve(
 ) {
     let accepted = Instant::now();
     let header_limit = proxy.site().timeouts.client_header;
-    if !first_bytes(&stream, net::later(accepted, header_limit), &mut open).await {
+    let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
+    else {
         return;
-    }
-    Box::pin(serve_requests(stream, addr, proxy, open, accepted)).await;
+    };
+    Box::pin(serve_requests(stream, addr, proxy, open, accepted, buf)).await;
 }
 
-/// Waits until the client has sent something (or closed); false when the connection
-/// should close instead: the first request's head did not start in time (it must be
-/// complete within `client_header` of the accept), or the server is stopping.
-async fn first_bytes(stream: &TcpStream, deadline: Instant, open: &mut OpenConnection) -> bool {
-    let mut readable = pin!(tokio::time::timeout_at(deadline, stream.readable()));
-    poll_fn(|cx| {
-        if let Poll::Ready(ready) = readable.as_mut().poll(cx) {
-            return Poll::Ready(matches!(ready, Ok(Ok(()))));
+/// Waits for the client's first bytes and reads them; `None` when the connection
+/// should close instead: the client closed it or it failed, the first request's head
+/// did not start in time (it must be complete within `client_header` of the accept),
+/// or the server is stopping.
+///
+/// A fresh socket can be reported readable before any byte has arrived; the read then
+/// finds nothing, gives the buffer back and waits again, so no buffer is held for a
+/// connection that is still silent.
+async fn first_bytes(
+    stream: &TcpStream,
+    deadline: Instant,
+    open: &mut OpenConnection,
+) -> Option<InBuf> {
+    let mut sleep = pin!(tokio::time::sleep_until(deadline));
+    // Bounded by the deadline: every round waits for readiness or ends.
+    loop {
+        let mut readable = pin!(stream.readable());
+        let ready = poll_fn(|cx| {
+            if let Poll::Ready(ready) = readable.as_mut().poll(cx) {
+                return Poll::Ready(ready.is_ok());
+            }
+            if sleep.as_mut().poll(cx).is_ready() || open.poll_stop(cx) {
+                return Poll::Ready(false);
+            }
+            Poll::Pending
+        })
+        .await;
+        if !ready {
+            return None;
         }
-        if open.poll_stop(cx) {
-            return Poll::Ready(false);
+        let mut buf = InBuf::new(net::CLIENT_BUF);
+        match buf.try_fill(stream) {
+            Ok(0) => return None,
+            Ok(_) => return Some(buf),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
+            Err(_) => return None,
         }
-        Poll::Pending
-    })
-    .await
+    }
 }
 
 /// Reads and forwards requests until the connection ends.
@@ -112,6 +136,7 @@ async fn serve_requests(
     proxy: Arc<Proxy>,
     mut open: OpenConnection,
     accepted: Instant,
+    buf: InBuf,
 ) {
     let settings = ClientSettings::of(proxy);
     // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
@@ -121,7 +146,7 @@ async fn serve_requests(
         stream,
         addr,
         peer: PeerText::new(addr.ip()),
-        buf: InBuf::new(net::CLIENT_BUF),
+        buf,
         head: Vec::new(),
         scan: HeadScan::default(),
         timer: Timer::new(),

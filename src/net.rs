@@ -176,6 +176,19 @@ impl InBuf {
         self.storage.get_mut(self.end..).unwrap_or_default()
     }
 
+    /// One read from `stream` if it has bytes now, without waiting. `WouldBlock` when it
+    /// has none (the socket is then marked not ready, and the storage can be released);
+    /// `Ok(0)` is end of stream.
+    pub fn try_fill(&mut self, stream: &TcpStream) -> io::Result<usize> {
+        let spare = self.spare();
+        if spare.is_empty() {
+            return Err(io::Error::other("read buffer is full"));
+        }
+        let n = stream.try_read(spare)?;
+        self.end = self.end.saturating_add(n).min(self.storage.len());
+        Ok(n)
+    }
+
     /// One read from `stream`, waiting within `limit` for something to arrive.
     /// `Ok(0)` is end of stream; a full buffer must be consumed or grown first.
     ///
