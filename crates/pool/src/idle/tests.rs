@@ -36,6 +36,17 @@ async fn open(pool: &Pool<FakeConn>, id: u32) -> Pooled<FakeConn> {
     pool.adopt(FakeConn::open(id), permit, Instant::now())
 }
 
+/// A request queued in `pool` that expects an idle connection; yields its id.
+fn wait_for_idle(pool: &Pool<FakeConn>) -> tokio::task::JoinHandle<u32> {
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        match pool.acquire().await {
+            Ok(Checkout::Idle(mut c)) => c.conn().id,
+            _ => panic!("expected a connection coming back"),
+        }
+    })
+}
+
 /// Opens `ids` at once (all in flight together), then releases them in order.
 async fn open_all_then_release(pool: &Pool<FakeConn>, ids: &[u32]) {
     let mut conns = Vec::new();
@@ -220,15 +231,7 @@ async fn a_queued_request_gets_the_returning_connection_past_ceiling_and_budget(
     let config = PoolConfig { max_connections: 1, max_idle: Some(0), ..PoolConfig::default() };
     let pool = Pool::with_budget(config, Some(Arc::clone(&budget)));
     let busy = open(&pool, 1).await;
-    let waiter = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            match pool.acquire().await {
-                Ok(Checkout::Idle(mut c)) => c.conn().id,
-                _ => panic!("expected the returning connection"),
-            }
-        })
-    };
+    let waiter = wait_for_idle(&pool);
     tokio::time::advance(Duration::from_millis(100)).await;
     busy.release(Instant::now());
     assert_eq!(waiter.await.unwrap(), 1);
@@ -296,15 +299,7 @@ fn limited(max_connections: usize, queue_size: usize) -> Pool<FakeConn> {
 async fn over_max_connections_a_request_waits_for_a_released_one() {
     let pool = limited(1, 10);
     let busy = open(&pool, 1).await;
-    let waiter = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            match pool.acquire().await {
-                Ok(Checkout::Idle(mut c)) => c.conn().id,
-                _ => panic!("expected the released connection"),
-            }
-        })
-    };
+    let waiter = wait_for_idle(&pool);
     tokio::time::advance(Duration::from_millis(100)).await;
     assert_eq!(pool.stats().snapshot().waiting, 1);
     busy.release(Instant::now());
