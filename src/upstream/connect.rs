@@ -57,7 +57,7 @@ impl ConnectError {
 /// An open connection to one backend, between requests or carrying one.
 ///
 /// Nothing reads it while it sits in the pool. An origin's FIN or unexpected bytes
-/// are found by [`UpstreamConn::is_open`] (cheap, from the readiness the event loop
+/// are found by its `Poolable::is_open` (cheap, from the readiness the event loop
 /// has seen) and, definitively, by [`UpstreamConn::probe`] just before reuse.
 pub struct UpstreamConn {
     pub stream: TcpStream,

@@ -73,7 +73,8 @@ impl Backend {
         })
     }
 
-    /// Whether it is the only server of its group (see [`Backend::alone`]).
+    /// Whether it is the only server of its group: then it is never ejected, since
+    /// nowhere else could take its requests.
     pub fn is_alone(&self) -> bool {
         self.alone.load(Ordering::Relaxed)
     }
@@ -339,7 +340,7 @@ impl Members {
     /// The group is in panic when fewer than `panic_threshold` percent of its backends
     /// are in service, and always when none is: requests then go to backends health
     /// has taken out, because an ejection that outlasts the origin's outage only
-    /// lengthens it. A lone backend is never out (see [`Backend::alone`]).
+    /// lengthens it. A lone backend is never out (see [`Backend::is_alone`]).
     pub fn choose(&self, exclude: &[usize], now: Instant) -> Option<usize> {
         if let [only] = &self.backends[..] {
             debug_assert!(only.is_alone());
