@@ -38,7 +38,7 @@ use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
-use crate::proxy::{Client, Next, Outbound, Proxy};
+use crate::proxy::{Client, Next, Outbound, Proxy, Site};
 
 /// How long a closing connection keeps reading what the client still sends, so that
 /// its last response is not lost to a reset.
@@ -53,8 +53,8 @@ pub struct ClientSettings {
 }
 
 impl ClientSettings {
-    fn of(proxy: Arc<Proxy>) -> ClientSettings {
-        let site = proxy.site();
+    /// The client-side settings of `site`, the proxy's site at the accept.
+    fn of(proxy: Arc<Proxy>, site: &Site) -> ClientSettings {
         ClientSettings { limits: site.limits, timeouts: site.timeouts, proxy }
     }
 }
@@ -81,12 +81,17 @@ pub async fn serve(
     mut open: OpenConnection,
 ) {
     let accepted = Instant::now();
-    let header_limit = proxy.site().timeouts.client_header;
+    // Read once: the first wait's deadline and the connection's settings come from the
+    // same config. Only the `Arc` is held while the client is silent.
+    let site = proxy.site();
+    let header_limit = site.timeouts.client_header;
     let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
     else {
         return;
     };
-    Box::pin(serve_requests(stream, addr, proxy, open, accepted, buf)).await;
+    let settings = ClientSettings::of(proxy, &site);
+    drop(site);
+    Box::pin(serve_requests(stream, addr, settings, open, accepted, buf)).await;
 }
 
 /// Waits for the client's first bytes and reads them; `None` when the connection
@@ -133,12 +138,11 @@ async fn first_bytes(
 async fn serve_requests(
     stream: TcpStream,
     addr: SocketAddr,
-    proxy: Arc<Proxy>,
+    settings: ClientSettings,
     mut open: OpenConnection,
     accepted: Instant,
     buf: InBuf,
 ) {
-    let settings = ClientSettings::of(proxy);
     // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.set_nodelay(true);
