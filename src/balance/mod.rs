@@ -123,9 +123,7 @@ impl Balancer {
             Policy::PowerOfTwoChoices => p2c::pick(candidates, exclude, now),
         }
     }
-}
 
-impl Balancer {
     /// The next of `len` servers in turn, skipping the indices in `exclude`, whatever
     /// their health: for a group in panic (see `upstream::Members::choose`), where health
     /// no longer decides; `None` when every server is excluded.
