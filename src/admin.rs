@@ -19,11 +19,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::config::ServerAddr;
+use crate::config::Server;
 use crate::listener;
 use crate::metrics::export::{self, Exporter};
 use crate::resources::Resources;
-use crate::upstream::{Backend, Groups, Members};
+use crate::upstream::{Backend, UpstreamState, Upstreams};
 use holdfast_pool::IdleBudget;
 
 /// Asks the server to reload its config file; the answer says what changed, or why
@@ -33,7 +33,7 @@ pub type ReloadRequest = oneshot::Sender<Result<String, String>>;
 /// What the admin endpoints read.
 pub struct AdminState {
     pub exporter: Exporter,
-    pub upstreams: Arc<Groups>,
+    pub upstreams: Arc<Upstreams>,
     /// Open files and local ports, read at start.
     pub resources: Resources,
     /// The idle-connection budget derived from them (or `pool.max_idle_total`).
@@ -131,7 +131,7 @@ pub fn status(state: &AdminState) -> Value {
         .current()
         .iter()
         .map(|u| {
-            let members = u.members();
+            let members = u.state();
             let servers: Vec<Value> =
                 members.backends.iter().map(|b| server_status(b, now)).collect();
             json!({
@@ -152,12 +152,12 @@ pub fn status(state: &AdminState) -> Value {
 }
 
 /// What each server name resolved to, and the last lookup error.
-fn names_status(members: &Members) -> Vec<Value> {
+fn names_status(members: &UpstreamState) -> Vec<Value> {
     members
         .resolution
         .entries
         .iter()
-        .filter(|e| matches!(e.server, ServerAddr::Name { .. }))
+        .filter(|e| matches!(e.server, Server::Name { .. }))
         .map(|e| {
             let addrs: Vec<String> = e.addrs.iter().map(ToString::to_string).collect();
             json!({ "name": e.server.to_string(), "addresses": addrs, "error": e.error })

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, ServerAddr, MAX_BACKLOG};
-use crate::server::{ConfigSource, Server};
+use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, Server, MAX_BACKLOG};
+use crate::instance::{ConfigSource, Instance};
 use crate::telemetry;
 
 #[derive(Debug, Parser)]
@@ -34,7 +34,7 @@ pub struct RunArgs {
     /// Server to proxy to, `ip:port` or `host:port` (a name is resolved again every
     /// 5 s); repeat for several (balanced by power of two choices). Quick mode.
     #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config", value_parser = parse_upstream)]
-    pub upstreams: Vec<ServerAddr>,
+    pub upstreams: Vec<Server>,
     /// Config file (TOML); see examples/holdfast.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -81,7 +81,7 @@ impl From<LogFormatArg> for LogFormat {
 }
 
 /// An `--upstream` value. The one place its syntax is decided.
-fn parse_upstream(text: &str) -> Result<ServerAddr, String> {
+fn parse_upstream(text: &str) -> Result<Server, String> {
     text.parse()
 }
 
@@ -274,11 +274,11 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("installing signal handlers")?;
         let source = args.config.clone().map(|path| {
-            let adjust: crate::server::Adjust =
+            let adjust: crate::instance::Adjust =
                 Box::new(move |c: &mut Config| apply_overrides(c, &args));
             ConfigSource { path, adjust }
         });
-        let server = Server::start_from(&config, source).await.context("starting holdfast")?;
+        let server = Instance::start_from(&config, source).await.context("starting holdfast")?;
         #[cfg(unix)]
         serve_until(&server, signal, hangup).await.context("installing signal handlers")?;
         #[cfg(not(unix))]
@@ -294,7 +294,7 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// file (after log rotation), as with nginx, and SIGHUP reloads the config file.
 #[cfg(unix)]
 async fn serve_until(
-    server: &Server,
+    server: &Instance,
     signal: ShutdownSignal,
     mut hangup: tokio::signal::unix::Signal,
 ) -> std::io::Result<()> {
@@ -319,7 +319,7 @@ async fn serve_until(
 }
 
 #[cfg(not(unix))]
-async fn serve_until(server: &Server, signal: ShutdownSignal) -> std::io::Result<()> {
+async fn serve_until(server: &Instance, signal: ShutdownSignal) -> std::io::Result<()> {
     let _ = server;
     signal.recv().await;
     Ok(())
@@ -491,10 +491,10 @@ mod tests {
     fn upstream_is_an_address_or_a_host_name_with_a_port() {
         let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "127.0.0.1:9000"])
             .expect("an ip:port");
-        assert_eq!(cli.run.upstreams, [ServerAddr::Ip("127.0.0.1:9000".parse().expect("addr"))]);
+        assert_eq!(cli.run.upstreams, [Server::Ip("127.0.0.1:9000".parse().expect("addr"))]);
         let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "LocalHost:3000"])
             .expect("a host:port");
-        assert_eq!(cli.run.upstreams, [ServerAddr::Name { host: "localhost".into(), port: 3000 }]);
+        assert_eq!(cli.run.upstreams, [Server::Name { host: "localhost".into(), port: 3000 }]);
         let error =
             parse(&["--listen", "127.0.0.1:8000", "--upstream", "localhost"]).expect_err("no port");
         assert!(error.to_string().contains("no port"), "{error}");

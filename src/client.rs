@@ -143,7 +143,7 @@ async fn serve_requests(
     accepted: Instant,
     buf: InBuf,
 ) {
-    // On Linux the socket has TCP_NODELAY from its listener already (see `server`).
+    // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.set_nodelay(true);
     let mut conn = Conn {

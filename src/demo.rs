@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::server::Server;
+use crate::instance::Instance;
 
 /// Options of `holdfast demo`.
 #[derive(Debug, clap::Args)]
@@ -116,13 +116,13 @@ impl Mode {
 struct DemoPath {
     mode: Mode,
     origin: Origin,
-    server: Server,
+    server: Instance,
 }
 
 impl DemoPath {
     async fn start(mode: Mode) -> anyhow::Result<DemoPath> {
         let origin = Origin::start().await?;
-        let server = Server::start(&mode.config(origin.addr))
+        let server = Instance::start(&mode.config(origin.addr))
             .await
             .with_context(|| format!("starting the {} proxy", mode.label()))?;
         Ok(DemoPath { mode, origin, server })

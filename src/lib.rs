@@ -29,6 +29,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod http1;
+pub mod instance;
 pub mod listener;
 pub mod live;
 pub mod metrics;
@@ -36,9 +37,8 @@ pub mod net;
 pub mod proxy;
 pub mod resources;
 pub mod route;
-pub mod server;
 pub mod telemetry;
 pub mod upstream;
 
 pub use config::Config;
-pub use server::{ConfigSource, ReloadError, Server, StartError};
+pub use instance::{ConfigSource, Instance, ReloadError, StartError};

@@ -164,21 +164,21 @@ impl ServerSample {
         let label = |name: &str| sample.labels.get(name).map(String::as_str);
         let v = sample.value;
         match (sample.name.as_str(), label("class"), label("connection"), label("state")) {
-            ("holdfast_requests_total", class, _, _) => {
+            ("holdfast_backend_responses_total", class, _, _) => {
                 self.responses += v;
                 if class == Some("5xx") {
                     self.responses_5xx += v;
                 }
             }
-            ("holdfast_upstream_requests_total", _, Some("reused"), _) => self.reused += v,
-            ("holdfast_upstream_requests_total", _, Some("new"), _) => self.new += v,
-            ("holdfast_upstream_connections_opened_total", ..) => self.opened += v,
-            ("holdfast_upstream_connections", _, _, Some("idle")) => self.idle = v,
-            ("holdfast_upstream_connections", _, _, Some("active")) => self.active = v,
-            ("holdfast_upstream_connect_duration_seconds_bucket", ..) => {
+            ("holdfast_backend_requests_total", _, Some("reused"), _) => self.reused += v,
+            ("holdfast_backend_requests_total", _, Some("new"), _) => self.new += v,
+            ("holdfast_backend_connections_opened_total", ..) => self.opened += v,
+            ("holdfast_backend_connections", _, _, Some("idle")) => self.idle = v,
+            ("holdfast_backend_connections", _, _, Some("active")) => self.active = v,
+            ("holdfast_backend_connect_duration_seconds_bucket", ..) => {
                 self.connect.record(label("le"), v);
             }
-            ("holdfast_upstream_header_duration_seconds_bucket", ..) => {
+            ("holdfast_backend_header_duration_seconds_bucket", ..) => {
                 self.header.record(label("le"), v);
             }
             _ => {}
@@ -190,7 +190,7 @@ impl ServerSample {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Snapshot {
     servers: BTreeMap<ServerKey, ServerSample>,
-    /// Sum of `holdfast_downstream_requests_total` over upstreams.
+    /// Sum of `holdfast_upstream_responses_total` over upstreams.
     downstream_requests: f64,
     client_connections: f64,
     is_draining: bool,
@@ -198,20 +198,18 @@ struct Snapshot {
 
 impl Snapshot {
     /// Picks the metrics the table shows; other metrics are ignored. Any sample with
-    /// `upstream` and `server` labels makes a row for that server.
+    /// `upstream` and `backend` labels makes a row for that backend.
     fn from_samples(samples: &[Sample]) -> Snapshot {
         let mut snapshot = Snapshot::default();
         for sample in samples {
             let label = |name: &str| sample.labels.get(name).map(String::as_str);
             match sample.name.as_str() {
-                "holdfast_downstream_requests_total" => {
-                    snapshot.downstream_requests += sample.value
-                }
-                "holdfast_client_connections" => snapshot.client_connections = sample.value,
+                "holdfast_upstream_responses_total" => snapshot.downstream_requests += sample.value,
+                "holdfast_listener_connections" => snapshot.client_connections = sample.value,
                 "holdfast_draining" => snapshot.is_draining = sample.value != 0.0,
                 _ => {}
             }
-            let (Some(upstream), Some(server)) = (label("upstream"), label("server")) else {
+            let (Some(upstream), Some(server)) = (label("upstream"), label("backend")) else {
                 continue;
             };
             let key = ServerKey { upstream: upstream.to_string(), server: server.to_string() };

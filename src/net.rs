@@ -31,13 +31,13 @@ use tokio::time::{Instant, Sleep};
 pub const CLIENT_BUF: usize = 8 * 1024;
 /// Storage size of the buffer an upstream response is read into: one read takes up to
 /// this much of a large body, so a 50 kB response needs one or two reads.
-pub const UPSTREAM_BUF: usize = 64 * 1024;
+pub const ORIGIN_BUF: usize = 64 * 1024;
 
 /// Buffers of each size kept per thread for reuse (at most 4 MiB of 64 kB buffers).
 const CACHED_BUFFERS: usize = 64;
 
 thread_local! {
-    /// Storage of `CLIENT_BUF` and `UPSTREAM_BUF` bytes, given back by idle connections.
+    /// Storage of `CLIENT_BUF` and `ORIGIN_BUF` bytes, given back by idle connections.
     static CACHE: RefCell<[Vec<Vec<u8>>; 2]> = const { RefCell::new([Vec::new(), Vec::new()]) };
 }
 
@@ -74,7 +74,7 @@ pub fn recycle(mut buf: Vec<u8>) {
 fn stack_of(size: usize) -> Option<usize> {
     match size {
         CLIENT_BUF => Some(0),
-        UPSTREAM_BUF => Some(1),
+        ORIGIN_BUF => Some(1),
         _ => None,
     }
 }
@@ -461,7 +461,7 @@ pub fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> i
 /// ended cleanly: no early end, nothing beyond it.
 pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration) -> bool {
     let mut deadline = Deadline::after(limit);
-    let mut buf = InBuf::new(UPSTREAM_BUF);
+    let mut buf = InBuf::new(ORIGIN_BUF);
     while remaining > 0 {
         match buf.fill(upstream, &mut deadline).await {
             Ok(n) if n > 0 && n as u64 <= remaining => {

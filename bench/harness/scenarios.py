@@ -778,17 +778,17 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _idle_from_metrics(admin_url, pools):
-    """Like `_idle_by_upstream`, from `holdfast_upstream_connections{state="idle"}`."""
+    """Like `_idle_by_upstream`, from `holdfast_backend_connections{state="idle"}`."""
     with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
     by_address = {address: name for name, address in pools.items()}
     idle = {}
     for line in text.splitlines():
-        if line.startswith("holdfast_upstream_connections{") and 'state="idle"' in line:
+        if line.startswith("holdfast_backend_connections{") and 'state="idle"' in line:
             labels = dict(_LABEL.findall(line.split("}", 1)[0]))
             name = labels.get("upstream")
             if name not in pools:
-                name = by_address.get(labels.get("server"))
+                name = by_address.get(labels.get("backend"))
             if name is not None:
                 idle[name] = idle.get(name, 0) + int(float(line.rsplit(" ", 1)[1]))
     return idle

@@ -69,12 +69,12 @@ impl Best {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake::{count_picks, servers, Server};
+    use super::super::fake::{count_picks, servers, FakeBackend};
     use super::super::{Balancer, Policy, FULL_WEIGHT};
     use super::*;
 
-    fn outstanding(counts: &[usize]) -> Vec<Server> {
-        counts.iter().map(|&count| Server::with_outstanding(count)).collect()
+    fn outstanding(counts: &[usize]) -> Vec<FakeBackend> {
+        counts.iter().map(|&count| FakeBackend::with_outstanding(count)).collect()
     }
 
     #[test]
@@ -90,7 +90,7 @@ mod tests {
         let now = Instant::now();
         // A server at a tenth of full weight with nothing in flight counts as a full
         // server with 9 in flight: (0 + 1) / 10 = (9 + 1) / 100.
-        let group = [Server::with_outstanding(8), Server::with_weight(FULL_WEIGHT / 10)];
+        let group = [FakeBackend::with_outstanding(8), FakeBackend::with_weight(FULL_WEIGHT / 10)];
         assert_eq!(balancer.pick(&group, &[], now), Some(0));
         group[0].outstanding.set(10);
         assert_eq!(balancer.pick(&group, &[], now), Some(1));

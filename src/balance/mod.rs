@@ -125,7 +125,7 @@ impl Balancer {
     }
 
     /// The next of `len` servers in turn, skipping the indices in `exclude`, whatever
-    /// their health: for a group in panic (see `upstream::Members::choose`), where health
+    /// their health: for a group in panic (see `upstream::UpstreamState::choose`), where health
     /// no longer decides; `None` when every server is excluded.
     pub fn pick_ignoring_health(&self, len: usize, exclude: &[usize]) -> Option<usize> {
         let open = (0..len).filter(|i| !exclude.contains(i)).count();
@@ -212,17 +212,17 @@ mod fake {
     use super::{Balancer, Candidate, FULL_WEIGHT};
 
     #[derive(Debug)]
-    pub struct Server {
+    pub struct FakeBackend {
         pub weight: Cell<u32>,
         pub outstanding: Cell<usize>,
         pub latency: Cell<Option<Duration>>,
         pub idle: Cell<bool>,
     }
 
-    impl Server {
+    impl FakeBackend {
         /// Full weight, nothing in flight, no latency measured, no idle connection.
-        pub fn up() -> Server {
-            Server {
+        pub fn up() -> FakeBackend {
+            FakeBackend {
                 weight: Cell::new(FULL_WEIGHT),
                 outstanding: Cell::new(0),
                 latency: Cell::new(None),
@@ -230,20 +230,20 @@ mod fake {
             }
         }
 
-        pub fn with_weight(weight: u32) -> Server {
-            let server = Server::up();
+        pub fn with_weight(weight: u32) -> FakeBackend {
+            let server = FakeBackend::up();
             server.weight.set(weight);
             server
         }
 
-        pub fn with_outstanding(outstanding: usize) -> Server {
-            let server = Server::up();
+        pub fn with_outstanding(outstanding: usize) -> FakeBackend {
+            let server = FakeBackend::up();
             server.outstanding.set(outstanding);
             server
         }
     }
 
-    impl Candidate for Server {
+    impl Candidate for FakeBackend {
         fn weight(&self, _now: Instant) -> u32 {
             self.weight.get()
         }
@@ -258,13 +258,13 @@ mod fake {
         }
     }
 
-    pub fn servers(count: usize) -> Vec<Server> {
-        (0..count).map(|_| Server::up()).collect()
+    pub fn servers(count: usize) -> Vec<FakeBackend> {
+        (0..count).map(|_| FakeBackend::up()).collect()
     }
 
     /// How many of `picks` picks each server got, with nothing excluded and no server's
     /// state changing between picks.
-    pub fn count_picks(balancer: &Balancer, servers: &[Server], picks: usize) -> Vec<usize> {
+    pub fn count_picks(balancer: &Balancer, servers: &[FakeBackend], picks: usize) -> Vec<usize> {
         let now = Instant::now();
         let mut counts = vec![0; servers.len()];
         for _ in 0..picks {
@@ -277,7 +277,7 @@ mod fake {
 
 #[cfg(test)]
 mod tests {
-    use super::fake::{servers, Server};
+    use super::fake::{servers, FakeBackend};
     use super::*;
 
     #[test]
@@ -321,11 +321,11 @@ mod tests {
     #[test]
     fn no_pick_when_nothing_is_eligible() {
         let now = Instant::now();
-        let down = [Server::with_weight(0), Server::with_weight(0)];
-        let mixed = [Server::up(), Server::with_weight(0), Server::up()];
+        let down = [FakeBackend::with_weight(0), FakeBackend::with_weight(0)];
+        let mixed = [FakeBackend::up(), FakeBackend::with_weight(0), FakeBackend::up()];
         for policy in Policy::ALL {
             let balancer = Balancer::new(policy);
-            assert_eq!(balancer.pick::<Server>(&[], &[], now), None, "{policy:?}: empty");
+            assert_eq!(balancer.pick::<FakeBackend>(&[], &[], now), None, "{policy:?}: empty");
             assert_eq!(balancer.pick(&servers(2), &[0, 1], now), None, "{policy:?}: excluded");
             assert_eq!(balancer.pick(&down, &[], now), None, "{policy:?}: down");
             assert_eq!(balancer.pick(&mixed, &[0, 2], now), None, "{policy:?}: mixed");
@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn only_eligible_server_among_thousands_is_always_picked() {
         let now = Instant::now();
-        let group: Vec<Server> = (0..3000).map(|_| Server::with_weight(0)).collect();
+        let group: Vec<FakeBackend> = (0..3000).map(|_| FakeBackend::with_weight(0)).collect();
         group[1234].weight.set(FULL_WEIGHT);
         group[2999].weight.set(FULL_WEIGHT);
         for policy in Policy::ALL {
@@ -366,7 +366,7 @@ mod tests {
     #[test]
     fn weight_above_full_counts_as_full() {
         let now = Instant::now();
-        let heavy = Server::with_weight(FULL_WEIGHT * 10);
+        let heavy = FakeBackend::with_weight(FULL_WEIGHT * 10);
         assert_eq!(eligible_weight(&heavy, 0, &[], now), Some(FULL_WEIGHT));
     }
 

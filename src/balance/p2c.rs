@@ -131,7 +131,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::time::Duration;
 
-    use super::super::fake::{count_picks, servers, Server};
+    use super::super::fake::{count_picks, servers, FakeBackend};
     use super::super::{Balancer, Policy, FULL_WEIGHT};
     use super::*;
 
@@ -139,7 +139,7 @@ mod tests {
     /// server's service time (in ticks) finish, then `per_tick` new ones are picked and
     /// stay in flight. Returns the picks per server.
     fn simulate(
-        group: &[Server],
+        group: &[FakeBackend],
         service_ticks: &[usize],
         per_tick: usize,
         ticks: usize,
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn pair_is_both_servers_in_a_group_of_two() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group = [Server::with_outstanding(3), Server::with_outstanding(2)];
+        let group = [FakeBackend::with_outstanding(3), FakeBackend::with_outstanding(2)];
         assert_eq!(count_picks(&balancer, &group, 100), [0, 100]);
     }
 
@@ -235,7 +235,7 @@ mod tests {
     fn lower_latency_times_outstanding_wins() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         // 10 ms * (3 + 1) = 40 ms against 30 ms * (0 + 1) = 30 ms.
-        let group = [Server::with_outstanding(3), Server::up()];
+        let group = [FakeBackend::with_outstanding(3), FakeBackend::up()];
         group[0].latency.set(Some(Duration::from_millis(10)));
         group[1].latency.set(Some(Duration::from_millis(30)));
         assert_eq!(count_picks(&balancer, &group, 100), [0, 100]);
@@ -246,8 +246,8 @@ mod tests {
     #[test]
     fn unmeasured_server_is_compared_by_outstanding_alone() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group = [Server::with_outstanding(1), Server::with_outstanding(2)];
-        // Server 1's tiny latency would win a latency comparison; server 0 has none.
+        let group = [FakeBackend::with_outstanding(1), FakeBackend::with_outstanding(2)];
+        // FakeBackend 1's tiny latency would win a latency comparison; server 0 has none.
         group[1].latency.set(Some(Duration::from_nanos(1)));
         assert_eq!(count_picks(&balancer, &group, 100), [100, 0]);
     }
@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn tie_goes_to_server_with_idle_connection() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group = [Server::with_outstanding(1), Server::with_outstanding(1)];
+        let group = [FakeBackend::with_outstanding(1), FakeBackend::with_outstanding(1)];
         group[0].idle.set(true);
         assert_eq!(count_picks(&balancer, &group, 100), [100, 0]);
     }
@@ -298,7 +298,7 @@ mod tests {
     fn scan_draws_evenly_when_most_servers_are_down() {
         random::reseed(27);
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group: Vec<Server> = (0..1000).map(|_| Server::with_weight(0)).collect();
+        let group: Vec<FakeBackend> = (0..1000).map(|_| FakeBackend::with_weight(0)).collect();
         for index in [10, 500, 990] {
             group[index].weight.set(FULL_WEIGHT);
         }

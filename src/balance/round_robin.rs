@@ -57,7 +57,7 @@ fn move_past(cursor: &AtomicUsize, passed: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fake::{count_picks, servers, Server};
+    use super::super::fake::{count_picks, servers, FakeBackend};
     use super::super::{random, Balancer, Policy};
     use super::*;
 
@@ -115,7 +115,7 @@ mod tests {
     fn group_of_slow_start_servers_always_yields_a_pick() {
         random::reseed(12);
         let balancer = Balancer::new(Policy::RoundRobin);
-        let group: Vec<Server> = (0..3).map(|_| Server::with_weight(1)).collect();
+        let group: Vec<FakeBackend> = (0..3).map(|_| FakeBackend::with_weight(1)).collect();
         let counts = count_picks(&balancer, &group, 3000);
         assert!(counts.iter().all(|&count| (800..1200).contains(&count)), "{counts:?}");
     }

@@ -265,7 +265,7 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
         changes.push(Change { subject: "trusted_proxies".into(), details });
     }
 
-    // Read once at start: see `server::warn_unreloadable`.
+    // Read once at start: see `instance::warn_unreloadable`.
     let at_restart = |key: &str, old: String, new: String, changes: &mut Vec<Change>| {
         if old != new {
             let details = vec![format!("changed {old} -> {new}{AT_RESTART}")];

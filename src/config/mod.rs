@@ -121,7 +121,7 @@ pub struct RouteConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     pub name: String,
-    pub servers: Vec<ServerAddr>,
+    pub servers: Vec<Server>,
     pub pool: PoolConfig,
     /// Local address upstream connections are made from (`None`: the kernel picks).
     pub source_address: Option<IpAddr>,
@@ -136,32 +136,32 @@ pub struct UpstreamConfig {
 /// A server as configured: an address, or a name resolved to addresses at start and
 /// every `resolve_interval` after.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ServerAddr {
+pub enum Server {
     Ip(SocketAddr),
     Name { host: String, port: u16 },
 }
 
-impl From<SocketAddr> for ServerAddr {
-    fn from(addr: SocketAddr) -> ServerAddr {
-        ServerAddr::Ip(addr)
+impl From<SocketAddr> for Server {
+    fn from(addr: SocketAddr) -> Server {
+        Server::Ip(addr)
     }
 }
 
-impl std::str::FromStr for ServerAddr {
+impl std::str::FromStr for Server {
     type Err = String;
 
     /// `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`; the error says what is
     /// wrong in words for the operator.
-    fn from_str(text: &str) -> Result<ServerAddr, String> {
+    fn from_str(text: &str) -> Result<Server, String> {
         parse_server(text)
     }
 }
 
-impl fmt::Display for ServerAddr {
+impl fmt::Display for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ServerAddr::Ip(addr) => write!(f, "{addr}"),
-            ServerAddr::Name { host, port } => write!(f, "{host}:{port}"),
+            Server::Ip(addr) => write!(f, "{addr}"),
+            Server::Name { host, port } => write!(f, "{host}:{port}"),
         }
     }
 }
@@ -246,7 +246,7 @@ impl Config {
     /// like a config file's), everything else default.
     pub fn quick(
         listen: SocketAddr,
-        servers: impl IntoIterator<Item = impl Into<ServerAddr>>,
+        servers: impl IntoIterator<Item = impl Into<Server>>,
     ) -> Config {
         Config {
             listeners: vec![ListenerConfig {
@@ -306,7 +306,7 @@ impl Config {
 
 impl UpstreamConfig {
     /// A group of `servers` with every setting at its default.
-    pub fn new(name: &str, servers: Vec<ServerAddr>) -> UpstreamConfig {
+    pub fn new(name: &str, servers: Vec<Server>) -> UpstreamConfig {
         UpstreamConfig {
             name: name.into(),
             servers,
@@ -541,7 +541,7 @@ impl Validator<'_> {
         out
     }
 
-    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<ServerAddr> {
+    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<Server> {
         if servers.get_ref().is_empty() {
             self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
@@ -858,9 +858,9 @@ fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// A server entry: `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`.
-fn parse_server(text: &str) -> Result<ServerAddr, String> {
+fn parse_server(text: &str) -> Result<Server, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(ServerAddr::Ip(addr));
+        return Ok(Server::Ip(addr));
     }
     let bad = |why: &str| format!("{text:?} is not a server: {why} (use \"host:port\")");
     let Some((host, port)) = text.rsplit_once(':') else { return Err(bad("no port")) };
@@ -872,7 +872,7 @@ fn parse_server(text: &str) -> Result<ServerAddr, String> {
     if host.is_empty() || !host.chars().all(valid) || host.split('.').any(str::is_empty) {
         return Err(bad("the host is not a name or IP address"));
     }
-    Ok(ServerAddr::Name { host: host.to_ascii_lowercase(), port })
+    Ok(Server::Name { host: host.to_ascii_lowercase(), port })
 }
 
 #[cfg(test)]

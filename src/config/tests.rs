@@ -254,8 +254,8 @@ fn routes_groups_health_and_names_parse_with_defaults_for_the_rest() {
         (HostPattern::Any, "/")
     );
     let api = &config.upstreams[0];
-    assert_eq!(api.servers[0], super::ServerAddr::Name { host: "api.internal".into(), port: 3000 });
-    assert_eq!(api.servers[1], super::ServerAddr::Ip("10.0.0.5:3000".parse().unwrap()));
+    assert_eq!(api.servers[0], super::Server::Name { host: "api.internal".into(), port: 3000 });
+    assert_eq!(api.servers[1], super::Server::Ip("10.0.0.5:3000".parse().unwrap()));
     assert_eq!(api.balance, Policy::LeastOutstanding);
     assert_eq!(api.resolve_interval, Duration::from_secs(2));
     assert_eq!(api.health.max_connect_failures, 0);

@@ -26,27 +26,27 @@ fn assert_close(actual: Option<f64>, expected: f64) {
 /// connections, header times of 50 requests <= 1 ms and 50 more <= 10 ms.
 fn page(step: u32) -> String {
     let k = f64::from(step);
-    let labels = format!("upstream=\"default\",server=\"{SERVER}\"");
+    let labels = format!("upstream=\"default\",backend=\"{SERVER}\"");
     format!(
-        "# HELP holdfast_requests Responses to clients for requests sent to a server.\n\
-         # TYPE holdfast_requests counter\n\
-         holdfast_requests_total{{{labels},class=\"2xx\"}} {}\n\
-         holdfast_requests_total{{{labels},class=\"5xx\"}} {}\n\
-         # TYPE holdfast_upstream_requests counter\n\
-         holdfast_upstream_requests_total{{{labels},connection=\"reused\"}} {}\n\
-         holdfast_upstream_requests_total{{{labels},connection=\"new\"}} {}\n\
-         holdfast_upstream_connections_opened_total{{{labels}}} {}\n\
-         holdfast_upstream_connections{{{labels},state=\"idle\"}} 8\n\
-         holdfast_upstream_connections{{{labels},state=\"active\"}} 2\n\
-         # TYPE holdfast_upstream_header_duration_seconds histogram\n\
-         # UNIT holdfast_upstream_header_duration_seconds seconds\n\
-         holdfast_upstream_header_duration_seconds_sum{{{labels}}} {}\n\
-         holdfast_upstream_header_duration_seconds_count{{{labels}}} {}\n\
-         holdfast_upstream_header_duration_seconds_bucket{{le=\"0.001\",{labels}}} {}\n\
-         holdfast_upstream_header_duration_seconds_bucket{{le=\"0.01\",{labels}}} {}\n\
-         holdfast_upstream_header_duration_seconds_bucket{{le=\"+Inf\",{labels}}} {}\n\
-         holdfast_downstream_requests_total{{upstream=\"default\",class=\"2xx\"}} {}\n\
-         holdfast_client_connections 4\n\
+        "# HELP holdfast_backend_responses Responses to clients for requests sent to a server.\n\
+         # TYPE holdfast_backend_responses counter\n\
+         holdfast_backend_responses_total{{{labels},class=\"2xx\"}} {}\n\
+         holdfast_backend_responses_total{{{labels},class=\"5xx\"}} {}\n\
+         # TYPE holdfast_backend_requests counter\n\
+         holdfast_backend_requests_total{{{labels},connection=\"reused\"}} {}\n\
+         holdfast_backend_requests_total{{{labels},connection=\"new\"}} {}\n\
+         holdfast_backend_connections_opened_total{{{labels}}} {}\n\
+         holdfast_backend_connections{{{labels},state=\"idle\"}} 8\n\
+         holdfast_backend_connections{{{labels},state=\"active\"}} 2\n\
+         # TYPE holdfast_backend_header_duration_seconds histogram\n\
+         # UNIT holdfast_backend_header_duration_seconds seconds\n\
+         holdfast_backend_header_duration_seconds_sum{{{labels}}} {}\n\
+         holdfast_backend_header_duration_seconds_count{{{labels}}} {}\n\
+         holdfast_backend_header_duration_seconds_bucket{{le=\"0.001\",{labels}}} {}\n\
+         holdfast_backend_header_duration_seconds_bucket{{le=\"0.01\",{labels}}} {}\n\
+         holdfast_backend_header_duration_seconds_bucket{{le=\"+Inf\",{labels}}} {}\n\
+         holdfast_upstream_responses_total{{upstream=\"default\",class=\"2xx\"}} {}\n\
+         holdfast_listener_connections 4\n\
          holdfast_draining 0\n\
          holdfast_build_info{{version=\"0.1.0\"}} 1\n\
          # EOF\n",
@@ -97,18 +97,18 @@ fn snapshot(text: &str) -> Snapshot {
 
 #[test]
 fn parse_reads_labels_with_escapes_in_any_order() {
-    let text = "# HELP holdfast_requests Responses.\n\
-                # TYPE holdfast_requests counter\n\
-                holdfast_requests_total{upstream=\"a\\\"b\\\\c\\nd\",server=\"10.0.0.1:80\",class=\"2xx\"} 12\n\
-                h_bucket{le=\"0.005\",upstream=\"x\",server=\"s\"} 3\n\
-                h_bucket{upstream=\"x\",server=\"s\",le=\"+Inf\"} 7 1700000000\n\
+    let text = "# HELP holdfast_backend_responses Responses.\n\
+                # TYPE holdfast_backend_responses counter\n\
+                holdfast_backend_responses_total{upstream=\"a\\\"b\\\\c\\nd\",backend=\"10.0.0.1:80\",class=\"2xx\"} 12\n\
+                h_bucket{le=\"0.005\",upstream=\"x\",backend=\"s\"} 3\n\
+                h_bucket{upstream=\"x\",backend=\"s\",le=\"+Inf\"} 7 1700000000\n\
                 holdfast_draining 1\n\
                 # EOF\n";
     let samples = parse(text).expect("valid metrics");
     assert_eq!(samples.len(), 4);
-    assert_eq!(samples[0].name, "holdfast_requests_total");
+    assert_eq!(samples[0].name, "holdfast_backend_responses_total");
     assert_eq!(samples[0].labels["upstream"], "a\"b\\c\nd");
-    assert_eq!(samples[0].labels["server"], "10.0.0.1:80");
+    assert_eq!(samples[0].labels["backend"], "10.0.0.1:80");
     assert_eq!(samples[0].value, 12.0);
     assert_eq!(samples[1].labels["le"], "0.005");
     assert_eq!(samples[1].labels["upstream"], "x");
@@ -139,9 +139,9 @@ fn parse_names_the_line_of_a_malformed_sample() {
 
 #[test]
 fn snapshot_sorts_histogram_buckets_whatever_the_le_position() {
-    let text = "holdfast_upstream_connect_duration_seconds_bucket{upstream=\"u\",server=\"s\",le=\"+Inf\"} 4\n\
-                holdfast_upstream_connect_duration_seconds_bucket{le=\"0.01\",upstream=\"u\",server=\"s\"} 3\n\
-                holdfast_upstream_connect_duration_seconds_bucket{upstream=\"u\",le=\"0.001\",server=\"s\"} 1\n";
+    let text = "holdfast_backend_connect_duration_seconds_bucket{upstream=\"u\",backend=\"s\",le=\"+Inf\"} 4\n\
+                holdfast_backend_connect_duration_seconds_bucket{le=\"0.01\",upstream=\"u\",backend=\"s\"} 3\n\
+                holdfast_backend_connect_duration_seconds_bucket{upstream=\"u\",le=\"0.001\",backend=\"s\"} 1\n";
     let snapshot = snapshot(text);
     let connect = &snapshot.servers[&key("u", "s")].connect;
     assert_eq!(connect.buckets, buckets(&[(0.001, 1.0), (0.01, 3.0), (f64::INFINITY, 4.0)]));

@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{HistogramSnapshot, STATUS_CLASSES};
-use crate::upstream::{Backend, Groups, Upstream};
+use crate::upstream::{Backend, Upstream, Upstreams};
 
 /// The content type of [`Exporter::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -44,7 +44,7 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    pub fn new(upstreams: Arc<Groups>, process: ProcessReader) -> Self {
+    pub fn new(upstreams: Arc<Upstreams>, process: ProcessReader) -> Self {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Sources { upstreams, process }));
         Exporter { registry }
@@ -60,7 +60,7 @@ impl Exporter {
 }
 
 struct Sources {
-    upstreams: Arc<Groups>,
+    upstreams: Arc<Upstreams>,
     process: ProcessReader,
 }
 
@@ -70,22 +70,22 @@ impl std::fmt::Debug for Sources {
     }
 }
 
-/// One server of one group, with the labels every per-server metric carries.
-struct Server<'a> {
+/// One backend of one upstream, with the labels every per-backend metric carries.
+struct BackendRow<'a> {
     upstream: &'a str,
-    server: String,
+    backend_label: String,
     backend: &'a Backend,
     /// Share of traffic health allows now (0 to 100).
     weight: u32,
 }
 
-impl Server<'_> {
+impl BackendRow<'_> {
     fn labels(&self) -> [(&str, &str); 2] {
-        [("upstream", self.upstream), ("server", &self.server)]
+        [("upstream", self.upstream), ("backend", &self.backend_label)]
     }
 
     fn labels_with<'a>(&'a self, key: &'a str, value: &'a str) -> [(&'a str, &'a str); 3] {
-        [("upstream", self.upstream), ("server", &self.server), (key, value)]
+        [("upstream", self.upstream), ("backend", &self.backend_label), (key, value)]
     }
 }
 
@@ -94,33 +94,33 @@ impl Collector for Sources {
         let upstreams = self.upstreams.current();
         let backends = self.upstreams.backends();
         let now = tokio::time::Instant::now();
-        let servers: Vec<Server<'_>> = backends
+        let rows: Vec<BackendRow<'_>> = backends
             .iter()
-            .map(|(u, b)| Server {
+            .map(|(u, b)| BackendRow {
                 upstream: &u.name,
-                server: b.addr.to_string(),
+                backend_label: b.addr.to_string(),
                 backend: b,
                 weight: b.weight(now),
             })
             .collect();
-        let pools: Vec<_> = servers.iter().map(|s| s.backend.pool.stats().snapshot()).collect();
-        let rows = || servers.iter().zip(&pools);
+        let pools: Vec<_> = rows.iter().map(|s| s.backend.pool.stats().snapshot()).collect();
+        let with_pool = || rows.iter().zip(&pools);
 
         let responses: Vec<_> =
-            servers.iter().map(|s| s.backend.metrics.responses.snapshot()).collect();
+            rows.iter().map(|s| s.backend.metrics.responses.snapshot()).collect();
         counter(
             &mut enc,
-            "holdfast_requests",
+            "holdfast_backend_responses",
             "Responses to clients for requests sent to a server, by status class (holdfast's own 502/503/504 included).",
-            servers.iter().zip(&responses).flat_map(|(s, counts)| {
+            rows.iter().zip(&responses).flat_map(|(s, counts)| {
                 STATUS_CLASSES.iter().zip(counts).map(|(class, n)| (s.labels_with("class", class), *n))
             }),
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_requests",
+            "holdfast_backend_requests",
             "Requests sent upstream, by whether the connection was reused from the pool or new.",
-            servers.iter().flat_map(|s| {
+            rows.iter().flat_map(|s| {
                 let m = &s.backend.metrics;
                 [
                     (s.labels_with("connection", "reused"), load(&m.sent_reused)),
@@ -130,23 +130,23 @@ impl Collector for Sources {
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_connections_opened",
+            "holdfast_backend_connections_opened",
             "Upstream connections opened.",
-            rows().map(|(s, p)| (s.labels(), p.opened)),
+            with_pool().map(|(s, p)| (s.labels(), p.opened)),
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_connections_closed",
+            "holdfast_backend_connections_closed",
             "Upstream connections closed, by reason.",
-            rows().flat_map(|(s, p)| {
+            with_pool().flat_map(|(s, p)| {
                 CloseReason::ALL.iter().map(|r| (s.labels_with("reason", r.as_str()), p.closed(*r)))
             }),
         )?;
         gauge(
             &mut enc,
-            "holdfast_upstream_connections",
+            "holdfast_backend_connections",
             "Upstream connections now, idle in the pool or active (carrying a request).",
-            rows().flat_map(|(s, p)| {
+            with_pool().flat_map(|(s, p)| {
                 [
                     (s.labels_with("state", "idle"), p.idle),
                     (s.labels_with("state", "active"), p.active),
@@ -155,15 +155,15 @@ impl Collector for Sources {
         )?;
         gauge(
             &mut enc,
-            "holdfast_upstream_queue_depth",
+            "holdfast_backend_queue_depth",
             "Requests waiting for a connection because max_connections_per_server are busy.",
-            rows().map(|(s, p)| (s.labels(), p.waiting)),
+            with_pool().map(|(s, p)| (s.labels(), p.waiting)),
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_queue_rejections",
+            "holdfast_backend_queue_rejections",
             "Requests answered 503 by the connection queue: it was full, or the wait timed out.",
-            rows().flat_map(|(s, p)| {
+            with_pool().flat_map(|(s, p)| {
                 [
                     (s.labels_with("reason", "full"), p.queue_full),
                     (s.labels_with("reason", "timeout"), p.queue_timeouts),
@@ -172,70 +172,68 @@ impl Collector for Sources {
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_retries",
+            "holdfast_backend_retries",
             "Requests sent again on a new connection after a pooled one failed under them.",
-            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.retries))),
+            rows.iter().map(|s| (s.labels(), load(&s.backend.metrics.retries))),
         )?;
         counter(
             &mut enc,
-            "holdfast_upstream_retries_refused",
+            "holdfast_backend_not_replayed",
             "Requests that failed on a pooled connection after they may have reached the server, answered 502 rather than sent twice.",
-            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.retries_refused))),
+            rows.iter().map(|s| (s.labels(), load(&s.backend.metrics.not_replayed))),
         )?;
-        let errors: Vec<_> = servers.iter().map(|s| s.backend.metrics.errors.snapshot()).collect();
+        let errors: Vec<_> = rows.iter().map(|s| s.backend.metrics.errors.snapshot()).collect();
         counter(
             &mut enc,
-            "holdfast_upstream_errors",
+            "holdfast_backend_errors",
             "Requests holdfast answered itself because of this server, by reason.",
-            servers.iter().zip(&errors).flat_map(|(s, errors)| {
+            rows.iter().zip(&errors).flat_map(|(s, errors)| {
                 errors.iter().map(|(reason, n)| (s.labels_with("reason", reason), *n))
             }),
         )?;
         let histograms: [(&str, &str, ReadHistogram); 3] = [
+            ("holdfast_backend_connect_duration", "Time to open a new upstream connection.", |b| {
+                b.metrics.connect.snapshot()
+            }),
             (
-                "holdfast_upstream_connect_duration",
-                "Time to open a new upstream connection.",
-                |b| b.metrics.connect.snapshot(),
-            ),
-            (
-                "holdfast_upstream_header_duration",
+                "holdfast_backend_header_duration",
                 "From asking for an upstream connection to the response head.",
                 |b| b.metrics.header.snapshot(),
             ),
             (
-                "holdfast_upstream_response_duration",
+                "holdfast_backend_response_duration",
                 "From asking for an upstream connection to the end of the response body.",
                 |b| b.metrics.response.snapshot(),
             ),
         ];
         for (name, help, read) in histograms {
-            histogram(&mut enc, name, help, servers.iter().map(|s| (s.labels(), read(s.backend))))?;
+            histogram(&mut enc, name, help, rows.iter().map(|s| (s.labels(), read(s.backend))))?;
         }
 
         counter(
             &mut enc,
-            "holdfast_upstream_failovers",
+            "holdfast_backend_failovers",
             "Requests sent to another server of the group after this one failed them.",
-            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.failovers))),
+            rows.iter().map(|s| (s.labels(), load(&s.backend.metrics.failovers))),
         )?;
         counter(
             &mut enc,
             "holdfast_backend_ejections",
             "Times a server was taken out of service (passive detection or failed checks).",
-            servers.iter().map(|s| (s.labels(), load(&s.backend.metrics.ejections))),
+            rows.iter().map(|s| (s.labels(), load(&s.backend.metrics.ejections))),
         )?;
         gauge(
             &mut enc,
             "holdfast_backend_weight",
             "Share of traffic health allows a server now, in percent: 100 in service, 0 out, in between while re-admitted.",
-            servers.iter().map(|s| (s.labels(), u64::from(s.weight))),
+            rows.iter().map(|s| (s.labels(), u64::from(s.weight))),
         )?;
 
         let upstreams: &[Arc<Upstream>] = &upstreams;
         let groups = || upstreams.iter().map(|u| [("upstream", &*u.name)]);
         counter(
             &mut enc,
-            "holdfast_downstream_requests",
+            "holdfast_upstream_responses",
             "Responses to clients, by upstream group and status class (refused requests included).",
             upstreams.iter().flat_map(|u| {
                 let counts = u.metrics.requests.snapshot();
@@ -247,7 +245,7 @@ impl Collector for Sources {
         )?;
         histogram(
             &mut enc,
-            "holdfast_downstream_request_duration",
+            "holdfast_upstream_request_duration",
             "From a client's request head arriving to the end of the response to it.",
             groups().zip(upstreams).map(|(l, u)| (l, u.metrics.duration.snapshot())),
         )?;
@@ -256,13 +254,13 @@ impl Collector for Sources {
         let none: [(&str, &str); 0] = [];
         gauge(
             &mut enc,
-            "holdfast_client_connections",
+            "holdfast_listener_connections",
             "Client connections open now.",
             [(none, process.client_connections as u64)],
         )?;
         counter(
             &mut enc,
-            "holdfast_client_connections_accepted",
+            "holdfast_listener_connections_accepted",
             "Client connections accepted.",
             [(none, process.client_connections_accepted)],
         )?;

@@ -122,7 +122,7 @@ pub struct BackendMetrics {
     pub retries: AtomicU64,
     /// Requests that failed on a pooled connection after they may have reached the
     /// origin, and were answered 502 instead of being sent again.
-    pub retries_refused: AtomicU64,
+    pub not_replayed: AtomicU64,
     /// Requests sent to another server of the group after this one failed them (a
     /// failed connect, or a failure before any response byte of an idempotent request).
     pub failovers: AtomicU64,

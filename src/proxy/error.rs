@@ -39,7 +39,7 @@ pub enum ProxyErrorKind {
         "connection closed before a response: {error}; the {method} request was not \
          retried because it may have reached the origin and {why}"
     )]
-    NotRetried { error: io::Error, method: Method, why: NotReplayed },
+    NotReplayed { error: io::Error, method: Method, why: NotReplayed },
     #[error("{0}")]
     BadResponse(#[from] BadResponse),
     #[error("reading the client's request body failed: {0}")]
@@ -70,8 +70,8 @@ impl ProxyErrorKind {
             ProxyErrorKind::Queue(LeaseError::QueueTimeout { .. }) => "queue_timeout",
             ProxyErrorKind::Queue(_) => "queue_full",
             ProxyErrorKind::HeaderTimeout(_) => "response_timeout",
-            ProxyErrorKind::Closed(_) => "upstream_closed",
-            ProxyErrorKind::NotRetried { .. } => "not_replayed",
+            ProxyErrorKind::Closed(_) => "origin_closed",
+            ProxyErrorKind::NotReplayed { .. } => "not_replayed",
             ProxyErrorKind::BadResponse(_) => "bad_response",
             ProxyErrorKind::ClientBody(ClientBodyError::Invalid(_)) => "bad_request",
             ProxyErrorKind::ClientBody(_) => "client_aborted",
@@ -90,7 +90,7 @@ impl ProxyErrorKind {
             self,
             ProxyErrorKind::HeaderTimeout(_)
                 | ProxyErrorKind::Closed(_)
-                | ProxyErrorKind::NotRetried { .. }
+                | ProxyErrorKind::NotReplayed { .. }
                 | ProxyErrorKind::BadResponse(_)
         )
     }
@@ -118,7 +118,7 @@ impl ProxyError {
             | ProxyErrorKind::HeaderTimeout(_) => 504,
             ProxyErrorKind::Connect(_)
             | ProxyErrorKind::Closed(_)
-            | ProxyErrorKind::NotRetried { .. }
+            | ProxyErrorKind::NotReplayed { .. }
             | ProxyErrorKind::BadResponse(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
             ProxyErrorKind::ClientTimeout => 408,

@@ -21,8 +21,8 @@
 pub mod error;
 pub mod forwarded;
 pub mod pace;
+pub mod record;
 pub mod retry;
-pub mod trace;
 pub mod transfer;
 
 use std::mem::MaybeUninit;
@@ -41,8 +41,8 @@ use tokio::time::Instant;
 use error::{ProxyError, ProxyErrorKind};
 use forwarded::TrustedProxies;
 use pace::PaceConfig;
+use record::{Delivery, Record};
 use retry::{BodyReplay, Decision, SendOutcome};
-use trace::{Delivery, Trace};
 use transfer::{DownloadError, DownloadLimits, Upload, UploadError, UploadLimits};
 
 use crate::config::{ClientLimits, Timeouts};
@@ -110,24 +110,45 @@ pub struct Done {
     pub at: Instant,
 }
 
-/// A request whose head has been read and rewritten for its backend.
+/// A request whose head has been read and rewritten for its backend: what it is,
+/// where it goes, who serves it, how far it got, and the record that reports on it.
 pub struct Outbound {
+    request: RequestFacts,
+    route: RouteChoice,
+    /// The backend the request goes to; `None` when there is none (no route when
+    /// `route.upstream` is `None` too, else no server that may take it).
+    backend: Option<Assigned>,
+    progress: Progress,
+    /// Observes the request for metrics and the access log; decides nothing.
+    record: Record,
+}
+
+/// What the request head said, as the exchange needs it.
+struct RequestFacts {
     method: Method,
     version: Version,
     framing: Framing,
-    expect_continue: bool,
     upgrade: bool,
     /// The client's connection may carry another request after this one.
     keep_alive: bool,
+}
+
+/// Where the request goes and under which settings.
+struct RouteChoice {
+    /// The settings in force when the request arrived.
     site: Arc<Site>,
-    /// The backend the request goes to; `None` when there is none (see `trace`'s
-    /// upstream: no route when it is `None` too, else no server that may take it).
-    backend: Option<Assigned>,
-    /// The request body has been read from the client to its end.
-    body_consumed: bool,
+    /// The group the request was routed to (`None`: no route matched).
+    upstream: Option<Arc<Upstream>>,
     /// Request body bytes allowed on its route.
     max_body: Option<u64>,
-    trace: Trace,
+}
+
+/// How far the exchange got with the client's side of it.
+struct Progress {
+    /// The client asked for `100 Continue` and has not had it yet.
+    expect_continue: bool,
+    /// The request body has been read from the client to its end.
+    body_consumed: bool,
 }
 
 /// What the client connection does after an exchange.
@@ -148,7 +169,7 @@ struct ResponseStart {
     body_out: BodyOut,
     /// The origin lets the connection carry another request.
     reusable: bool,
-    limits: holdfast_pool::ServerLimits,
+    limits: holdfast_pool::OriginLimits,
     connection: ConnectionOut,
 }
 
@@ -205,16 +226,16 @@ impl Proxy {
             Some(only) => Some(only),
             None => site.router.find(req.host, req.path.route_path()),
         };
-        let upstream = destination.map(|d| &d.upstream);
+        let upstream = destination.map(|d| Arc::clone(&d.upstream));
         let max_body = destination.map_or(site.limits.max_body, |d| d.max_body);
-        let mut trace = Trace::begin(upstream, req, client, self.access_log.as_ref());
-        let backend = upstream.and_then(|u| pick(u, &[], trace.started()));
+        let mut record = Record::begin(req, client, self.access_log.as_ref());
+        let backend = upstream.as_ref().and_then(|u| pick(u, &[], record.started()));
         if head.capacity() == 0 {
             *head = net::scratch();
         }
         head.clear();
         if let Some(backend) = &backend {
-            trace.chose(backend.backend());
+            record.chose(backend.backend());
             let trusted = site.trusted.contains(client.ip());
             let real_ip = trusted.then(|| {
                 let forwarded_for = req
@@ -229,17 +250,20 @@ impl Proxy {
             encode::upstream_request(req, &fwd, head);
         }
         Outbound {
-            method: Method::from_bytes(req.method.as_bytes()).unwrap_or(Method::GET),
-            version: req.version,
-            framing: req.framing,
-            expect_continue: req.expect_continue,
-            upgrade: req.upgrade.is_some(),
-            keep_alive: req.keep_alive(),
-            site,
+            request: RequestFacts {
+                method: Method::from_bytes(req.method.as_bytes()).unwrap_or(Method::GET),
+                version: req.version,
+                framing: req.framing,
+                upgrade: req.upgrade.is_some(),
+                keep_alive: req.keep_alive(),
+            },
+            route: RouteChoice { upstream, site, max_body },
             backend,
-            body_consumed: req.framing.is_bodyless(),
-            max_body,
-            trace,
+            progress: Progress {
+                expect_continue: req.expect_continue,
+                body_consumed: req.framing.is_bodyless(),
+            },
+            record,
         }
     }
 
@@ -247,15 +271,16 @@ impl Proxy {
     /// caller answers it.
     pub fn refused(&self, client: SocketAddr, status: u16, reason: &'static str) {
         let site = self.site.load();
-        let mut trace = Trace::refused(site.fallback.as_ref(), client, self.access_log.as_ref());
+        let mut record = Record::refused(client, self.access_log.as_ref());
         self.answers.refusals.record(reason);
         self.answers.record(
             site.fallback.as_ref().map(|u| &u.name),
             refusal_reason(status),
             status,
         );
-        trace.failed(reason);
-        trace.finish(Delivery { status, bytes: 0, ended: Some(Instant::now()) });
+        record.failed(reason);
+        let delivery = Delivery { status, bytes: 0, ended: Some(Instant::now()) };
+        record.finish(site.fallback.as_deref(), delivery);
     }
 
     /// Carries one request to its backend and the response back to the client.
@@ -263,7 +288,7 @@ impl Proxy {
         if out.backend.is_none() {
             return self.answer_unserved(out, client.stream).await;
         }
-        if let (Framing::Length(len), Some(max)) = (out.framing, out.max_body) {
+        if let (Framing::Length(len), Some(max)) = (out.request.framing, out.route.max_body) {
             if len > max {
                 // Refused before anything reaches the origin.
                 let kind = ProxyErrorKind::BodyTooLarge(max);
@@ -272,17 +297,17 @@ impl Proxy {
                 return self.answer(out, 413, "body_too_large", &text, client.stream).await;
             }
         }
-        let mut upstream_buf = InBuf::new(net::UPSTREAM_BUF);
+        let mut origin_buf = InBuf::new(net::ORIGIN_BUF);
         let mut response_head = net::scratch();
         let sent =
-            self.send(&mut out, head, &mut client, &mut upstream_buf, &mut response_head).await;
+            self.send(&mut out, head, &mut client, &mut origin_buf, &mut response_head).await;
         let done = match sent {
-            Ok(sent) => self.respond(out, sent, &response_head, client, &mut upstream_buf).await,
+            Ok(sent) => self.respond(out, sent, &response_head, client, &mut origin_buf).await,
             // Boxed, as the upgrade below: a rare path's state would otherwise make every
             // exchange's (boxed per request) larger.
             Err(e) => Box::pin(self.answer_error(out, e, client.stream)).await,
         };
-        upstream_buf.release();
+        origin_buf.release();
         net::recycle(response_head);
         done
     }
@@ -290,13 +315,13 @@ impl Proxy {
     /// Answers a request that has nowhere to go: 404 when no route matched it, 502 when
     /// its group has no backend that may take requests now.
     async fn answer_unserved(&self, out: Outbound, client: &mut TcpStream) -> Done {
-        let (status, reason, text) = match out.trace.upstream() {
+        let (status, reason, text) = match out.route.upstream.as_ref() {
             None => {
                 self.unrouted.fetch_add(1, Ordering::Relaxed);
                 (404, "no_route", "holdfast: no route for this host and path\n".to_string())
             }
             Some(upstream) => {
-                let why = upstream.with_members(|m| m.unavailable(Instant::now()));
+                let why = upstream.with_state(|m| m.unavailable(Instant::now()));
                 failures::record(&upstream.name, None, "no_healthy_server", 502, &why);
                 (502, "no_healthy_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
             }
@@ -320,15 +345,15 @@ impl Proxy {
         out: &mut Outbound,
         head: &[u8],
         client: &mut Client<'_>,
-        upstream_buf: &mut InBuf,
+        origin_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<Sent, ProxyError> {
         let kept = self.kept_body(out, client).await?;
         // One clock read serves the request's arrival and the pool's checkout, unless a
         // body was read in between.
-        let asked = if kept.is_some() { Instant::now() } else { out.trace.started() };
-        out.trace.asking(asked);
-        let body = match (&kept, out.framing) {
+        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        out.record.asking(asked);
+        let body = match (&kept, out.request.framing) {
             (Some(_), _) => BodyReplay::Kept,
             (None, Framing::Empty) => BodyReplay::Empty,
             (None, _) => BodyReplay::Streamed,
@@ -354,40 +379,32 @@ impl Proxy {
                 Err(e) => return Err(error(out, e.into(), false)),
             };
             let reused = lease.is_reused();
-            out.trace.sending(reused);
+            out.record.sending(reused);
             let attempt = self
-                .attempt(
-                    out,
-                    &mut lease,
-                    head,
-                    kept.as_deref(),
-                    client,
-                    upstream_buf,
-                    response_head,
-                )
+                .attempt(out, &mut lease, head, kept.as_deref(), client, origin_buf, response_head)
                 .await;
             let (outcome, io_error) = match attempt {
                 Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
                 Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
             };
-            lease.discard(CloseReason::UpstreamClosed);
-            upstream_buf.consume(upstream_buf.len());
-            let decision = retry::may_replay(&out.method, outcome, reused, body);
+            lease.discard(CloseReason::OriginClosed);
+            origin_buf.consume(origin_buf.len());
+            let decision = retry::may_replay(&out.request.method, outcome, reused, body);
             record(&backend, decision);
             match decision {
-                Decision::Retry => {
+                Decision::Replay => {
                     tracing::debug!(
-                        backend = %backend.addr, method = %out.method, outcome = %outcome.as_str(),
+                        backend = %backend.addr, method = %out.request.method, outcome = %outcome.as_str(),
                         error = %io_error, "pooled connection failed, retrying on a new one"
                     );
                     fresh = true;
                     continue;
                 }
-                Decision::Refuse(why) => {
-                    let kind = ProxyErrorKind::NotRetried {
+                Decision::NotReplayed(why) => {
+                    let kind = ProxyErrorKind::NotReplayed {
                         error: io_error,
-                        method: out.method.clone(),
+                        method: out.request.method.clone(),
                         why,
                     };
                     return Err(error(out, kind, reused));
@@ -396,9 +413,11 @@ impl Proxy {
             }
             // A new connection failed before any response byte: the backend is failing.
             backend.observe(502, None, Instant::now());
-            if retry::may_fail_over(&out.method, outcome, body) && self.fail_over(out, &mut tried) {
+            if retry::may_fail_over(&out.request.method, outcome, body)
+                && self.fail_over(out, &mut tried)
+            {
                 tracing::debug!(
-                    backend = %backend.addr, method = %out.method, error = %io_error,
+                    backend = %backend.addr, method = %out.request.method, error = %io_error,
                     "backend failed the request before answering; sending it to another"
                 );
                 fresh = false;
@@ -419,18 +438,18 @@ impl Proxy {
     ) -> Result<Lease, LeaseError> {
         if !fresh {
             if let Some(lease) = backend.try_idle(asked) {
-                out.trace.connected(Duration::ZERO);
+                out.record.connected(Duration::ZERO);
                 return Ok(lease);
             }
         }
         let started = if fresh { Instant::now() } else { asked };
-        let connect = out.site.timeouts.connect;
+        let connect = out.route.site.timeouts.connect;
         let lease = if fresh {
             backend.connect_fresh(connect).await?
         } else {
             backend.lease(connect).await?
         };
-        out.trace.connected(started.elapsed());
+        out.record.connected(started.elapsed());
         Ok(lease)
     }
 
@@ -438,7 +457,7 @@ impl Proxy {
     /// when there is none that may take it, or the request has been to
     /// [`retry::MAX_BACKENDS`] already.
     fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
-        let (Some(upstream), Some(failed)) = (out.trace.upstream(), &out.backend) else {
+        let (Some(upstream), Some(failed)) = (out.route.upstream.as_ref(), &out.backend) else {
             return false;
         };
         tried.push(failed.addr);
@@ -447,7 +466,7 @@ impl Proxy {
         }
         let Some(next) = pick(upstream, tried, Instant::now()) else { return false };
         failed.metrics.failovers.fetch_add(1, Ordering::Relaxed);
-        out.trace.chose(next.backend());
+        out.record.chose(next.backend());
         out.backend = Some(next);
         true
     }
@@ -459,16 +478,21 @@ impl Proxy {
         out: &mut Outbound,
         client: &mut Client<'_>,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
-        let Framing::Length(len) = out.framing else { return Ok(None) };
-        if !retry::should_keep_body(&out.method, Some(len)) {
+        let Framing::Length(len) = out.request.framing else { return Ok(None) };
+        if !retry::should_keep_body(&out.request.method, Some(len)) {
             return Ok(None);
         }
         let limits = upload_limits(out);
-        let read =
-            transfer::read_kept(client.stream, client.buf, len, &mut out.expect_continue, &limits);
+        let read = transfer::read_kept(
+            client.stream,
+            client.buf,
+            len,
+            &mut out.progress.expect_continue,
+            &limits,
+        );
         match read.await {
             Ok(kept) => {
-                out.body_consumed = true;
+                out.progress.body_consumed = true;
                 Ok(Some(kept))
             }
             Err(e) => {
@@ -490,10 +514,10 @@ impl Proxy {
         head: &[u8],
         kept: Option<&[u8]>,
         client: &mut Client<'_>,
-        upstream_buf: &mut InBuf,
+        origin_buf: &mut InBuf,
         response_head: &mut Vec<u8>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let limit = out.site.timeouts.response_header;
+        let limit = out.route.site.timeouts.response_header;
         let stream = &mut lease.conn().stream;
         let parts = [head, kept.unwrap_or_default()];
         if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
@@ -509,16 +533,16 @@ impl Proxy {
         }
         // `response_header` counts from the end of the request: its arrival when it had
         // no body or one read beforehand, else the end of the upload.
-        let (upload, sent_at) = if out.body_consumed {
-            (Upload::Complete, out.trace.started())
+        let (upload, sent_at) = if out.progress.body_consumed {
+            (Upload::Complete, out.record.started())
         } else {
             let limits = upload_limits(out);
-            let (framing, expect) = (out.framing, &mut out.expect_continue);
+            let (framing, expect) = (out.request.framing, &mut out.progress.expect_continue);
             let sent = transfer::upload(
                 client.stream,
                 client.buf,
                 stream,
-                upstream_buf,
+                origin_buf,
                 framing,
                 expect,
                 &limits,
@@ -526,14 +550,14 @@ impl Proxy {
             (sent.await.map_err(|e| upload_error(e, limit))?, Instant::now())
         };
         if upload == Upload::Complete {
-            out.body_consumed = true;
+            out.progress.body_consumed = true;
         }
         // The origin may take long to answer: the client's buffer, unless it holds a
         // pipelined request, goes back meanwhile.
         client.buf.release();
         let mut deadline = Deadline::on(client.timer, net::later(sent_at, limit));
         let start = self
-            .response_head(out, upload, stream, upstream_buf, &mut deadline, response_head)
+            .response_head(out, upload, stream, origin_buf, &mut deadline, response_head)
             .await?;
         Ok((upload, start))
     }
@@ -573,7 +597,7 @@ impl Proxy {
                 }
                 Ok(_) => {}
                 Err(WaitError::TimedOut) => {
-                    let limit = out.site.timeouts.response_header;
+                    let limit = out.route.site.timeouts.response_header;
                     return Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)));
                 }
                 Err(WaitError::Io(error)) => return Err(closed(received_any, error)),
@@ -592,7 +616,7 @@ impl Proxy {
     ) -> Result<Option<ResponseStart>, BadResponse> {
         loop {
             let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
-            let head_request = out.method == Method::HEAD;
+            let head_request = out.request.method == Method::HEAD;
             let Some(resp) = response::read(scan, buf.data(), &mut storage, head_request)? else {
                 return Ok(None);
             };
@@ -608,17 +632,17 @@ impl Proxy {
                 continue;
             }
             let upgrade = resp.status == 101;
-            if upgrade && !out.upgrade {
+            if upgrade && !out.request.upgrade {
                 return Err(BadResponse::UnrequestedUpgrade);
             }
-            let body_out = BodyOut::choose(resp.framing, out.version);
-            let close = !out.keep_alive
+            let body_out = BodyOut::choose(resp.framing, out.request.version);
+            let close = !out.request.keep_alive
                 || body_out == BodyOut::CloseDelimited
                 || upload == Upload::Interrupted;
             let connection = if upgrade {
                 ConnectionOut::Upgrade
             } else {
-                ConnectionOut::for_client(!close, out.version)
+                ConnectionOut::for_client(!close, out.request.version)
             };
             response_head.clear();
             encode::client_response(&resp, body_out, connection, response_head);
@@ -627,7 +651,7 @@ impl Proxy {
                 framing: resp.framing,
                 body_out,
                 reusable: resp.is_reusable() && !upgrade,
-                limits: keepalive::server_limits(resp.keep_alive),
+                limits: keepalive::origin_limits(resp.keep_alive),
                 connection,
             };
             let len = resp.head_len;
@@ -644,25 +668,25 @@ impl Proxy {
         sent: Sent,
         response_head: &[u8],
         client: Client<'_>,
-        upstream_buf: &mut InBuf,
+        origin_buf: &mut InBuf,
     ) -> Done {
         let Sent { mut lease, upload, start } = sent;
-        let (header, now) = out.trace.response_head(start.status);
+        let (header, now) = out.record.response_head(start.status);
         out.backend().observe(start.status, header, now);
         if start.connection == ConnectionOut::Upgrade {
-            return Box::pin(self.switch(out, lease, response_head, client, upstream_buf)).await;
+            return Box::pin(self.switch(out, lease, response_head, client, origin_buf)).await;
         }
-        lease.limit_by_server(start.limits);
+        lease.limit_by_origin(start.limits);
         let reusable = start.reusable && upload == Upload::Complete;
-        let timeouts = &out.site.timeouts;
+        let timeouts = &out.route.site.timeouts;
         let limits = DownloadLimits {
             upstream_stall: timeouts.read,
             client_stall: timeouts.read,
-            pace: pace_config(&out.site),
+            pace: pace_config(&out.route.site),
         };
         let downloaded = transfer::download(
             &mut lease.conn().stream,
-            upstream_buf,
+            origin_buf,
             client.stream,
             response_head,
             start.framing,
@@ -682,10 +706,13 @@ impl Proxy {
                     lease.release(now);
                 } else {
                     let reason =
-                        if done.extra { CloseReason::Error } else { CloseReason::UpstreamClosed };
+                        if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };
                     lease.discard(reason);
                 }
-                out.trace.finish(Delivery { status, bytes: done.bytes, ended: Some(now) });
+                out.record.finish(
+                    out.route.upstream.as_deref(),
+                    Delivery { status, bytes: done.bytes, ended: Some(now) },
+                );
                 let next = match (keep_client, upload) {
                     (true, _) => Next::KeepOpen,
                     // The origin answered before the whole body came: the client may still
@@ -698,25 +725,27 @@ impl Proxy {
             Err(DownloadError::Client { error, bytes, remaining }) => {
                 tracing::debug!(error = %error, "client left before the response ended");
                 match remaining {
-                    Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && upstream_buf.is_empty() => {
+                    Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && origin_buf.is_empty() => {
                         drain_in_background(lease, n)
                     }
                     _ => lease.discard(CloseReason::Error),
                 }
-                let at = out.trace.started();
-                out.trace.finish(Delivery { status, bytes, ended: None });
+                let at = out.record.started();
+                out.record
+                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
                 Done { next: Next::Close, at }
             }
             Err(DownloadError::Upstream { error, bytes }) => {
-                if let Some(upstream) = out.trace.upstream() {
+                if let Some(upstream) = out.route.upstream.as_ref() {
                     let backend = Some(out.backend().addr);
                     let message = format!("upstream response body failed: {error}");
-                    failures::record(&upstream.name, backend, "upstream_body", status, &message);
+                    failures::record(&upstream.name, backend, "origin_body", status, &message);
                 }
                 lease.discard(CloseReason::Error);
-                out.trace.failed("upstream_body");
-                let at = out.trace.started();
-                out.trace.finish(Delivery { status, bytes, ended: None });
+                out.record.failed("origin_body");
+                let at = out.record.started();
+                out.record
+                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
                 Done { next: Next::Close, at }
             }
         }
@@ -730,16 +759,19 @@ impl Proxy {
         lease: Lease,
         response_head: &[u8],
         client: Client<'_>,
-        upstream_buf: &mut InBuf,
+        origin_buf: &mut InBuf,
     ) -> Done {
         let upstream = lease.into_inner(CloseReason::Upgraded).stream;
-        let stall = out.site.timeouts.read;
+        let stall = out.route.site.timeouts.read;
         let wrote = net::write_all(client.stream, &[response_head], stall).await;
         let at = Instant::now();
-        out.trace.finish(Delivery { status: 101, bytes: 0, ended: Some(at) });
+        out.record.finish(
+            out.route.upstream.as_deref(),
+            Delivery { status: 101, bytes: 0, ended: Some(at) },
+        );
         if wrote.is_ok() {
             if let Err(e) =
-                transfer::tunnel(client.stream, client.buf, upstream, upstream_buf, stall).await
+                transfer::tunnel(client.stream, client.buf, upstream, origin_buf, stall).await
             {
                 tracing::debug!(error = %e, "upgraded connection ended with an error");
             }
@@ -752,7 +784,7 @@ impl Proxy {
     async fn answer_error(&self, out: Outbound, e: ProxyError, client: &mut TcpStream) -> Done {
         if e.kind.is_client_fault() {
             tracing::debug!(
-                upstream = %e.upstream, backend = %e.backend, method = %out.method,
+                upstream = %e.upstream, backend = %e.backend, method = %out.request.method,
                 status = e.status(), reason = %e.kind.as_str(), "{}", e.kind
             );
         } else {
@@ -774,18 +806,21 @@ impl Proxy {
         text: &str,
         client: &mut TcpStream,
     ) -> Done {
-        out.trace.failed(reason);
-        self.answers.record(out.trace.upstream().map(|u| &u.name), reason, status);
+        out.record.failed(reason);
+        self.answers.record(out.route.upstream.as_ref().map(|u| &u.name), reason, status);
         // Unread body bytes would be taken for the next request: close instead.
-        let keep = out.keep_alive && out.body_consumed;
-        let connection = ConnectionOut::for_client(keep, out.version);
+        let keep = out.request.keep_alive && out.progress.body_consumed;
+        let connection = ConnectionOut::for_client(keep, out.request.version);
         let mut response = Vec::with_capacity(text.len().saturating_add(256));
         encode::local_response(status, text, connection, &mut response);
-        let sent = net::write_all(client, &[&response], out.site.timeouts.read).await;
+        let sent = net::write_all(client, &[&response], out.route.site.timeouts.read).await;
         let at = Instant::now();
         let ended = sent.is_ok().then_some(at);
-        out.trace.finish(Delivery { status, bytes: text.len() as u64, ended });
-        let next = match (sent.is_ok(), keep, out.body_consumed) {
+        out.record.finish(
+            out.route.upstream.as_deref(),
+            Delivery { status, bytes: text.len() as u64, ended },
+        );
+        let next = match (sent.is_ok(), keep, out.progress.body_consumed) {
             (false, _, _) => Next::Close,
             (true, true, _) => Next::KeepOpen,
             (true, false, true) => Next::Close,
@@ -806,7 +841,7 @@ impl Outbound {
 /// other than those at the addresses in `tried`; counted as assigned until the request
 /// ends.
 fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assigned> {
-    upstream.with_members(|m| {
+    upstream.with_state(|m| {
         let i = if tried.is_empty() {
             m.choose(&[], now)?
         } else {
@@ -837,15 +872,16 @@ fn refusal_reason(status: u16) -> &'static str {
 
 /// The failure of a request to its backend, as the client hears of it.
 fn error(out: &Outbound, kind: ProxyErrorKind, reused: bool) -> ProxyError {
-    let upstream = out.trace.upstream().map_or_else(|| Arc::from("-"), |u| Arc::clone(&u.name));
+    let upstream =
+        out.route.upstream.as_ref().map_or_else(|| Arc::from("-"), |u| Arc::clone(&u.name));
     ProxyError { upstream, backend: out.backend().addr, kind, reused }
 }
 
 /// Counts a retry decision for `backend`.
 fn record(backend: &Backend, decision: Decision) {
     let counter = match decision {
-        Decision::Retry => &backend.metrics.retries,
-        Decision::Refuse(_) => &backend.metrics.retries_refused,
+        Decision::Replay => &backend.metrics.retries,
+        Decision::NotReplayed(_) => &backend.metrics.not_replayed,
         Decision::Fail => return,
     };
     counter.fetch_add(1, Ordering::Relaxed);
@@ -861,12 +897,12 @@ fn pace_config(site: &Site) -> PaceConfig {
 
 /// The limits the request body of `out` moves under.
 fn upload_limits(out: &Outbound) -> UploadLimits {
-    let site = &out.site;
+    let site = &out.route.site;
     UploadLimits {
         upstream_stall: site.timeouts.response_header,
         client_stall: site.timeouts.read,
         pace: pace_config(site),
-        max_body: out.max_body,
+        max_body: out.route.max_body,
     }
 }
 

@@ -63,14 +63,14 @@ pub enum BodyReplay {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Send it once more, on a new connection.
-    Retry,
+    Replay,
     /// Answer with the failure. The connection was new, so this is not the stale pooled
     /// connection race but the backend failing.
     Fail,
     /// Answer with the failure and say why it was not retried: it went out on a pooled
     /// connection, so it is likely the stale connection race, but a replay is unsafe or
     /// impossible.
-    Refuse(NotReplayed),
+    NotReplayed(NotReplayed),
 }
 
 /// Why a request that failed on a pooled connection was not sent again.
@@ -107,13 +107,13 @@ impl fmt::Display for NotReplayed {
 pub fn may_replay(method: &Method, sent: SendOutcome, reused: bool, body: BodyReplay) -> Decision {
     match (reused, sent) {
         (false, _) => Decision::Fail,
-        (true, SendOutcome::Unsent) => Decision::Retry,
+        (true, SendOutcome::Unsent) => Decision::Replay,
         (true, SendOutcome::MaybeReceived) if !is_idempotent(method) => {
-            Decision::Refuse(NotReplayed::NotIdempotent)
+            Decision::NotReplayed(NotReplayed::NotIdempotent)
         }
         (true, SendOutcome::MaybeReceived) => match body {
-            BodyReplay::Empty | BodyReplay::Kept => Decision::Retry,
-            BodyReplay::Streamed => Decision::Refuse(NotReplayed::BodyStreamed),
+            BodyReplay::Empty | BodyReplay::Kept => Decision::Replay,
+            BodyReplay::Streamed => Decision::NotReplayed(NotReplayed::BodyStreamed),
         },
     }
 }
@@ -205,7 +205,7 @@ mod tests {
     fn unsent_request_on_a_pooled_connection_is_retried_whatever_the_method_and_body() {
         for method in IDEMPOTENT.iter().cloned().chain(not_idempotent()) {
             for body in [Empty, Kept, Streamed] {
-                assert_eq!(may_replay(&method, Unsent, true, body), Decision::Retry, "{method}");
+                assert_eq!(may_replay(&method, Unsent, true, body), Decision::Replay, "{method}");
             }
         }
     }
@@ -213,8 +213,8 @@ mod tests {
     #[test]
     fn idempotent_request_that_may_have_been_received_is_retried_with_an_empty_or_kept_body() {
         for method in IDEMPOTENT {
-            assert_eq!(may_replay(&method, MaybeReceived, true, Empty), Decision::Retry);
-            assert_eq!(may_replay(&method, MaybeReceived, true, Kept), Decision::Retry);
+            assert_eq!(may_replay(&method, MaybeReceived, true, Empty), Decision::Replay);
+            assert_eq!(may_replay(&method, MaybeReceived, true, Kept), Decision::Replay);
         }
     }
 
@@ -223,7 +223,7 @@ mod tests {
         for method in IDEMPOTENT {
             assert_eq!(
                 may_replay(&method, MaybeReceived, true, Streamed),
-                Decision::Refuse(NotReplayed::BodyStreamed)
+                Decision::NotReplayed(NotReplayed::BodyStreamed)
             );
         }
     }
@@ -234,7 +234,7 @@ mod tests {
             for body in [Empty, Kept, Streamed] {
                 assert_eq!(
                     may_replay(&method, MaybeReceived, true, body),
-                    Decision::Refuse(NotReplayed::NotIdempotent),
+                    Decision::NotReplayed(NotReplayed::NotIdempotent),
                     "{method}"
                 );
             }

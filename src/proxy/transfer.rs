@@ -88,7 +88,7 @@ pub async fn upload(
     client: &mut TcpStream,
     buf: &mut InBuf,
     upstream: &mut TcpStream,
-    upstream_buf: &mut InBuf,
+    origin_buf: &mut InBuf,
     framing: Framing,
     expect_continue: &mut bool,
     limits: &UploadLimits,
@@ -106,8 +106,8 @@ pub async fn upload(
             let mut parts = Parts::new();
             let payload = buf.data().get(..piece.payload).unwrap_or_default();
             body.frame(payload, piece.done, &mut size_line, &mut parts);
-            let sent = write_watching(upstream, upstream_buf, &mut early, parts.as_slice(), limits)
-                .await?;
+            let sent =
+                write_watching(upstream, origin_buf, &mut early, parts.as_slice(), limits).await?;
             buf.consume(piece.used);
             pace.moved(piece.used as u64);
             if sent == Upload::Interrupted {
@@ -130,7 +130,7 @@ pub async fn upload(
             Ok(read) => read_some(read)?,
             Err(ready) => {
                 ready.map_err(|e| UploadError::Upstream(WaitError::Io(e)))?;
-                if early_answer(upstream, upstream_buf, &mut early).await? {
+                if early_answer(upstream, origin_buf, &mut early).await? {
                     return Ok(Upload::Interrupted);
                 }
             }
@@ -226,7 +226,7 @@ fn invalid(_: InvalidChunk) -> UploadError {
 /// is read: interim responses are dropped, a final one ends the upload.
 async fn write_watching(
     upstream: &mut TcpStream,
-    upstream_buf: &mut InBuf,
+    origin_buf: &mut InBuf,
     early: &mut HeadScan,
     parts: &[&[u8]],
     limits: &UploadLimits,
@@ -249,7 +249,7 @@ async fn write_watching(
                     Ok(Err(_)) => return Err(UploadError::Upstream(WaitError::TimedOut)),
                     Err(ready) => {
                         ready.map_err(|e| UploadError::Upstream(WaitError::Io(e)))?;
-                        if early_answer(upstream, upstream_buf, early).await? {
+                        if early_answer(upstream, origin_buf, early).await? {
                             return Ok(Upload::Interrupted);
                         }
                     }
@@ -389,14 +389,12 @@ pub async fn tunnel(
     client: &mut TcpStream,
     client_buf: &mut InBuf,
     mut upstream: TcpStream,
-    upstream_buf: &mut InBuf,
+    origin_buf: &mut InBuf,
     stall: Duration,
 ) -> io::Result<()> {
-    if !upstream_buf.is_empty() {
-        net::write_all(client, &[upstream_buf.data()], stall)
-            .await
-            .map_err(|(_, e)| e.into_io())?;
-        upstream_buf.consume(upstream_buf.len());
+    if !origin_buf.is_empty() {
+        net::write_all(client, &[origin_buf.data()], stall).await.map_err(|(_, e)| e.into_io())?;
+        origin_buf.consume(origin_buf.len());
     }
     if !client_buf.is_empty() {
         net::write_all(&upstream, &[client_buf.data()], stall)
@@ -405,6 +403,6 @@ pub async fn tunnel(
         client_buf.consume(client_buf.len());
     }
     client_buf.release();
-    upstream_buf.release();
+    origin_buf.release();
     tokio::io::copy_bidirectional(client, &mut upstream).await.map(|_| ())
 }

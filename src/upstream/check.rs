@@ -40,7 +40,7 @@ pub enum CheckError {
 /// Checks every server of the group each interval, until the group is removed.
 pub async fn run(upstream: Arc<Upstream>) {
     loop {
-        let interval = upstream.with_members(|m| m.config.check.as_ref().map(|c| c.interval));
+        let interval = upstream.with_state(|m| m.config.check.as_ref().map(|c| c.interval));
         let changed = upstream.changed.notified();
         tokio::select! {
             () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(3600))) => {}
@@ -49,7 +49,7 @@ pub async fn run(upstream: Arc<Upstream>) {
         if upstream.is_removed() {
             return;
         }
-        let members = upstream.members();
+        let members = upstream.state();
         let Some(check) = members.config.check.clone() else { continue };
         let check = Arc::new(check);
         let mut running = JoinSet::new();
@@ -87,7 +87,7 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
     net::write_all(stream, &[request.as_bytes()], check.timeout)
         .await
         .map_err(|(_, e)| CheckError::Io(e.into_io()))?;
-    let mut buf = InBuf::new(net::UPSTREAM_BUF);
+    let mut buf = InBuf::new(net::ORIGIN_BUF);
     let mut deadline = Deadline::after(check.timeout);
     let mut scan = HeadScan::default();
     let (status, rest) = loop {
@@ -151,7 +151,7 @@ async fn finish(mut lease: Lease, mut buf: InBuf, rest: Rest, limit: Duration) {
     /// the connection for.
     const MAX_BODY: u64 = 64 * 1024;
     let Rest::Body(remaining) = rest else {
-        return lease.discard(CloseReason::UpstreamClosed);
+        return lease.discard(CloseReason::OriginClosed);
     };
     if remaining > MAX_BODY {
         return lease.discard(CloseReason::Error);

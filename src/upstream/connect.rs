@@ -58,12 +58,12 @@ impl ConnectError {
 ///
 /// Nothing reads it while it sits in the pool. An origin's FIN or unexpected bytes
 /// are found by its `Poolable::is_open` (cheap, from the readiness the event loop
-/// has seen) and, definitively, by [`UpstreamConn::probe`] just before reuse.
-pub struct UpstreamConn {
+/// has seen) and, definitively, by [`OriginConn::probe`] just before reuse.
+pub struct OriginConn {
     pub stream: TcpStream,
 }
 
-impl UpstreamConn {
+impl OriginConn {
     /// Whether the connection can carry a request now: a non-blocking peek finds
     /// neither end of stream nor stray bytes (nginx does the same on its idle
     /// connections). A FIN already received is caught here; one still in flight is
@@ -80,7 +80,7 @@ fn nothing_arrived(peeked: io::Result<usize>) -> bool {
     matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
-impl holdfast_pool::Poolable for UpstreamConn {
+impl holdfast_pool::Poolable for OriginConn {
     /// False once the event loop has seen the socket become readable and a peek finds
     /// end of stream or bytes; no system call while nothing has arrived.
     fn is_open(&self) -> bool {
@@ -97,14 +97,14 @@ pub async fn connect(
     addr: SocketAddr,
     source: Option<IpAddr>,
     timeout: Duration,
-) -> Result<UpstreamConn, ConnectError> {
+) -> Result<OriginConn, ConnectError> {
     let stream = match tokio::time::timeout(timeout, open(addr, source)).await {
         Err(_) => return Err(ConnectError::Timeout(timeout)),
         Ok(result) => result?,
     };
     // Requests and responses are written whole; Nagle would only delay the last segment.
     stream.set_nodelay(true).map_err(ConnectError::Io)?;
-    Ok(UpstreamConn { stream })
+    Ok(OriginConn { stream })
 }
 
 /// The TCP connection, before any socket options.

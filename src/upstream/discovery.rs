@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Upstream;
-use crate::config::ServerAddr;
+use crate::config::Server;
 
 /// How long one lookup may take before it counts as failed.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,7 +25,7 @@ pub struct Resolution {
 /// One configured server and its addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    pub server: ServerAddr,
+    pub server: Server,
     /// Sorted, so two lookups that return the same set compare equal.
     pub addrs: Vec<SocketAddr>,
     /// Why the last lookup failed, if it did (`addrs` then holds the previous answer).
@@ -46,19 +46,19 @@ impl Resolution {
 
     /// Whether any server is a name (and so worth resolving again).
     pub fn has_names(&self) -> bool {
-        self.entries.iter().any(|e| matches!(e.server, ServerAddr::Name { .. }))
+        self.entries.iter().any(|e| matches!(e.server, Server::Name { .. }))
     }
 }
 
 /// Resolves `servers`; a name that fails keeps its addresses from `previous`.
-pub async fn resolve(servers: &[ServerAddr], previous: &Resolution) -> Resolution {
+pub async fn resolve(servers: &[Server], previous: &Resolution) -> Resolution {
     let mut entries = Vec::with_capacity(servers.len());
     for server in servers {
         let entry = match server {
-            ServerAddr::Ip(addr) => {
+            Server::Ip(addr) => {
                 Resolved { server: server.clone(), addrs: vec![*addr], error: None }
             }
-            ServerAddr::Name { host, port } => match lookup(host, *port).await {
+            Server::Name { host, port } => match lookup(host, *port).await {
                 Ok(addrs) => Resolved { server: server.clone(), addrs, error: None },
                 Err(error) => {
                     let kept = previous.entries.iter().find(|e| e.server == *server);
@@ -93,7 +93,7 @@ async fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 pub async fn run(upstream: Arc<Upstream>) {
     loop {
         let (names, interval) =
-            upstream.with_members(|m| (m.resolution.has_names(), m.config.resolve_interval));
+            upstream.with_state(|m| (m.resolution.has_names(), m.config.resolve_interval));
         // Without names there is nothing to do until a reload brings some.
         let wait = if names { interval } else { Duration::from_secs(3600) };
         let changed = upstream.changed.notified();
@@ -104,7 +104,7 @@ pub async fn run(upstream: Arc<Upstream>) {
         if upstream.is_removed() {
             return;
         }
-        let seen = upstream.members();
+        let seen = upstream.state();
         if !seen.resolution.has_names() {
             continue;
         }

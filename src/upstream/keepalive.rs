@@ -8,15 +8,15 @@
 
 use std::time::Duration;
 
-use holdfast_pool::ServerLimits;
+use holdfast_pool::OriginLimits;
 
 /// The smallest margin kept before an advertised idle timeout: covers the time between
 /// a pool checkout and the request reaching the origin on a loaded machine.
 const MIN_MARGIN: Duration = Duration::from_millis(500);
 
 /// The limits in a response's `Keep-Alive` header value, if it has one.
-pub fn server_limits(value: Option<&[u8]>) -> ServerLimits {
-    let mut limits = ServerLimits::default();
+pub fn origin_limits(value: Option<&[u8]>) -> OriginLimits {
+    let mut limits = OriginLimits::default();
     let Some(value) = value.and_then(|v| std::str::from_utf8(v).ok()) else {
         return limits;
     };
@@ -41,8 +41,8 @@ fn idle_with_margin(advertised: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn limits(value: &str) -> ServerLimits {
-        server_limits(Some(value.as_bytes()))
+    fn limits(value: &str) -> OriginLimits {
+        origin_limits(Some(value.as_bytes()))
     }
 
     #[test]
@@ -62,7 +62,7 @@ mod tests {
 
     #[test]
     fn missing_or_garbled_header_sets_nothing() {
-        assert_eq!(server_limits(None), ServerLimits::default());
-        assert_eq!(limits("timeout=soon, max=-1"), ServerLimits::default());
+        assert_eq!(origin_limits(None), OriginLimits::default());
+        assert_eq!(limits("timeout=soon, max=-1"), OriginLimits::default());
     }
 }

@@ -2,7 +2,7 @@
 //! it, its health and its load; a group's set of backends changes with reloads and
 //! DNS answers while requests keep flowing.
 //!
-//! A group's current backends, balancer and settings form one [`Members`] value,
+//! A group's current backends, balancer and settings form one [`UpstreamState`] value,
 //! swapped whole ([`Upstream::update`]): a request reads one consistent set, and a
 //! backend that leaves the set lives on (an `Arc`) until its last request ends.
 
@@ -24,7 +24,7 @@ use holdfast_pool::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub use connect::{ConnectError, UpstreamConn};
+pub use connect::{ConnectError, OriginConn};
 pub use discovery::Resolution;
 
 use crate::balance::{Balancer, Candidate, Ewma};
@@ -35,7 +35,7 @@ use health::{Health, PassiveHealth, Transition};
 /// One address of an upstream group, with the pool of connections to it.
 pub struct Backend {
     pub addr: SocketAddr,
-    pub pool: Pool<UpstreamConn>,
+    pub pool: Pool<OriginConn>,
     /// Local address connections are made from (`None`: the kernel picks).
     pub source_address: Option<IpAddr>,
     pub metrics: BackendMetrics,
@@ -54,7 +54,7 @@ pub struct Backend {
 }
 
 /// A connection ready to carry one request.
-pub type Lease = Pooled<UpstreamConn>;
+pub type Lease = Pooled<OriginConn>;
 
 impl Backend {
     fn new(addr: SocketAddr, config: &UpstreamConfig, budget: &Arc<IdleBudget>) -> Arc<Self> {
@@ -198,7 +198,7 @@ impl Backend {
     /// The most recently used idle connection that is ready for a request, if there is
     /// one now; no waiting. `now` is the time of the request, read once for it.
     ///
-    /// Every connection is probed before reuse ([`UpstreamConn::probe`], one system
+    /// Every connection is probed before reuse ([`OriginConn::probe`], one system
     /// call): one that the origin closed while it was idle, or on which the origin
     /// sent bytes nobody asked for (a stray response, a body after a response to
     /// HEAD), is dropped and the next one tried. Nothing has been sent on it. A
@@ -217,7 +217,7 @@ impl Backend {
             if lease.get().probe() {
                 return Some(lease);
             }
-            lease.discard(CloseReason::UpstreamClosed);
+            lease.discard(CloseReason::OriginClosed);
         }
     }
 
@@ -228,7 +228,7 @@ impl Backend {
             match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
                 Checkout::Connect(permit) => return self.open(permit, connect_timeout).await,
                 Checkout::Idle(lease) if lease.get().probe() => return Ok(lease),
-                Checkout::Idle(lease) => lease.discard(CloseReason::UpstreamClosed),
+                Checkout::Idle(lease) => lease.discard(CloseReason::OriginClosed),
             }
         }
     }
@@ -242,7 +242,7 @@ impl Backend {
 
     async fn open(
         &self,
-        permit: ConnectPermit<UpstreamConn>,
+        permit: ConnectPermit<OriginConn>,
         connect_timeout: Duration,
     ) -> Result<Lease, LeaseError> {
         let started = Instant::now();
@@ -324,7 +324,7 @@ impl Candidate for Arc<Backend> {
 }
 
 /// A group's backends and settings at one moment; replaced whole on every change.
-pub struct Members {
+pub struct UpstreamState {
     pub config: UpstreamConfig,
     pub backends: Vec<Arc<Backend>>,
     pub balancer: Balancer,
@@ -332,7 +332,7 @@ pub struct Members {
     pub resolution: Resolution,
 }
 
-impl Members {
+impl UpstreamState {
     /// The index of the backend for the next request, skipping the indices in
     /// `exclude` (backends this request already failed on): the balancer's pick among
     /// backends in service, or, while the group is in panic, any backend in turn.
@@ -407,7 +407,7 @@ impl Members {
 pub struct Upstream {
     pub name: Arc<str>,
     pub metrics: UpstreamMetrics,
-    members: ArcSwap<Members>,
+    state: ArcSwap<UpstreamState>,
     budget: Arc<IdleBudget>,
     /// Serialises [`Upstream::update`] (a reload and a DNS refresh may race).
     updating: Mutex<()>,
@@ -427,12 +427,12 @@ impl Upstream {
             .map(|addr| Backend::new(addr, &config, budget))
             .collect();
         mark_alone(&backends);
-        let members =
-            Members { balancer: Balancer::new(config.balance), config, backends, resolution };
+        let state =
+            UpstreamState { balancer: Balancer::new(config.balance), config, backends, resolution };
         Upstream {
-            name: members.config.name.as_str().into(),
+            name: state.config.name.as_str().into(),
             metrics: UpstreamMetrics::default(),
-            members: ArcSwap::from_pointee(members),
+            state: ArcSwap::from_pointee(state),
             budget: Arc::clone(budget),
             updating: Mutex::new(()),
             removed: AtomicBool::new(false),
@@ -441,14 +441,14 @@ impl Upstream {
     }
 
     /// The current backends and settings.
-    pub fn members(&self) -> Arc<Members> {
-        self.members.load_full()
+    pub fn state(&self) -> Arc<UpstreamState> {
+        self.state.load_full()
     }
 
-    /// Reads the current members without taking a reference count: for code that does
+    /// Reads the current state without taking a reference count: for code that does
     /// not hold them across an `.await`.
-    pub fn with_members<T>(&self, f: impl FnOnce(&Members) -> T) -> T {
-        f(&self.members.load())
+    pub fn with_state<T>(&self, f: impl FnOnce(&UpstreamState) -> T) -> T {
+        f(&self.state.load())
     }
 
     /// Applies new settings and addresses. Backends whose address stays, with the same
@@ -460,18 +460,18 @@ impl Upstream {
         self.apply(config, resolution);
     }
 
-    /// Applies a fresh DNS answer, unless the members changed since `seen` was read (a
+    /// Applies a fresh DNS answer, unless the state changed since `seen` was read (a
     /// reload won the race, and its own lookup stands).
-    pub fn refresh(&self, seen: &Arc<Members>, resolution: Resolution) {
+    pub fn refresh(&self, seen: &Arc<UpstreamState>, resolution: Resolution) {
         let _serial = self.updating.lock().unwrap_or_else(|e| e.into_inner());
-        if Arc::ptr_eq(&self.members.load(), seen) {
+        if Arc::ptr_eq(&self.state.load(), seen) {
             self.apply(seen.config.clone(), resolution);
         }
     }
 
     /// [`Upstream::update`]'s work; the caller holds `updating`.
     fn apply(&self, config: UpstreamConfig, resolution: Resolution) {
-        let old = self.members.load_full();
+        let old = self.state.load_full();
         let mut kept = Vec::new();
         let backends: Vec<Arc<Backend>> = resolution
             .addrs()
@@ -498,17 +498,26 @@ impl Upstream {
             }
         }
         let balancer = Balancer::new(config.balance);
-        self.members.store(Arc::new(Members { config, backends, balancer, resolution }));
+        self.state.store(Arc::new(UpstreamState { config, backends, balancer, resolution }));
         self.changed.notify_waiters();
     }
 
     /// The group left the config: its backends drain and its background tasks end.
     pub fn remove(&self) {
         self.removed.store(true, Ordering::Release);
-        for b in &self.members.load().backends {
+        for b in &self.state.load().backends {
             b.pool.retire();
         }
         self.changed.notify_waiters();
+    }
+
+    /// holdfast stops: idle connections close now (counted as `shutdown`), and the
+    /// group winds down as if removed.
+    pub fn shut_down(&self) {
+        for b in &self.state.load().backends {
+            b.pool.clear_for(CloseReason::Shutdown);
+        }
+        self.remove();
     }
 
     pub fn is_removed(&self) -> bool {
@@ -517,7 +526,7 @@ impl Upstream {
 
     /// Closes idle connections past their limits, on every backend.
     pub fn evict_expired(&self, now: Instant) {
-        for b in &self.members.load().backends {
+        for b in &self.state.load().backends {
             b.pool.evict_expired(now);
         }
     }
@@ -542,7 +551,7 @@ pub struct BackendStats {
     /// Requests that failed on a pooled connection after they may have reached the
     /// origin, and were answered 502 instead of being sent again (non-idempotent
     /// method, or a streamed body).
-    pub unsafe_to_retry: u64,
+    pub not_replayed: u64,
     /// Times health took it out of service (passive ejections and failed checks).
     pub ejections: u64,
     /// Where its health stands now (`healthy`, `ejected`, `recovering`, ...).
@@ -552,9 +561,9 @@ pub struct BackendStats {
 /// The upstream groups in force, for whoever reports on them (status, metrics); a
 /// reload replaces the list.
 #[derive(Default)]
-pub struct Groups(ArcSwap<Vec<Arc<Upstream>>>);
+pub struct Upstreams(ArcSwap<Vec<Arc<Upstream>>>);
 
-impl Groups {
+impl Upstreams {
     pub fn current(&self) -> Arc<Vec<Arc<Upstream>>> {
         self.0.load_full()
     }
@@ -567,7 +576,7 @@ impl Groups {
     pub fn backends(&self) -> Vec<(Arc<Upstream>, Arc<Backend>)> {
         let mut out = Vec::new();
         for u in self.current().iter() {
-            for b in &u.members().backends {
+            for b in &u.state().backends {
                 out.push((Arc::clone(u), Arc::clone(b)));
             }
         }

@@ -54,7 +54,7 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
     let killed =
         stats.iter().find(|s| s.backend == b_addr).expect("the server is still in its group");
     assert!(
-        killed.pool.closed(CloseReason::Ejected) + killed.pool.closed(CloseReason::UpstreamClosed)
+        killed.pool.closed(CloseReason::Ejected) + killed.pool.closed(CloseReason::OriginClosed)
             > 0
     );
 }

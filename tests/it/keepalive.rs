@@ -100,7 +100,7 @@ async fn origin_connection_close_response_retires_the_connection() {
     assert_eq!(origin.accepted(), 2);
     wait_until("the origin sees the first connection closed", DEADLINE, || origin.closed() == 1)
         .await;
-    assert_eq!(proxy.pool().closed(CloseReason::UpstreamClosed), 1);
+    assert_eq!(proxy.pool().closed(CloseReason::OriginClosed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +118,7 @@ async fn connection_the_origin_closed_while_idle_is_replaced_without_an_error() 
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(origin.accepted(), 2);
     assert_eq!(origin.paths(), ["/first", "/second"]);
-    assert_eq!(proxy.pool().closed(CloseReason::UpstreamClosed), 1);
+    assert_eq!(proxy.pool().closed(CloseReason::OriginClosed), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +172,7 @@ async fn idle_connection_that_received_stray_bytes_is_not_reused() {
     let mut client = proxy.client().await;
     assert_eq!(client.get("/first").await.status, StatusCode::OK);
     wait_until("the pool drops the connection with stray bytes", DEADLINE, || {
-        proxy.pool().closed(CloseReason::UpstreamClosed) == 1
+        proxy.pool().closed(CloseReason::OriginClosed) == 1
     })
     .await;
     let reply = client.get("/second").await;

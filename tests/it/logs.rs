@@ -261,7 +261,7 @@ async fn a_reload_that_changes_log_format_says_it_waits_for_a_restart() {
     wait_until("the reload is logged", DEADLINE, || proxy.stderr().contains("config reloaded"))
         .await;
     let stderr = proxy.stderr();
-    let warning = "WARN holdfast::server: changed in the config file; takes effect at the next \
+    let warning = "WARN holdfast::instance: changed in the config file; takes effect at the next \
                    restart key=log_format";
     assert!(stderr.contains(warning), "{stderr}");
     // Still text until the restart.

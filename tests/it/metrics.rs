@@ -26,36 +26,36 @@ async fn counters_match_what_the_origin_saw() {
     assert_eq!(client.get("/status/503").await.status, 503);
     let m = proxy.metrics().await;
     let server = origin.addr().to_string();
-    let this = [("upstream", "default"), ("server", server.as_str())];
+    let this = [("upstream", "default"), ("backend", server.as_str())];
     assert_eq!((origin.request_count(), origin.accepted()), (12, 4));
     let requests =
-        |class| m.count("holdfast_requests_total", &[this[0], this[1], ("class", class)]);
+        |class| m.count("holdfast_backend_responses_total", &[this[0], this[1], ("class", class)]);
     assert_eq!((requests("2xx"), requests("5xx"), requests("4xx")), (11, 1, 0));
     let sent = |kind| {
-        m.count("holdfast_upstream_requests_total", &[this[0], this[1], ("connection", kind)])
+        m.count("holdfast_backend_requests_total", &[this[0], this[1], ("connection", kind)])
     };
     assert_eq!((sent("reused"), sent("new")), (8, 4));
-    assert_eq!(m.count("holdfast_upstream_connections_opened_total", &this), 4);
+    assert_eq!(m.count("holdfast_backend_connections_opened_total", &this), 4);
     let closed = |reason| {
         m.count(
-            "holdfast_upstream_connections_closed_total",
+            "holdfast_backend_connections_closed_total",
             &[this[0], this[1], ("reason", reason)],
         )
     };
-    assert_eq!((closed("max_requests"), closed("upstream_closed")), (2, 1));
-    assert_eq!(m.count("holdfast_upstream_connections_closed_total", &this), 3);
+    assert_eq!((closed("max_requests"), closed("origin_closed")), (2, 1));
+    assert_eq!(m.count("holdfast_backend_connections_closed_total", &this), 3);
     let open =
-        |state| m.count("holdfast_upstream_connections", &[this[0], this[1], ("state", state)]);
+        |state| m.count("holdfast_backend_connections", &[this[0], this[1], ("state", state)]);
     assert_eq!((open("idle"), open("active")), (1, 0));
-    assert_eq!(m.count("holdfast_upstream_connect_duration_seconds_count", &this), 4);
-    assert_eq!(m.count("holdfast_upstream_header_duration_seconds_count", &this), 12);
-    assert_eq!(m.count("holdfast_upstream_response_duration_seconds_count", &this), 12);
+    assert_eq!(m.count("holdfast_backend_connect_duration_seconds_count", &this), 4);
+    assert_eq!(m.count("holdfast_backend_header_duration_seconds_count", &this), 12);
+    assert_eq!(m.count("holdfast_backend_response_duration_seconds_count", &this), 12);
     let all = [("upstream", "default")];
-    assert_eq!(m.count("holdfast_downstream_requests_total", &all), 12);
-    assert_eq!(m.count("holdfast_downstream_request_duration_seconds_count", &all), 12);
-    assert_eq!(m.count("holdfast_upstream_retries_total", &this), 0);
-    assert_eq!(m.count("holdfast_client_connections_accepted_total", &[]), 1);
-    assert_eq!(m.count("holdfast_upstream_queue_depth", &this), 0);
+    assert_eq!(m.count("holdfast_upstream_responses_total", &all), 12);
+    assert_eq!(m.count("holdfast_upstream_request_duration_seconds_count", &all), 12);
+    assert_eq!(m.count("holdfast_backend_retries_total", &this), 0);
+    assert_eq!(m.count("holdfast_listener_connections_accepted_total", &[]), 1);
+    assert_eq!(m.count("holdfast_backend_queue_depth", &this), 0);
 
     // The last connection closes for its idle timeout, with nobody asking.
     let admin = proxy.admin();
@@ -66,15 +66,15 @@ async fn counters_match_what_the_origin_saw() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let m = crate::support::Metrics::scrape(admin).await;
         idle_closed = m.count(
-            "holdfast_upstream_connections_closed_total",
+            "holdfast_backend_connections_closed_total",
             &[this[0], this[1], ("reason", "idle_timeout")],
         );
     }
     assert_eq!(idle_closed, 1);
     wait_until("the origin sees every connection closed", DEADLINE, || origin.closed() == 4).await;
     let m = proxy.metrics().await;
-    assert_eq!(m.count("holdfast_upstream_connections_closed_total", &this), 4);
-    assert_eq!(m.count("holdfast_upstream_connections", &this), 0);
+    assert_eq!(m.count("holdfast_backend_connections_closed_total", &this), 4);
+    assert_eq!(m.count("holdfast_backend_connections", &this), 0);
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use crate::support::{config_to, within_for, ClientBody, Generated, HttpClient};
 
 /// holdfast in this process, in front of one Node origin.
 struct Holdfast {
-    server: holdfast::Server,
+    server: holdfast::Instance,
 }
 
 impl Holdfast {
@@ -32,7 +32,7 @@ impl Holdfast {
     async fn start(origin: &NodeOrigin) -> Holdfast {
         let mut config = config_to(origin.addr());
         config.upstreams[0].pool.idle_timeout = Duration::from_secs(10);
-        let server = holdfast::Server::start(&config).await.expect("holdfast starts");
+        let server = holdfast::Instance::start(&config).await.expect("holdfast starts");
         Holdfast { server }
     }
 
@@ -210,7 +210,7 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     );
     // The race really happened: some requests met a closing connection.
     assert!(stats.retries > 0, "no request met a closing connection; origin: {origin:?}");
-    assert_eq!(stats.unsafe_to_retry, 0);
+    assert_eq!(stats.not_replayed, 0);
     // Each request was processed exactly once: a request that met the close was reset
     // unread, so only its retry reached the origin's handler.
     assert_eq!(origin.total_arrivals(), sent as u64, "origin stderr: {}", node.stderr());
@@ -270,7 +270,7 @@ async fn origin_closing_after_a_few_requests_silently_gives_no_client_errors() {
         origin.counter("closed_after_n")
     );
     assert!(origin.counter("closed_after_n") > 100, "the origin closed too few connections");
-    assert_eq!(stats.unsafe_to_retry, 0);
+    assert_eq!(stats.not_replayed, 0);
     // The origin closes only after a response is out and before holdfast sends again on
     // that connection, so nothing it processed is lost and nothing runs twice.
     assert_eq!(origin.total_arrivals(), sent as u64);
@@ -304,7 +304,7 @@ async fn post_that_may_have_reached_the_origin_is_not_replayed() {
     assert_eq!(origin.arrivals("POST", "/drop/order"), 1);
     let stats = proxy.stats();
     assert_eq!(stats.pool.reused, 1, "the POST went out on the warm connection");
-    assert_eq!((stats.retries, stats.unsafe_to_retry), (0, 1));
+    assert_eq!((stats.retries, stats.not_replayed), (0, 1));
     // The client connection is fine.
     assert_eq!(client.get("/after").await.status, StatusCode::OK);
 }
@@ -318,7 +318,7 @@ async fn get_that_may_have_reached_the_origin_is_retried_once() {
     // It did reach the origin the first time, so it arrived twice: GET allows that.
     assert_eq!(node.stats().await.arrivals("GET", "/drop-once/page"), 2);
     let stats = proxy.stats();
-    assert_eq!((stats.retries, stats.unsafe_to_retry), (1, 0));
+    assert_eq!((stats.retries, stats.not_replayed), (1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,7 +342,7 @@ async fn put_with_a_streamed_body_is_not_replayed_once_sent() {
     assert!(text.contains("its body was streamed, not kept"), "body: {text}");
     assert_eq!(node.stats().await.arrivals("PUT", "/drop-once/big"), 1);
     let stats = proxy.stats();
-    assert_eq!((stats.retries, stats.unsafe_to_retry), (0, 1));
+    assert_eq!((stats.retries, stats.not_replayed), (0, 1));
 }
 
 /// Requests from one keep-alive client with gaps that cycle through `gaps_ms`.
@@ -372,7 +372,7 @@ async fn node_keep_alive_timeout_is_honoured_with_requests_spaced_around_it() {
     assert_eq!(tally.errors(), Vec::<String>::new());
     for (node, proxy, expected) in [(&short, &short_proxy, 20), (&longer, &longer_proxy, 8)] {
         assert_eq!(node.stats().await.total_arrivals(), expected);
-        assert_eq!(proxy.stats().unsafe_to_retry, 0);
+        assert_eq!(proxy.stats().not_replayed, 0);
     }
     // `timeout=1` leaves 0.5 s of idle life: the gaps under it reuse the connection.
     assert!(longer_proxy.stats().pool.reused > 0);

@@ -101,12 +101,12 @@ struct Life {
     /// Requests sent on it so far, the one in flight included.
     requests: u64,
     /// The origin's own limits, when it advertised them (`Keep-Alive: timeout, max`).
-    server: ServerLimits,
+    server: OriginLimits,
 }
 
 /// Limits an origin advertised for one connection; they tighten the pool's own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServerLimits {
+pub struct OriginLimits {
     /// Longest the connection may stay idle before the origin would close it, already
     /// less a safety margin.
     pub idle: Option<Duration>,
@@ -163,7 +163,7 @@ impl<C: Poolable> Pooled<C> {
 
     /// Records limits the origin advertised in its latest response. They replace
     /// earlier ones (an origin counts `max` down as requests go by).
-    pub fn limit_by_server(&mut self, limits: ServerLimits) {
+    pub fn limit_by_origin(&mut self, limits: OriginLimits) {
         self.life.server = limits;
     }
 
@@ -276,7 +276,7 @@ impl<C: Poolable> Pool<C> {
         self.lock().demand.observe(in_flight, opened_at);
         let lifetime = self.inner.config.max_lifetime;
         let expires_at = (!lifetime.is_zero()).then(|| opened_at + lifetime);
-        let life = Life { expires_at, requests: 1, server: ServerLimits::default() };
+        let life = Life { expires_at, requests: 1, server: OriginLimits::default() };
         Pooled {
             conn: Some(conn),
             life,
@@ -379,11 +379,6 @@ impl<C: Poolable> Pool<C> {
         self.close_idle(retired);
     }
 
-    /// Closes every idle connection (shutdown).
-    pub fn clear(&self) {
-        self.clear_for(CloseReason::Shutdown);
-    }
-
     /// Closes every idle connection, counted under `reason`. Busy connections are not
     /// touched: they come back, or close, when their request ends.
     pub fn clear_for(&self, reason: CloseReason) {
@@ -444,7 +439,7 @@ impl<C: Poolable> Pool<C> {
 
     fn retire_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
         if !entry.conn.is_open() {
-            Some(CloseReason::UpstreamClosed)
+            Some(CloseReason::OriginClosed)
         } else if now >= entry.idle_until {
             Some(CloseReason::IdleTimeout)
         } else if entry.life.expires_at.is_some_and(|t| now >= t) {

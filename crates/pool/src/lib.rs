@@ -14,7 +14,7 @@ mod queue;
 mod stats;
 
 pub use budget::IdleBudget;
-pub use idle::{Pool, Pooled, ServerLimits};
+pub use idle::{OriginLimits, Pool, Pooled};
 pub use limits::PoolConfig;
 pub use queue::{Checkout, ConnectPermit, Exhausted};
 pub use stats::{CloseReason, PoolStats, PoolStatsSnapshot};

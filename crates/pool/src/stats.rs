@@ -13,7 +13,7 @@ pub enum CloseReason {
     /// It lived longer than `max_lifetime`.
     MaxLifetime,
     /// The origin closed it, or said it would (`Connection: close`, HTTP/1.0).
-    UpstreamClosed,
+    OriginClosed,
     /// The exchange on it did not end cleanly (body not fully read or sent, I/O error).
     Error,
     /// Keeping it idle would exceed what demand needs (the recent peak of requests in
@@ -39,7 +39,7 @@ impl CloseReason {
         CloseReason::IdleTimeout,
         CloseReason::MaxRequests,
         CloseReason::MaxLifetime,
-        CloseReason::UpstreamClosed,
+        CloseReason::OriginClosed,
         CloseReason::Error,
         CloseReason::AboveDemand,
         CloseReason::BudgetSpent,
@@ -55,7 +55,7 @@ impl CloseReason {
             CloseReason::IdleTimeout => "idle_timeout",
             CloseReason::MaxRequests => "max_requests",
             CloseReason::MaxLifetime => "max_lifetime",
-            CloseReason::UpstreamClosed => "upstream_closed",
+            CloseReason::OriginClosed => "origin_closed",
             CloseReason::Error => "error",
             CloseReason::AboveDemand => "above_demand",
             CloseReason::BudgetSpent => "budget_spent",

@@ -50,7 +50,7 @@ fn groups_added_removed_and_their_settings_changed() {
     assert_eq!(
         lines(&old, &new),
         [
-            // Groups in name order, as the file's tables are read.
+            // Upstreams in name order, as the file's tables are read.
             "upstream api: added with servers 127.0.0.1:5000, api.internal:80",
             "upstream app: changed balance p2c -> round_robin; \
              changed pool.idle_timeout 4s -> 1.5s; added health_check GET /healthz",

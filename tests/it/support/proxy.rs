@@ -48,13 +48,13 @@ fn loopback_any_port() -> SocketAddr {
 
 /// holdfast running in this process.
 pub struct Proxy {
-    server: Option<holdfast::Server>,
+    server: Option<holdfast::Instance>,
     addr: SocketAddr,
 }
 
 impl Proxy {
     pub async fn start(config: Config) -> Proxy {
-        let server = holdfast::Server::start(&config).await.expect("holdfast starts");
+        let server = holdfast::Instance::start(&config).await.expect("holdfast starts");
         let addr = server.local_addrs()[0];
         Proxy { server: Some(server), addr }
     }
@@ -65,7 +65,7 @@ impl Proxy {
         let config = Config::load(path).expect("a valid config file");
         let source = holdfast::ConfigSource { path: path.to_path_buf(), adjust: Box::new(|_| {}) };
         let server =
-            holdfast::Server::start_from(&config, Some(source)).await.expect("holdfast starts");
+            holdfast::Instance::start_from(&config, Some(source)).await.expect("holdfast starts");
         let addr = server.local_addrs()[0];
         Proxy { server: Some(server), addr }
     }
@@ -96,7 +96,7 @@ impl Proxy {
         super::Metrics::scrape(self.admin()).await
     }
 
-    pub fn server(&self) -> &holdfast::Server {
+    pub fn server(&self) -> &holdfast::Instance {
         self.server.as_ref().expect("server is running")
     }
 

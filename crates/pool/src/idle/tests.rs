@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::{
-    Checkout, CloseReason, Exhausted, IdleBudget, Pool, PoolConfig, Poolable, Pooled, ServerLimits,
+    Checkout, CloseReason, Exhausted, IdleBudget, OriginLimits, Pool, PoolConfig, Poolable, Pooled,
 };
 
 #[derive(Debug)]
@@ -104,7 +104,7 @@ async fn closed_idle_connection_is_skipped() {
     flag.store(false, Ordering::SeqCst);
     let mut got = pool.checkout(Instant::now()).expect("conn 1 is still open");
     assert_eq!(got.conn().id, 1);
-    assert_eq!(pool.stats().snapshot().closed(CloseReason::UpstreamClosed), 1);
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::OriginClosed), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -192,8 +192,8 @@ async fn global_budget_caps_idle_across_pools() {
     open_all_then_release(&b, &[5]).await;
     assert_eq!(budget.idle(), 3);
     drop(taken);
-    a.clear();
-    b.clear();
+    a.clear_for(CloseReason::Shutdown);
+    b.clear_for(CloseReason::Shutdown);
     assert_eq!(budget.idle(), 0);
 }
 
@@ -244,7 +244,7 @@ async fn a_queued_request_gets_the_returning_connection_past_ceiling_and_budget(
 async fn server_advertised_idle_timeout_tightens_the_pool_s() {
     let pool = Pool::new(PoolConfig { idle_timeout: secs(60), ..PoolConfig::default() });
     let mut conn = open(&pool, 1).await;
-    conn.limit_by_server(ServerLimits { idle: Some(secs(4)), remaining_requests: None });
+    conn.limit_by_origin(OriginLimits { idle: Some(secs(4)), remaining_requests: None });
     conn.release(Instant::now());
     tokio::time::advance(secs(4)).await;
     assert!(pool.checkout(Instant::now()).is_none());
@@ -255,10 +255,10 @@ async fn server_advertised_idle_timeout_tightens_the_pool_s() {
 async fn server_advertised_zero_timeout_or_no_requests_left_closes_on_release() {
     let pool = Pool::new(PoolConfig::default());
     let mut conn = open(&pool, 1).await;
-    conn.limit_by_server(ServerLimits { idle: Some(Duration::ZERO), remaining_requests: None });
+    conn.limit_by_origin(OriginLimits { idle: Some(Duration::ZERO), remaining_requests: None });
     conn.release(Instant::now());
     let mut conn = open(&pool, 2).await;
-    conn.limit_by_server(ServerLimits { idle: None, remaining_requests: Some(0) });
+    conn.limit_by_origin(OriginLimits { idle: None, remaining_requests: Some(0) });
     conn.release(Instant::now());
     let snap = pool.stats().snapshot();
     assert_eq!(snap.idle, 0);
@@ -281,7 +281,7 @@ async fn dropped_checkout_counts_as_error_and_keeps_gauges_right() {
 async fn clear_closes_all_idle_for_shutdown() {
     let pool = Pool::new(PoolConfig::default());
     open_all_then_release(&pool, &[1, 2]).await;
-    pool.clear();
+    pool.clear_for(CloseReason::Shutdown);
     let snap = pool.stats().snapshot();
     assert_eq!((snap.idle, snap.closed(CloseReason::Shutdown)), (0, 2));
 }

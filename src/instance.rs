@@ -1,6 +1,6 @@
 //! A running holdfast: listeners bound, upstream groups and their pools created,
 //! background eviction, discovery and health checks started, the admin listener and
-//! access log (when configured) running beside them; and [`Server::reload`], which
+//! access log (when configured) running beside them; and [`Instance::reload`], which
 //! applies a new config to all of it without dropping a request or a warm pool.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::failures;
-use crate::upstream::{check, discovery, Backend, BackendStats, Groups, Resolution, Upstream};
+use crate::upstream::{check, discovery, Backend, BackendStats, Resolution, Upstream, Upstreams};
 use holdfast_pool::IdleBudget;
 
 /// Why holdfast could not start.
@@ -60,9 +60,9 @@ pub enum ReloadError {
     Bind { addr: SocketAddr, source: std::io::Error },
 }
 
-/// A started proxy. Dropping it without [`Server::shutdown`] leaves it running until
+/// A started proxy. Dropping it without [`Instance::shutdown`] leaves it running until
 /// the runtime ends.
-pub struct Server {
+pub struct Instance {
     addrs: Vec<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
@@ -79,7 +79,7 @@ struct Shared {
     source: Option<ConfigSource>,
     live: Mutex<Live>,
     /// The groups in force, for status and metrics.
-    groups: Arc<Groups>,
+    groups: Arc<Upstreams>,
     budget: Arc<IdleBudget>,
     /// Open files and local ports, read at start; the budget derives from them.
     resources: Resources,
@@ -110,19 +110,19 @@ struct LiveListener {
     connections: Connections,
 }
 
-impl Server {
+impl Instance {
     /// Binds every listener, resolves server names, then starts serving. Nothing is
     /// served unless every listener could be bound.
-    pub async fn start(config: &Config) -> Result<Server, StartError> {
-        Server::start_from(config, None).await
+    pub async fn start(config: &Config) -> Result<Instance, StartError> {
+        Instance::start_from(config, None).await
     }
 
-    /// [`Server::start`] for a config that came from `source`, which
-    /// [`Server::reload`] reads again.
+    /// [`Instance::start`] for a config that came from `source`, which
+    /// [`Instance::reload`] reads again.
     pub async fn start_from(
         config: &Config,
         source: Option<ConfigSource>,
-    ) -> Result<Server, StartError> {
+    ) -> Result<Instance, StartError> {
         let mut bound = Vec::new();
         for l in &config.listeners {
             let tcp = listener::bind(l.addr, l.backlog)
@@ -195,7 +195,7 @@ impl Server {
             };
             tokio::spawn(admin::serve(tcp, Arc::new(state), stop_admin_rx));
         }
-        Ok(Server { addrs, admin_addr, shared, draining, stop, stop_admin })
+        Ok(Instance { addrs, admin_addr, shared, draining, stop, stop_admin })
     }
 
     /// The listener addresses bound at start, in config order (useful with port 0).
@@ -215,7 +215,7 @@ impl Server {
             backend: b.addr,
             pool: b.pool.stats().snapshot(),
             retries: b.metrics.retries.load(Ordering::Relaxed),
-            unsafe_to_retry: b.metrics.retries_refused.load(Ordering::Relaxed),
+            not_replayed: b.metrics.not_replayed.load(Ordering::Relaxed),
             ejections: b.metrics.ejections.load(Ordering::Relaxed),
             health: b.health_now(Instant::now()).state.as_str(),
         };
@@ -229,13 +229,13 @@ impl Server {
         }
     }
 
-    /// Reads the config file again and applies it (see [`Server::reload_with`]); says
+    /// Reads the config file again and applies it (see [`Instance::reload_with`]); says
     /// what changed.
     pub async fn reload(&self) -> Result<ConfigDiff, ReloadError> {
         self.shared.reload_file().await
     }
 
-    /// Applies `config` to the running server: listeners added and removed, groups
+    /// Applies `config` to the running instance: listeners added and removed, groups
     /// updated (servers that stay keep their pools), routes and timeouts replaced.
     /// Requests in flight finish as they started. Says what changed.
     pub async fn reload_with(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
@@ -263,7 +263,7 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         for u in self.shared.groups.current().iter() {
-            u.remove();
+            u.shut_down();
         }
         let _ = self.stop_admin.send(true);
         // Failures counted since their last line would otherwise go unsaid.
@@ -425,7 +425,7 @@ async fn resolve_all(
 ) -> BTreeMap<String, Resolution> {
     let mut out = BTreeMap::new();
     for u in &config.upstreams {
-        let previous = current.get(&u.name).map(|g| g.members().resolution.clone());
+        let previous = current.get(&u.name).map(|g| g.state().resolution.clone());
         let resolution = discovery::resolve(&u.servers, &previous.unwrap_or_default()).await;
         out.insert(u.name.clone(), resolution);
     }
@@ -491,7 +491,7 @@ fn warn_unreloadable(old: &Config, new: &Config) {
     }
 }
 
-/// Answers reload requests from the admin listener until the server stops.
+/// Answers reload requests from the admin listener until the instance stops.
 async fn serve_reloads(
     shared: Arc<Shared>,
     mut requests: mpsc::Receiver<ReloadRequest>,
@@ -538,7 +538,7 @@ async fn flush_failures(mut stop: watch::Receiver<bool>) {
 }
 
 /// Closes idle connections past their limits even when no request comes to notice.
-async fn evict_idle(groups: Arc<Groups>, mut stop: watch::Receiver<bool>) {
+async fn evict_idle(groups: Arc<Upstreams>, mut stop: watch::Receiver<bool>) {
     loop {
         let period = groups
             .backends()

@@ -15,9 +15,7 @@ use crate::telemetry::access_log::{AccessEntry, AccessLog};
 use crate::upstream::{Backend, Upstream};
 
 /// The record of one request, filled in along the proxy path.
-pub struct Trace {
-    /// The group the request was routed to (`None`: no route matched).
-    upstream: Option<Arc<Upstream>>,
+pub struct Record {
     started: Instant,
     /// The server that got the request last.
     backend: Option<Arc<Backend>>,
@@ -57,14 +55,9 @@ pub struct Delivery {
     pub ended: Option<Instant>,
 }
 
-impl Trace {
+impl Record {
     /// Starts the record of `req`, which has just arrived from `client`.
-    pub fn begin(
-        upstream: Option<&Arc<Upstream>>,
-        req: &Request<'_, '_>,
-        client: SocketAddr,
-        log: Option<&AccessLog>,
-    ) -> Trace {
+    pub fn begin(req: &Request<'_, '_>, client: SocketAddr, log: Option<&AccessLog>) -> Record {
         let log = log.map(|sink| {
             let text =
                 |value: Option<&[u8]>| value.map(|v| String::from_utf8_lossy(v).into_owned());
@@ -80,15 +73,11 @@ impl Trace {
                 user_agent: text(req.header("user-agent")),
             })
         });
-        Trace::start(upstream, log)
+        Record::start(log)
     }
 
     /// Starts the record of a request that could not even be parsed.
-    pub fn refused(
-        upstream: Option<&Arc<Upstream>>,
-        client: SocketAddr,
-        log: Option<&AccessLog>,
-    ) -> Trace {
+    pub fn refused(client: SocketAddr, log: Option<&AccessLog>) -> Record {
         let log = log.map(|sink| {
             Box::new(LogFields {
                 sink: sink.clone(),
@@ -102,12 +91,11 @@ impl Trace {
                 user_agent: None,
             })
         });
-        Trace::start(upstream, log)
+        Record::start(log)
     }
 
-    fn start(upstream: Option<&Arc<Upstream>>, log: Option<Box<LogFields>>) -> Trace {
-        Trace {
-            upstream: upstream.cloned(),
+    fn start(log: Option<Box<LogFields>>) -> Record {
+        Record {
             started: Instant::now(),
             backend: None,
             upstream_started: None,
@@ -124,11 +112,6 @@ impl Trace {
     /// The request goes to `backend` (again after a failover: the last one counts).
     pub fn chose(&mut self, backend: &Arc<Backend>) {
         self.backend = Some(Arc::clone(backend));
-    }
-
-    /// The group the request was routed to, if any.
-    pub fn upstream(&self) -> Option<&Arc<Upstream>> {
-        self.upstream.as_ref()
     }
 
     /// When the request head arrived.
@@ -179,8 +162,9 @@ impl Trace {
         self.backend.as_ref().map(|b| &b.metrics)
     }
 
-    /// Records the finished request: in the metrics, and in the access log if any.
-    pub fn finish(self, delivery: Delivery) {
+    /// Records the finished request: in the metrics of `upstream` (the group it was
+    /// routed to, if any) and of its backend, and in the access log if any.
+    pub fn finish(self, upstream: Option<&Upstream>, delivery: Delivery) {
         let Delivery { status, bytes, ended } = delivery;
         // The response ended when its last byte went out; the caller reports at once,
         // so only a response that did not end needs the clock read again.
@@ -190,7 +174,7 @@ impl Trace {
             (Some(start), Some(_)) => Some(now.saturating_duration_since(start)),
             _ => None,
         };
-        if let Some(group) = &self.upstream {
+        if let Some(group) = upstream {
             group.metrics.requests.record(status);
             group.metrics.duration.observe(request_time);
         }
@@ -218,7 +202,7 @@ impl Trace {
             bytes,
             referer: log.referer.as_deref(),
             user_agent: log.user_agent.as_deref(),
-            upstream: self.upstream.as_ref().map(|u| &*u.name),
+            upstream: upstream.map(|u| &*u.name),
             upstream_addr: self.backend.as_ref().map(|b| b.addr),
             upstream_status: self.upstream_status,
             reused: self.reused,
