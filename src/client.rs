@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::net::Stream;
 use socket2::SockRef;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::{ClientLimits, Timeouts};
@@ -74,12 +74,7 @@ struct Phase {
 /// and a deadline: the read buffer, and the state for reading and forwarding requests
 /// (a few hundred bytes more, and a timer), are taken when there is something to read.
 /// A crowd of connections that never send anything costs little.
-pub async fn serve(
-    stream: TcpStream,
-    addr: SocketAddr,
-    proxy: Arc<Proxy>,
-    mut open: OpenConnection,
-) {
+pub async fn serve(stream: Stream, addr: SocketAddr, proxy: Arc<Proxy>, mut open: OpenConnection) {
     let accepted = Instant::now();
     // Read once: the first wait's deadline and the connection's settings come from the
     // same config. Only the `Arc` is held while the client is silent.
@@ -103,7 +98,7 @@ pub async fn serve(
 /// finds nothing, gives the buffer back and waits again, so no buffer is held for a
 /// connection that is still silent.
 async fn first_bytes(
-    stream: &TcpStream,
+    stream: &Stream,
     deadline: Instant,
     open: &mut OpenConnection,
 ) -> Option<InBuf> {
@@ -136,7 +131,7 @@ async fn first_bytes(
 
 /// Reads and forwards requests until the connection ends.
 async fn serve_requests(
-    stream: TcpStream,
+    stream: Stream,
     addr: SocketAddr,
     settings: ClientSettings,
     mut open: OpenConnection,
@@ -145,7 +140,7 @@ async fn serve_requests(
 ) {
     // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
-    let _ = stream.set_nodelay(true);
+    let _ = stream.tcp().set_nodelay(true);
     let mut conn = Conn {
         stream,
         addr,
@@ -175,7 +170,7 @@ async fn serve_requests(
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     addr: SocketAddr,
     /// The client's address as the forwarding headers give it.
     peer: PeerText,
@@ -334,7 +329,7 @@ impl Conn {
     /// with unread bytes sends a reset, and a reset can destroy the response before the
     /// client has read it.
     async fn linger(&mut self) {
-        let _ = SockRef::from(&self.stream).shutdown(Shutdown::Write);
+        let _ = SockRef::from(self.stream.tcp()).shutdown(Shutdown::Write);
         let mut deadline = Deadline::after(LINGER);
         loop {
             self.buf.consume(self.buf.len());

@@ -12,6 +12,7 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 use crate::client;
+use crate::net::Stream;
 use crate::proxy::Proxy;
 
 /// Counts client connections (open now, so shutdown can wait for them, and accepted
@@ -165,7 +166,7 @@ pub async fn accept_loop(
         match accepted {
             Ok((stream, addr)) => {
                 let open = connections.track();
-                tokio::spawn(client::serve(stream, addr, Arc::clone(&proxy), open));
+                tokio::spawn(client::serve(Stream::from(stream), addr, Arc::clone(&proxy), open));
             }
             // Out of file descriptors or similar: back off briefly instead of spinning.
             Err(e) => {

@@ -10,7 +10,7 @@
 use std::io;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use crate::net::Stream;
 use tokio::time::Instant;
 
 use super::error::ClientBodyError;
@@ -68,7 +68,7 @@ fn charge(pace: &mut Pace, deadline: &Deadline<'_>) {
 
 /// One read from the client, within what `pace` allows.
 async fn read_client(
-    client: &mut TcpStream,
+    client: &mut Stream,
     buf: &mut InBuf,
     pace: &mut Pace,
 ) -> Result<usize, WaitError> {
@@ -85,9 +85,9 @@ async fn read_client(
 /// Hints`) are read and dropped; a final response, or the origin closing, ends the
 /// upload early.
 pub async fn upload(
-    client: &mut TcpStream,
+    client: &mut Stream,
     buf: &mut InBuf,
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     origin_buf: &mut InBuf,
     framing: Framing,
     expect_continue: &mut bool,
@@ -142,7 +142,7 @@ pub async fn upload(
 /// complete interim responses; true when it is a final answer (or the origin closed),
 /// which ends the upload.
 async fn early_answer(
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     buf: &mut InBuf,
     scan: &mut HeadScan,
 ) -> Result<bool, UploadError> {
@@ -168,7 +168,7 @@ async fn early_answer(
 /// Reads a request body of `len` bytes into memory, so the request can be sent again
 /// if a pooled connection fails under it (see `retry::should_keep_body`).
 pub async fn read_kept(
-    client: &mut TcpStream,
+    client: &mut Stream,
     buf: &mut InBuf,
     len: u64,
     expect_continue: &mut bool,
@@ -197,7 +197,7 @@ fn retry_cap() -> usize {
 
 /// Sends `100 Continue` to a client that waits for it, once.
 async fn answer_continue(
-    client: &TcpStream,
+    client: &Stream,
     expect_continue: &mut bool,
     stall: Duration,
 ) -> Result<(), UploadError> {
@@ -225,7 +225,7 @@ fn invalid(_: InvalidChunk) -> UploadError {
 /// Writes `parts` to the origin. While the write waits for room, what the origin sends
 /// is read: interim responses are dropped, a final one ends the upload.
 async fn write_watching(
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     origin_buf: &mut InBuf,
     early: &mut HeadScan,
     parts: &[&[u8]],
@@ -283,7 +283,7 @@ pub enum DownloadError {
 
 /// The client side of a download: body bytes sent, and the pace it keeps.
 struct ToClient<'a> {
-    stream: &'a TcpStream,
+    stream: &'a Stream,
     bytes: u64,
     pace: Pace,
 }
@@ -315,9 +315,9 @@ pub struct DownloadLimits {
 /// Sends the client its response: `head`, then the body the origin frames with
 /// `framing`, framed towards the client as `out` says.
 pub async fn download(
-    upstream: &mut TcpStream,
+    upstream: &mut Stream,
     buf: &mut InBuf,
-    client: &TcpStream,
+    client: &Stream,
     head: &[u8],
     framing: Framing,
     out: BodyOut,
@@ -386,9 +386,9 @@ fn invalid_data() -> io::Error {
 /// Copies bytes both ways between an upgraded client connection and its upstream
 /// connection until either side ends; bytes already read on either side go first.
 pub async fn tunnel(
-    client: &mut TcpStream,
+    client: &mut Stream,
     client_buf: &mut InBuf,
-    mut upstream: TcpStream,
+    mut upstream: Stream,
     origin_buf: &mut InBuf,
     stall: Duration,
 ) -> io::Result<()> {

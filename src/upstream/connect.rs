@@ -8,6 +8,8 @@ use std::time::Duration;
 use std::mem::MaybeUninit;
 
 use socket2::SockRef;
+
+use crate::net::Stream;
 use tokio::io::Interest;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -60,7 +62,7 @@ impl ConnectError {
 /// are found by its `Poolable::is_open` (cheap, from the readiness the event loop
 /// has seen) and, definitively, by [`OriginConn::probe`] just before reuse.
 pub struct OriginConn {
-    pub stream: TcpStream,
+    pub stream: Stream,
 }
 
 impl OriginConn {
@@ -70,7 +72,7 @@ impl OriginConn {
     /// the race `proxy::retry` handles.
     pub fn probe(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        nothing_arrived(SockRef::from(&self.stream).peek(&mut byte))
+        nothing_arrived(SockRef::from(self.stream.tcp()).peek(&mut byte))
     }
 }
 
@@ -85,9 +87,8 @@ impl holdfast_pool::Poolable for OriginConn {
     /// end of stream or bytes; no system call while nothing has arrived.
     fn is_open(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        nothing_arrived(
-            self.stream.try_io(Interest::READABLE, || SockRef::from(&self.stream).peek(&mut byte)),
-        )
+        let tcp = self.stream.tcp();
+        nothing_arrived(tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte)))
     }
 }
 
@@ -104,7 +105,7 @@ pub async fn connect(
     };
     // Requests and responses are written whole; Nagle would only delay the last segment.
     stream.set_nodelay(true).map_err(ConnectError::Io)?;
-    Ok(OriginConn { stream })
+    Ok(OriginConn { stream: Stream::from(stream) })
 }
 
 /// The TCP connection, before any socket options.

@@ -15,6 +15,10 @@
 
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
+mod stream;
+
+pub use stream::Stream;
+
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
@@ -23,7 +27,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 /// Storage size of a client connection's read buffer: request heads and the start of
@@ -179,7 +182,7 @@ impl InBuf {
     /// One read from `stream` if it has bytes now, without waiting. `WouldBlock` when it
     /// has none (the socket is then marked not ready, and the storage can be released);
     /// `Ok(0)` is end of stream.
-    pub fn try_fill(&mut self, stream: &TcpStream) -> io::Result<usize> {
+    pub fn try_fill(&mut self, stream: &Stream) -> io::Result<usize> {
         let spare = self.spare();
         if spare.is_empty() {
             return Err(io::Error::other("read buffer is full"));
@@ -199,7 +202,7 @@ impl InBuf {
     /// call that would only say `EAGAIN`.
     pub async fn fill(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         deadline: &mut Deadline<'_>,
     ) -> Result<usize, WaitError> {
         if self.storage.is_empty() {
@@ -368,7 +371,7 @@ impl WaitError {
 /// Writes all of `parts` to `stream` (vectored), waiting for room within `stall` of
 /// the first wait. Returns how many bytes went out before an error, with it.
 pub async fn write_all(
-    stream: &TcpStream,
+    stream: &Stream,
     parts: &[&[u8]],
     stall: Duration,
 ) -> Result<(), (u64, WaitError)> {
@@ -382,7 +385,7 @@ pub async fn write_all(
 /// sends the rest through a future of its own, on the heap, so the exchanges that await
 /// this carry no wait state in the common case.
 pub async fn write_all_by(
-    stream: &TcpStream,
+    stream: &Stream,
     parts: &[&[u8]],
     deadline: &mut Deadline<'_>,
 ) -> Result<(), (u64, WaitError)> {
@@ -397,7 +400,7 @@ pub async fn write_all_by(
 /// Writes what the socket takes now of `parts`, from byte `written` on: how far it got,
 /// or how far it got before an error.
 fn write_now(
-    stream: &TcpStream,
+    stream: &Stream,
     parts: &[&[u8]],
     mut written: usize,
 ) -> Result<usize, (usize, io::Error)> {
@@ -414,7 +417,7 @@ fn write_now(
 
 /// Writes `parts` from byte `written` to `total`, waiting for room until `deadline`.
 async fn write_rest(
-    stream: &TcpStream,
+    stream: &Stream,
     parts: &[&[u8]],
     mut written: usize,
     total: usize,
@@ -437,7 +440,7 @@ async fn write_rest(
 const MAX_PARTS: usize = 8;
 
 /// One vectored write of `parts`, skipping the first `skip` bytes.
-pub fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
+pub fn try_write_from(stream: &Stream, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
     let mut slices = [IoSlice::new(&[]); MAX_PARTS];
     let mut count = 0usize;
     for part in parts {
@@ -459,7 +462,7 @@ pub fn try_write_from(stream: &TcpStream, parts: &[&[u8]], mut skip: usize) -> i
 /// Reads and discards `remaining` body bytes within `limit`, so the connection can be
 /// reused (after a client left mid-response, after a health check). True when the body
 /// ended cleanly: no early end, nothing beyond it.
-pub async fn drain(upstream: &mut TcpStream, mut remaining: u64, limit: Duration) -> bool {
+pub async fn drain(upstream: &mut Stream, mut remaining: u64, limit: Duration) -> bool {
     let mut deadline = Deadline::after(limit);
     let mut buf = InBuf::new(ORIGIN_BUF);
     while remaining > 0 {

@@ -1,0 +1,379 @@
+//! The logic of one exchange, whatever the protocol: lease a connection, send the
+//! request once more on a new connection when a pooled one failed under it and
+//! `retry` allows it, move it to another backend when a connect failed or the backend
+//! failed it, answer early (no route, no server, body too large), switch protocols,
+//! and settle the connection: back to its pool, drained in the background, or closed.
+//! Every answer and outcome is counted here. The bytes move through a [`Wire`]; this
+//! module never touches a socket or a byte of HTTP syntax.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_pool::CloseReason;
+use tokio::time::Instant;
+
+use super::error::{ProxyError, ProxyErrorKind};
+use super::record::Delivery;
+use super::retry::{self, BodyReplay, Decision};
+use super::transfer::{DownloadError, Upload};
+use super::wire::{Attempt, ResponseStart, Wire};
+use super::{error, pick, record, Done, Next, Outbound, Proxy};
+use crate::http1::encode::ConnectionOut;
+use crate::http1::Framing;
+use crate::telemetry::failures;
+use crate::upstream::{Backend, Lease, LeaseError};
+
+/// Responses whose unread remainder is at most this many bytes are drained after the
+/// client leaves, to keep the connection; 64 KiB is a few milliseconds on any link.
+const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
+
+/// A request that reached its origin and got a response head.
+struct Sent {
+    lease: Lease,
+    upload: Upload,
+    start: ResponseStart,
+}
+
+impl Proxy {
+    /// Carries one request to its backend and the response back to the client, over
+    /// `wire`.
+    pub(super) async fn exchange<W: Wire>(
+        &self,
+        mut out: Outbound,
+        head: &[u8],
+        wire: &mut W,
+    ) -> Done {
+        if out.backend.is_none() {
+            return self.answer_unserved(out, wire).await;
+        }
+        if let (Framing::Length(len), Some(max)) = (out.request.framing, out.route.max_body) {
+            if len > max {
+                // Refused before anything reaches the origin.
+                let kind = ProxyErrorKind::BodyTooLarge(max);
+                tracing::debug!(length = len, reason = %kind.as_str(), "{kind}");
+                let text = format!("holdfast: {kind}\n");
+                return self.answer(out, 413, "body_too_large", &text, wire).await;
+            }
+        }
+        match self.send(&mut out, head, wire).await {
+            Ok(sent) => self.respond(out, sent, wire).await,
+            // Boxed, as the upgrade: a rare path's state would otherwise make every
+            // exchange's (boxed per request) larger.
+            Err(e) => Box::pin(self.answer_error(out, e, wire)).await,
+        }
+    }
+
+    /// Answers a request that has nowhere to go: 404 when no route matched it, 502 when
+    /// its group has no backend that may take requests now.
+    async fn answer_unserved<W: Wire>(&self, out: Outbound, wire: &mut W) -> Done {
+        let (status, reason, text) = match out.route.upstream.as_ref() {
+            None => {
+                self.unrouted.fetch_add(1, Ordering::Relaxed);
+                (404, "no_route", "holdfast: no route for this host and path\n".to_string())
+            }
+            Some(upstream) => {
+                let why = upstream.with_state(|m| m.unavailable(Instant::now()));
+                failures::record(&upstream.name, None, "no_healthy_server", 502, &why);
+                (502, "no_healthy_server", format!("holdfast: upstream {}: {why}\n", upstream.name))
+            }
+        };
+        self.answer(out, status, reason, &text, wire).await
+    }
+
+    /// Leases a connection, sends the request and reads the response head; once more
+    /// on a new connection when a pooled one failed under the request and
+    /// [`retry::may_replay`] allows it; on another backend when a connect failed or
+    /// [`retry::may_fail_over`] allows it, up to [`retry::MAX_BACKENDS`] backends.
+    ///
+    /// # Races
+    /// A pooled connection may be closing at the origin just as the request goes out on
+    /// it (an idle timeout, a limit on requests per connection). The attempt then fails
+    /// before any response byte. The request is sent again when not a byte of it was
+    /// written, and for idempotent requests whose body is empty or kept even when it
+    /// may have arrived.
+    async fn send<W: Wire>(
+        &self,
+        out: &mut Outbound,
+        head: &[u8],
+        wire: &mut W,
+    ) -> Result<Sent, ProxyError> {
+        let kept = self.kept_body(out, wire).await?;
+        // One clock read serves the request's arrival and the pool's checkout, unless a
+        // body was read in between.
+        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        out.record.asking(asked);
+        let body = match (&kept, out.request.framing) {
+            (Some(_), _) => BodyReplay::Kept,
+            (None, Framing::Empty) => BodyReplay::Empty,
+            (None, _) => BodyReplay::Streamed,
+        };
+        let mut tried = Vec::new();
+        // After a pooled connection failed under the request: the same backend, on a new
+        // connection.
+        let mut fresh = false;
+        loop {
+            let backend = Arc::clone(out.backend());
+            let mut lease = match self.connect(out, &backend, fresh, asked).await {
+                Ok(lease) => lease,
+                Err(LeaseError::Connect(e)) => {
+                    if e.is_backend_failure() {
+                        backend.connect_failed(Instant::now());
+                    }
+                    if self.fail_over(out, &mut tried) {
+                        fresh = false;
+                        continue;
+                    }
+                    return Err(error(out, e.into(), false));
+                }
+                Err(e) => return Err(error(out, e.into(), false)),
+            };
+            let reused = lease.is_reused();
+            out.record.sending(reused);
+            let attempt = wire.attempt(out, lease.conn(), head, kept.as_deref()).await;
+            let (outcome, io_error) = match attempt {
+                Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
+                Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
+                Err(Attempt::Closed { outcome, error }) => (outcome, error),
+            };
+            lease.discard(CloseReason::OriginClosed);
+            wire.forget_origin();
+            let decision = retry::may_replay(&out.request.method, outcome, reused, body);
+            record(&backend, decision);
+            match decision {
+                Decision::Replay => {
+                    tracing::debug!(
+                        backend = %backend.addr, method = %out.request.method, outcome = %outcome.as_str(),
+                        error = %io_error, "pooled connection failed, retrying on a new one"
+                    );
+                    fresh = true;
+                    continue;
+                }
+                Decision::NotReplayed(why) => {
+                    let kind = ProxyErrorKind::NotReplayed {
+                        error: io_error,
+                        method: out.request.method.clone(),
+                        why,
+                    };
+                    return Err(error(out, kind, reused));
+                }
+                Decision::Fail => {}
+            }
+            // A new connection failed before any response byte: the backend is failing.
+            backend.observe(502, None, Instant::now());
+            if retry::may_fail_over(&out.request.method, outcome, body)
+                && self.fail_over(out, &mut tried)
+            {
+                tracing::debug!(
+                    backend = %backend.addr, method = %out.request.method, error = %io_error,
+                    "backend failed the request before answering; sending it to another"
+                );
+                fresh = false;
+                continue;
+            }
+            return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
+        }
+    }
+
+    /// A connection to `backend` for the request: an idle pooled one if there is one
+    /// (unless `fresh`), else a new one, after the queue if the backend is at its limit.
+    async fn connect(
+        &self,
+        out: &mut Outbound,
+        backend: &Backend,
+        fresh: bool,
+        asked: Instant,
+    ) -> Result<Lease, LeaseError> {
+        if !fresh {
+            if let Some(lease) = backend.try_idle(asked) {
+                out.record.connected(Duration::ZERO);
+                return Ok(lease);
+            }
+        }
+        let started = if fresh { Instant::now() } else { asked };
+        let connect = out.route.site.timeouts.connect;
+        let lease = if fresh {
+            backend.connect_fresh(connect).await?
+        } else {
+            backend.lease(connect).await?
+        };
+        out.record.connected(started.elapsed());
+        Ok(lease)
+    }
+
+    /// Moves the request to another backend of its group, one it has not tried; false
+    /// when there is none that may take it, or the request has been to
+    /// [`retry::MAX_BACKENDS`] already.
+    fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
+        let (Some(upstream), Some(failed)) = (out.route.upstream.as_ref(), &out.backend) else {
+            return false;
+        };
+        tried.push(failed.addr);
+        if tried.len() >= retry::MAX_BACKENDS {
+            return false;
+        }
+        let Some(next) = pick(upstream, tried, Instant::now()) else { return false };
+        failed.metrics.failovers.fetch_add(1, Ordering::Relaxed);
+        out.record.chose(next.backend());
+        out.backend = Some(next);
+        true
+    }
+
+    /// The body of a small idempotent request, read in full before it is sent so it
+    /// can be sent again (see [`retry::should_keep_body`]); `None` for other requests.
+    async fn kept_body<W: Wire>(
+        &self,
+        out: &mut Outbound,
+        wire: &mut W,
+    ) -> Result<Option<Vec<u8>>, ProxyError> {
+        let Framing::Length(len) = out.request.framing else { return Ok(None) };
+        if !retry::should_keep_body(&out.request.method, Some(len)) {
+            return Ok(None);
+        }
+        match wire.read_kept(out, len).await {
+            Ok(kept) => {
+                out.progress.body_consumed = true;
+                Ok(Some(kept))
+            }
+            Err(e) => {
+                let kind = match e {
+                    Attempt::Failed(kind) => kind,
+                    Attempt::Closed { error, .. } => ProxyErrorKind::Closed(error),
+                };
+                Err(error(out, kind, false))
+            }
+        }
+    }
+
+    /// Streams the response to the client and settles the upstream connection:
+    /// back to the pool, drained in the background, or closed.
+    async fn respond<W: Wire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
+        let Sent { mut lease, upload, start } = sent;
+        let (header, now) = out.record.response_head(start.status);
+        out.backend().observe(start.status, header, now);
+        if start.connection == ConnectionOut::Upgrade {
+            return Box::pin(self.switch(out, lease, wire)).await;
+        }
+        lease.limit_by_origin(start.limits);
+        let reusable = start.reusable && upload == Upload::Complete;
+        let downloaded = wire.relay(&out, lease.conn(), &start).await;
+        let status = start.status;
+        let keep_client = start.connection != ConnectionOut::Close;
+        match downloaded {
+            Ok(done) => {
+                let now = Instant::now();
+                if reusable && !done.extra && out.backend().is_down(now) {
+                    // Taken out of service while this response was on its way.
+                    lease.discard(CloseReason::Ejected);
+                } else if reusable && !done.extra {
+                    lease.release(now);
+                } else {
+                    let reason =
+                        if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };
+                    lease.discard(reason);
+                }
+                out.record.finish(
+                    out.route.upstream.as_deref(),
+                    Delivery { status, bytes: done.bytes, ended: Some(now) },
+                );
+                let next = match (keep_client, upload) {
+                    (true, _) => Next::KeepOpen,
+                    // The origin answered before the whole body came: the client may still
+                    // be sending it.
+                    (false, Upload::Interrupted) => Next::Linger,
+                    (false, Upload::Complete) => Next::Close,
+                };
+                Done { next, at: now }
+            }
+            Err(DownloadError::Client { error, bytes, remaining }) => {
+                tracing::debug!(error = %error, "client left before the response ended");
+                match remaining {
+                    Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && !wire.origin_has_extra() => {
+                        wire.drain_later(lease, n)
+                    }
+                    _ => lease.discard(CloseReason::Error),
+                }
+                let at = out.record.started();
+                out.record
+                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
+                Done { next: Next::Close, at }
+            }
+            Err(DownloadError::Upstream { error, bytes }) => {
+                if let Some(upstream) = out.route.upstream.as_ref() {
+                    let backend = Some(out.backend().addr);
+                    let message = format!("upstream response body failed: {error}");
+                    failures::record(&upstream.name, backend, "origin_body", status, &message);
+                }
+                lease.discard(CloseReason::Error);
+                out.record.failed("origin_body");
+                let at = out.record.started();
+                out.record
+                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
+                Done { next: Next::Close, at }
+            }
+        }
+    }
+
+    /// Answers 101 to the client and copies bytes both ways until either side ends.
+    /// The upstream connection leaves the pool for good.
+    async fn switch<W: Wire>(&self, out: Outbound, lease: Lease, wire: &mut W) -> Done {
+        let conn = lease.into_inner(CloseReason::Upgraded);
+        let stall = out.route.site.timeouts.read;
+        let wrote = wire.switch(&out).await;
+        let at = Instant::now();
+        let delivery = Delivery { status: 101, bytes: 0, ended: Some(at) };
+        out.record.finish(out.route.upstream.as_deref(), delivery);
+        if wrote {
+            wire.tunnel(conn, stall).await;
+        }
+        Done { next: Next::Close, at }
+    }
+
+    /// Answers a request that failed with holdfast's own response naming the upstream,
+    /// the backend and the reason.
+    async fn answer_error<W: Wire>(&self, out: Outbound, e: ProxyError, wire: &mut W) -> Done {
+        if e.kind.is_client_fault() {
+            tracing::debug!(
+                upstream = %e.upstream, backend = %e.backend, method = %out.request.method,
+                status = e.status(), reason = %e.kind.as_str(), "{}", e.kind
+            );
+        } else {
+            failures::record(&e.upstream, Some(e.backend), e.kind.as_str(), e.status(), &e.kind);
+        }
+        if e.kind.is_backend_failure() {
+            out.backend().observe(e.status(), None, Instant::now());
+        }
+        self.answer(out, e.status(), e.kind.as_str(), &e.text(), wire).await
+    }
+
+    /// Sends holdfast's own response, `status` with `text`, for a request that failed
+    /// for `reason`; keeps the client connection when the request was read in full.
+    async fn answer<W: Wire>(
+        &self,
+        mut out: Outbound,
+        status: u16,
+        reason: &'static str,
+        text: &str,
+        wire: &mut W,
+    ) -> Done {
+        out.record.failed(reason);
+        self.answers.record(out.route.upstream.as_ref().map(|u| &u.name), reason, status);
+        // Unread body bytes would be taken for the next request: close instead.
+        let keep = out.request.keep_alive && out.progress.body_consumed;
+        let sent = wire.answer_local(&out, status, text, keep).await;
+        let at = Instant::now();
+        let ended = sent.then_some(at);
+        out.record.finish(
+            out.route.upstream.as_deref(),
+            Delivery { status, bytes: text.len() as u64, ended },
+        );
+        let next = match (sent, keep, out.progress.body_consumed) {
+            (false, _, _) => Next::Close,
+            (true, true, _) => Next::KeepOpen,
+            (true, false, true) => Next::Close,
+            (true, false, false) => Next::Linger,
+        };
+        Done { next, at }
+    }
+}

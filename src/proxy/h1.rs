@@ -1,0 +1,306 @@
+//! The HTTP/1.1 wire of an exchange: a client connection and an origin connection
+//! that both speak HTTP/1.1. Writes the request head holdfast prepared and the body in
+//! holdfast's framing, reads the origin's response head (skipping interim responses)
+//! and writes the client's version of it, relays the body, tunnels an upgraded
+//! connection, and writes holdfast's own responses. It decides nothing: `exchange`
+//! does, from what this reports.
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use holdfast_pool::CloseReason;
+use http::Method;
+use tokio::time::Instant;
+
+use super::error::ProxyErrorKind;
+use super::retry::SendOutcome;
+use super::transfer::{self, DownloadError, DownloadLimits, Downloaded, Upload, UploadError};
+use super::wire::{Attempt, ResponseStart, Wire};
+use super::{pace_config, upload_limits, Client, Outbound};
+use crate::http1::encode::{self, BodyOut, ConnectionOut};
+use crate::http1::head::HeadScan;
+use crate::http1::response::{self, BadResponse};
+use crate::net::{self, Deadline, InBuf, Stream, WaitError};
+use crate::upstream::{keepalive, Lease, OriginConn};
+
+/// How long a background drain may take before the connection is closed instead.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One exchange between an HTTP/1.1 client connection and HTTP/1.1 origin
+/// connections: the client's side, and the buffers for the origin's side, which outlive
+/// a retry on another connection.
+pub(crate) struct H1Wire<'a> {
+    client: Client<'a>,
+    /// What was read from the origin connection and not yet passed on.
+    origin_buf: InBuf,
+    /// The response head as the client gets it.
+    response_head: Vec<u8>,
+}
+
+impl<'a> H1Wire<'a> {
+    pub(crate) fn new(client: Client<'a>) -> Self {
+        H1Wire { client, origin_buf: InBuf::new(net::ORIGIN_BUF), response_head: net::scratch() }
+    }
+}
+
+impl Drop for H1Wire<'_> {
+    fn drop(&mut self) {
+        self.origin_buf.release();
+        net::recycle(std::mem::take(&mut self.response_head));
+    }
+}
+
+impl Wire for H1Wire<'_> {
+    async fn read_kept(&mut self, out: &mut Outbound, len: u64) -> Result<Vec<u8>, Attempt> {
+        let limits = upload_limits(out);
+        let expect = &mut out.progress.expect_continue;
+        transfer::read_kept(self.client.stream, self.client.buf, len, expect, &limits)
+            .await
+            .map_err(|e| upload_error(e, limits.upstream_stall))
+    }
+
+    async fn attempt(
+        &mut self,
+        out: &mut Outbound,
+        conn: &mut OriginConn,
+        head: &[u8],
+        kept: Option<&[u8]>,
+    ) -> Result<(Upload, ResponseStart), Attempt> {
+        let limit = out.route.site.timeouts.response_header;
+        let stream = &mut conn.stream;
+        let parts = [head, kept.unwrap_or_default()];
+        if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
+            return Err(match error {
+                WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
+                WaitError::Io(error) if written == 0 => {
+                    Attempt::Closed { outcome: SendOutcome::Unsent, error }
+                }
+                WaitError::Io(error) => {
+                    Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+                }
+            });
+        }
+        // `response_header` counts from the end of the request: its arrival when it had
+        // no body or one read beforehand, else the end of the upload.
+        let (upload, sent_at) = if out.progress.body_consumed {
+            (Upload::Complete, out.record.started())
+        } else {
+            let limits = upload_limits(out);
+            let (framing, expect) = (out.request.framing, &mut out.progress.expect_continue);
+            let sent = transfer::upload(
+                self.client.stream,
+                self.client.buf,
+                stream,
+                &mut self.origin_buf,
+                framing,
+                expect,
+                &limits,
+            );
+            (sent.await.map_err(|e| upload_error(e, limit))?, Instant::now())
+        };
+        if upload == Upload::Complete {
+            out.progress.body_consumed = true;
+        }
+        // The origin may take long to answer: the client's buffer, unless it holds a
+        // pipelined request, goes back meanwhile.
+        self.client.buf.release();
+        let mut deadline = Deadline::on(self.client.timer, net::later(sent_at, limit));
+        let start = read_response_head(
+            out,
+            upload,
+            stream,
+            &mut self.origin_buf,
+            &mut deadline,
+            &mut self.response_head,
+        )
+        .await?;
+        Ok((upload, start))
+    }
+
+    fn forget_origin(&mut self) {
+        self.origin_buf.consume(self.origin_buf.len());
+    }
+
+    async fn relay(
+        &mut self,
+        out: &Outbound,
+        conn: &mut OriginConn,
+        start: &ResponseStart,
+    ) -> Result<Downloaded, DownloadError> {
+        let timeouts = &out.route.site.timeouts;
+        let limits = DownloadLimits {
+            upstream_stall: timeouts.read,
+            client_stall: timeouts.read,
+            pace: pace_config(&out.route.site),
+        };
+        transfer::download(
+            &mut conn.stream,
+            &mut self.origin_buf,
+            self.client.stream,
+            &self.response_head,
+            start.framing,
+            start.body_out,
+            &limits,
+        )
+        .await
+    }
+
+    fn origin_has_extra(&self) -> bool {
+        !self.origin_buf.is_empty()
+    }
+
+    async fn switch(&mut self, out: &Outbound) -> bool {
+        let stall = out.route.site.timeouts.read;
+        net::write_all(self.client.stream, &[&self.response_head], stall).await.is_ok()
+    }
+
+    async fn tunnel(&mut self, conn: OriginConn, stall: Duration) {
+        let (client, buf) = (&mut *self.client.stream, &mut *self.client.buf);
+        let tunnel = transfer::tunnel(client, buf, conn.stream, &mut self.origin_buf, stall);
+        if let Err(e) = tunnel.await {
+            tracing::debug!(error = %e, "upgraded connection ended with an error");
+        }
+    }
+
+    fn drain_later(&self, mut lease: Lease, remaining: u64) {
+        tokio::spawn(async move {
+            if net::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
+                lease.release(Instant::now());
+            } else {
+                lease.discard(CloseReason::Error);
+            }
+        });
+    }
+
+    async fn answer_local(&mut self, out: &Outbound, status: u16, text: &str, keep: bool) -> bool {
+        let connection = ConnectionOut::for_client(keep, out.request.version);
+        let mut response = Vec::with_capacity(text.len().saturating_add(256));
+        encode::local_response(status, text, connection, &mut response);
+        let stream: &Stream = self.client.stream;
+        net::write_all(stream, &[&response], out.route.site.timeouts.read).await.is_ok()
+    }
+}
+
+/// Reads the origin's response head (skipping interim 1xx responses) and writes the
+/// client's version of it into `response_head`.
+async fn read_response_head(
+    out: &Outbound,
+    upload: Upload,
+    stream: &mut Stream,
+    buf: &mut InBuf,
+    deadline: &mut Deadline<'_>,
+    response_head: &mut Vec<u8>,
+) -> Result<ResponseStart, Attempt> {
+    let mut received_any = false;
+    let mut scan = HeadScan::default();
+    loop {
+        if !buf.is_empty() {
+            received_any = true;
+            match parse_response(out, upload, buf, &mut scan, response_head) {
+                Ok(Some(start)) => return Ok(start),
+                Ok(None) if buf.is_full() && !buf.grow(response::MAX_HEAD_BYTES) => {
+                    return Err(Attempt::Failed(BadResponse::HeadTooLarge.into()));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Attempt::Failed(e.into())),
+            }
+        }
+        match buf.fill(stream, deadline).await {
+            Ok(0) => {
+                let error = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the origin closed the connection",
+                );
+                return Err(closed(received_any, error));
+            }
+            Ok(_) => {}
+            Err(WaitError::TimedOut) => {
+                let limit = out.route.site.timeouts.response_header;
+                return Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)));
+            }
+            Err(WaitError::Io(error)) => return Err(closed(received_any, error)),
+        }
+    }
+}
+
+/// Parses a complete response head in `buf`, if there is one, consuming it.
+fn parse_response(
+    out: &Outbound,
+    upload: Upload,
+    buf: &mut InBuf,
+    scan: &mut HeadScan,
+    response_head: &mut Vec<u8>,
+) -> Result<Option<ResponseStart>, BadResponse> {
+    loop {
+        let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
+        let head_request = out.request.method == Method::HEAD;
+        let Some(resp) = response::read(scan, buf.data(), &mut storage, head_request)? else {
+            return Ok(None);
+        };
+        let len = resp.head_len;
+        if resp.is_interim() {
+            // 100 Continue and other interim responses are not passed on; holdfast
+            // answered `Expect` itself.
+            buf.consume(len);
+            *scan = HeadScan::default();
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            continue;
+        }
+        let upgrade = resp.status == 101;
+        if upgrade && !out.request.upgrade {
+            return Err(BadResponse::UnrequestedUpgrade);
+        }
+        let body_out = BodyOut::choose(resp.framing, out.request.version);
+        let close = !out.request.keep_alive
+            || body_out == BodyOut::CloseDelimited
+            || upload == Upload::Interrupted;
+        let connection = if upgrade {
+            ConnectionOut::Upgrade
+        } else {
+            ConnectionOut::for_client(!close, out.request.version)
+        };
+        response_head.clear();
+        encode::client_response(&resp, body_out, connection, response_head);
+        let start = ResponseStart {
+            status: resp.status,
+            framing: resp.framing,
+            body_out,
+            reusable: resp.is_reusable() && !upgrade,
+            limits: keepalive::origin_limits(resp.keep_alive),
+            connection,
+        };
+        let len = resp.head_len;
+        buf.consume(len);
+        return Ok(Some(start));
+    }
+}
+
+/// What a failed upload means for the attempt: the origin's side failing is the retry
+/// policy's to judge; the client's side failing is the client's error. `limit` is the
+/// response-header timeout.
+fn upload_error(e: UploadError, limit: Duration) -> Attempt {
+    match e {
+        UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
+        UploadError::ClientStalled => Attempt::Failed(ProxyErrorKind::ClientTimeout),
+        UploadError::TooLarge(max) => Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)),
+        // An origin that stops taking the body fails like a response that does not come.
+        UploadError::Upstream(WaitError::TimedOut) => {
+            Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))
+        }
+        UploadError::Upstream(WaitError::Io(error)) => {
+            Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+        }
+    }
+}
+
+/// A connection that failed with `error`: before any response byte, the retry policy
+/// decides; after some, the response is broken and nothing is retried.
+fn closed(received_any: bool, error: std::io::Error) -> Attempt {
+    if received_any {
+        Attempt::Failed(ProxyErrorKind::Closed(error))
+    } else {
+        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+    }
+}

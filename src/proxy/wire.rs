@@ -1,0 +1,109 @@
+//! The seam between an exchange's logic and its protocol. `exchange` decides: which
+//! connection, whether to send again or elsewhere, what the client is told, what is
+//! counted, whether a connection goes back to its pool. A [`Wire`] moves the bytes of
+//! one exchange in one protocol's syntax and reports what happened in the terms those
+//! decisions need ([`Attempt`], [`ResponseStart`], [`Upload`]).
+//!
+//! HTTP/1.1 on both sides implements it today ([`super::h1::H1Wire`]). An HTTP/2
+//! client stream, or a stream to an HTTP/2 origin, implements it next; the retry,
+//! failover, early-answer, upgrade and accounting rules in `exchange` stay as they are.
+
+use std::future::Future;
+use std::io;
+use std::time::Duration;
+
+use super::error::ProxyErrorKind;
+use super::retry::SendOutcome;
+use super::transfer::{DownloadError, Downloaded, Upload};
+use super::Outbound;
+use crate::http1::encode::{BodyOut, ConnectionOut};
+use crate::http1::Framing;
+use crate::upstream::{Lease, OriginConn};
+use holdfast_pool::OriginLimits;
+
+/// How one exchange's bytes move between the client and an origin connection.
+///
+/// The futures are `Send` whenever the implementing type is: the exchange runs in the
+/// client connection's task, which tokio may move between threads.
+pub(crate) trait Wire {
+    /// Reads the whole request body, `len` bytes, before anything is sent, so that it
+    /// can be sent again (see `retry::should_keep_body`).
+    fn read_kept(
+        &mut self,
+        out: &mut Outbound,
+        len: u64,
+    ) -> impl Future<Output = Result<Vec<u8>, Attempt>> + Send;
+
+    /// One try on one connection: the request (`head`, the `kept` body or the body as
+    /// it streams from the client) goes out, and the final response head comes back.
+    fn attempt(
+        &mut self,
+        out: &mut Outbound,
+        conn: &mut OriginConn,
+        head: &[u8],
+        kept: Option<&[u8]>,
+    ) -> impl Future<Output = Result<(Upload, ResponseStart), Attempt>> + Send;
+
+    /// Forgets what was read from a connection whose attempt failed, before the
+    /// request is tried on another.
+    fn forget_origin(&mut self);
+
+    /// Streams the response body to the client, after the head.
+    fn relay(
+        &mut self,
+        out: &Outbound,
+        conn: &mut OriginConn,
+        start: &ResponseStart,
+    ) -> impl Future<Output = Result<Downloaded, DownloadError>> + Send;
+
+    /// Whether bytes past the response were read from the origin connection (it then
+    /// cannot be drained for reuse).
+    fn origin_has_extra(&self) -> bool;
+
+    /// Sends the client the response head that switches protocols (`101`); true when
+    /// it went out.
+    fn switch(&mut self, out: &Outbound) -> impl Future<Output = bool> + Send;
+
+    /// Copies bytes both ways between the client and `conn` until either side ends,
+    /// after a switch of protocols; the connection is the tunnel's for good.
+    /// `stall` bounds the wait for the client to take the bytes read ahead.
+    fn tunnel(&mut self, conn: OriginConn, stall: Duration) -> impl Future<Output = ()> + Send;
+
+    /// Reads the unread `remaining` bytes of a response nobody wants, in the
+    /// background, then returns the connection to its pool (or closes it).
+    fn drain_later(&self, lease: Lease, remaining: u64);
+
+    /// Sends holdfast's own response, `status` with `text`, asking the client to keep
+    /// the connection when `keep`. True when it went out.
+    fn answer_local(
+        &mut self,
+        out: &Outbound,
+        status: u16,
+        text: &str,
+        keep: bool,
+    ) -> impl Future<Output = bool> + Send;
+}
+
+/// The response head as the client gets it, and how its body travels.
+pub(crate) struct ResponseStart {
+    pub status: u16,
+    /// The origin's framing of the body.
+    pub framing: Framing,
+    /// The framing the client gets.
+    pub body_out: BodyOut,
+    /// The origin lets the connection carry another request.
+    pub reusable: bool,
+    /// The origin's limits on the connection (`Keep-Alive`).
+    pub limits: OriginLimits,
+    /// What the client's connection does after this response.
+    pub connection: ConnectionOut,
+}
+
+/// Why one attempt on one connection failed.
+pub(crate) enum Attempt {
+    /// The connection failed before any response byte: the stale-connection race,
+    /// or the backend failing; `retry` decides.
+    Closed { outcome: SendOutcome, error: io::Error },
+    /// Anything else: no retry.
+    Failed(ProxyErrorKind),
+}
