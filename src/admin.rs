@@ -1,7 +1,9 @@
 //! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool),
 //! `/healthz` (200 while serving, 503 while draining) and `POST /reload` (re-read the
 //! config file), on an address of its own so that proxy traffic and its limits never
-//! reach it.
+//! reach it. `client` is the other end, for the `stats` and `reload` commands.
+
+pub mod client;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,5 @@
-//! Command line: run the proxy (quick mode or a config file), `check`, `demo`, and
-//! `stats`.
+//! Command line: run the proxy (quick mode or a config file), `check`, `demo`, `stats`
+//! and `reload`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::admin::client::AdminClient;
 use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, Server, MAX_BACKLOG};
 use crate::instance::{ConfigSource, Instance};
 use crate::telemetry;
@@ -142,12 +143,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime.block_on(crate::demo::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
-        // Blocking scrapes on this thread: no runtime.
+        // The admin client sends one request at a time: one thread will do.
         Some(Command::Stats(args)) => {
-            crate::live::run(&args)?;
+            runtime(Some(1))?.block_on(crate::live::run(&args))?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Reload(args)) => reload(&args),
+        Some(Command::Reload(args)) => runtime(Some(1))?.block_on(reload(&args)),
         None => serve(cli.run),
     }
 }
@@ -198,7 +199,7 @@ pub struct ReloadArgs {
 /// few seconds when a resolver is slow.
 const RELOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
+async fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
     let admin = match (&args.admin, &args.config) {
         (Some(admin), _) => *admin,
         (None, Some(path)) => Config::load(path)?.admin.with_context(|| {
@@ -206,32 +207,15 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
         })?,
         (None, None) => crate::config::DEFAULT_ADMIN_ADDR,
     };
-    let (status, body) = post_reload(admin)
-        .with_context(|| format!("asking the admin listener at {admin} to reload"))?;
-    if status == 200 {
-        print!("{body}");
+    // The error names the admin address and what to check.
+    let response = AdminClient::new(admin, RELOAD_TIMEOUT).post("/reload").await?;
+    if response.status == http::StatusCode::OK {
+        print!("{}", response.text());
         Ok(ExitCode::SUCCESS)
     } else {
-        eprint!("{body}");
+        eprint!("{}", response.text());
         Ok(ExitCode::FAILURE)
     }
-}
-
-/// `POST /reload` with a blocking socket: the status and the body.
-fn post_reload(admin: SocketAddr) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(&admin, RELOAD_TIMEOUT)?;
-    stream.set_read_timeout(Some(RELOAD_TIMEOUT))?;
-    stream.write_all(
-        b"POST /reload HTTP/1.1\r\nHost: holdfast\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let text = String::from_utf8_lossy(&response);
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    Ok((status, body.to_string()))
 }
 
 /// Applies the run flags that override the config file (or quick mode's defaults).

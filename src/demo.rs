@@ -17,10 +17,9 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1 as client_http1;
-use hyper::server::conn::http1 as server_http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -121,8 +120,8 @@ struct DemoPath {
 
 impl DemoPath {
     async fn start(mode: Mode) -> anyhow::Result<DemoPath> {
-        let origin = Origin::start().await?;
-        let server = Instance::start(&mode.config(origin.addr))
+        let origin = Origin::start()?;
+        let server = Instance::start(&mode.config(origin.addr()))
             .await
             .with_context(|| format!("starting the {} proxy", mode.label()))?;
         Ok(DemoPath { mode, origin, server })
@@ -161,8 +160,8 @@ async fn serve(paths: &[DemoPath]) {
     crate::cli::shutdown_signal().await;
     println!();
     for path in paths {
-        let requests = path.origin.counts.requests.load(Relaxed);
-        let connections = path.origin.counts.connections.load(Relaxed);
+        let requests = path.origin.requests.load(Relaxed);
+        let connections = path.origin.connections();
         println!(
             "{}: {} over {}",
             path.mode.label(),
@@ -190,7 +189,7 @@ async fn measure(paths: &[DemoPath], load: Load) {
     let mut reports = Vec::new();
     for path in paths {
         let tally = drive(path.proxy_addr(), load).await;
-        let connections = path.origin.counts.connections.load(Relaxed);
+        let connections = path.origin.connections();
         let report = PathReport::new(path.mode, tally, connections);
         println!();
         print!("{}", report.render());
@@ -481,71 +480,58 @@ fn format_latency(d: Duration) -> String {
     }
 }
 
-/// Counters kept by the origin.
-#[derive(Debug, Default)]
-struct OriginCounts {
-    /// TCP connections accepted.
-    connections: AtomicU64,
-    /// Requests answered.
-    requests: AtomicU64,
-}
-
 /// An HTTP/1.1 origin on `127.0.0.1:0` that answers every request 200 and counts
-/// connections and requests.
+/// requests; `holdfast_origin` accepts, counts and serves its connections.
 struct Origin {
-    addr: SocketAddr,
-    counts: Arc<OriginCounts>,
-    accept: JoinHandle<()>,
+    server: holdfast_origin::Origin,
+    /// Requests answered.
+    requests: Arc<AtomicU64>,
 }
 
 impl Origin {
-    async fn start() -> anyhow::Result<Origin> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .await
-            .context("binding the demo origin to 127.0.0.1:0")?;
-        let addr = listener.local_addr().context("reading the demo origin's address")?;
-        let counts = Arc::new(OriginCounts::default());
-        let accept = tokio::spawn(origin_accept_loop(listener, Arc::clone(&counts)));
-        Ok(Origin { addr, counts, accept })
+    fn start() -> anyhow::Result<Origin> {
+        let listener =
+            holdfast_origin::bind_loopback().context("binding the demo origin to 127.0.0.1:0")?;
+        let requests = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&requests);
+        let options = holdfast_origin::Options::default();
+        // Each connection numbers its requests; its own number is its place in accept order.
+        let make_service = move |accepted: holdfast_origin::Accepted| {
+            let requests = Arc::clone(&counter);
+            let on_this_connection = AtomicU64::new(0);
+            service_fn(move |req: Request<Incoming>| {
+                requests.fetch_add(1, Relaxed);
+                let request = on_this_connection.fetch_add(1, Relaxed) + 1;
+                let body = origin_body(req.uri().path(), accepted.number, request);
+                async move { Ok::<_, Infallible>(origin_response(body)) }
+            })
+        };
+        let server =
+            holdfast_origin::Origin::serve(listener, Arc::default(), options, make_service)
+                .context("starting the demo origin")?;
+        Ok(Origin { server, requests })
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// TCP connections accepted, i.e. upstream connections holdfast opened.
+    fn connections(&self) -> u64 {
+        self.server.connections().accepted()
     }
 
     /// Stops accepting. Open connections end when holdfast closes them.
     fn stop(self) {
-        self.accept.abort();
+        self.server.stop();
     }
 }
 
-async fn origin_accept_loop(listener: TcpListener, counts: Arc<OriginCounts>) {
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let connection = counts.connections.fetch_add(1, Relaxed) + 1;
-                tokio::spawn(serve_origin_connection(stream, connection, Arc::clone(&counts)));
-            }
-            // Out of file descriptors or similar: back off instead of spinning.
-            Err(_) => tokio::time::sleep(RECONNECT_PAUSE).await,
-        }
-    }
-}
-
-/// Serves one connection; `connection` is its number in accept order, from 1.
-async fn serve_origin_connection(stream: TcpStream, connection: u64, counts: Arc<OriginCounts>) {
-    let _ = stream.set_nodelay(true);
-    let on_this_connection = Arc::new(AtomicU64::new(0));
-    let service = service_fn(move |req: Request<Incoming>| {
-        counts.requests.fetch_add(1, Relaxed);
-        let request = on_this_connection.fetch_add(1, Relaxed) + 1;
-        let body = origin_body(req.uri().path(), connection, request);
-        async move {
-            let mut resp = Response::new(Full::new(Bytes::from(body)));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    let _ = server_http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+fn origin_response(body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    let text = HeaderValue::from_static("text/plain; charset=utf-8");
+    resp.headers_mut().insert(header::CONTENT_TYPE, text);
+    resp
 }
 
 /// The origin's reply: who it is, what was asked, which connection carried it, padded

@@ -1,10 +1,10 @@
 //! `holdfast stats`: a refreshing table of what each server's pool is doing, read from
 //! a running holdfast's admin listener.
 //!
-//! Each frame scrapes `GET /metrics` over a blocking HTTP/1.1 connection and parses the
+//! Each frame reads `GET /metrics` with the admin client (`admin::client`) and parses the
 //! OpenMetrics text into samples (the `scrape` submodule), then shows one row per
-//! (upstream, server) with rates over the time since the previous scrape. A rate needs two scrapes, so the first
-//! frame appears one interval after start. Latency percentiles come from the
+//! (upstream, server) with rates over the time since the previous scrape. A rate needs
+//! two scrapes, so the first frame appears one interval after start. Latency percentiles come from the
 //! histogram buckets' increase over the same interval, interpolated linearly inside a
 //! bucket as Prometheus' `histogram_quantile` does: they are estimates bounded by the
 //! bucket edges, not exact observations.
@@ -16,13 +16,19 @@ mod scrape;
 use std::collections::BTreeMap;
 use std::io::{self, IsTerminal, Write};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
+use http::StatusCode;
+use tokio::time::Instant;
+
+use crate::admin::client::{AdminClient, AdminError};
 use crate::config::DEFAULT_ADMIN_ADDR;
-use scrape::{Sample, ScrapeError};
+use scrape::{ParseError, Sample};
 
 /// Faster refreshes only measure scheduling noise in the rates.
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// How long one scrape may take, connecting included.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Flags of `holdfast stats`.
 #[derive(Debug, clap::Args)]
@@ -56,10 +62,11 @@ pub enum FrameStyle {
 }
 
 /// Runs `holdfast stats` on stdout, redrawing in place when stdout is a terminal.
-pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
-    let stdout = io::stdout();
+/// One scrape at a time: a current-thread runtime is enough.
+pub async fn run(args: &StatsArgs) -> anyhow::Result<()> {
+    let mut stdout = io::stdout();
     let style = if stdout.is_terminal() { FrameStyle::Redraw } else { FrameStyle::Append };
-    watch(args, &mut stdout.lock(), style)
+    watch(args, &mut stdout, style).await
 }
 
 /// Scrapes every `args.interval` and writes a frame per scrape after the first.
@@ -67,34 +74,37 @@ pub fn run(args: &StatsArgs) -> anyhow::Result<()> {
 /// The first scrape failing is an error; a later one writes a line and keeps trying,
 /// with rates of the next frame taken over the whole gap. A closed pipe ends the
 /// watch without an error (`holdfast stats | head`).
-pub fn watch(args: &StatsArgs, out: &mut impl Write, style: FrameStyle) -> anyhow::Result<()> {
-    let admin = args.admin;
-    let mut previous = Scrape::fetch(admin).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot reach the admin listener at {admin}: {e} (start holdfast with --admin {admin})"
-        )
-    })?;
+pub async fn watch(
+    args: &StatsArgs,
+    out: &mut impl Write,
+    style: FrameStyle,
+) -> anyhow::Result<()> {
+    let admin = AdminClient::new(args.admin, SCRAPE_TIMEOUT);
+    let mut previous = Scrape::fetch(&admin).await?;
     let mut frames = 0;
     let mut due = previous.at;
     while args.count.is_none_or(|count| frames < count) {
         // A scrape slower than the interval moves the schedule instead of firing the
         // missed scrapes back to back.
-        let now = Instant::now();
-        due = (due + args.interval).max(now);
-        std::thread::sleep(due - now);
-        let written = match Scrape::fetch(admin) {
+        due = (due + args.interval).max(Instant::now());
+        tokio::time::sleep_until(due).await;
+        let written = match Scrape::fetch(&admin).await {
             Ok(current) => {
                 let elapsed = current.at.saturating_duration_since(previous.at);
-                let frame =
-                    Frame::new(admin, SystemTime::now(), elapsed, &previous.data, &current.data);
+                let frame = Frame::new(
+                    args.admin,
+                    SystemTime::now(),
+                    elapsed,
+                    &previous.data,
+                    &current.data,
+                );
                 previous = current;
                 frames += 1;
                 write_frame(out, &frame, style, frames == 1)
             }
             Err(e) => {
                 let time = humantime::format_rfc3339_seconds(SystemTime::now());
-                writeln!(out, "{time}  scrape of {admin} failed: {e}; retrying")
-                    .and_then(|()| out.flush())
+                writeln!(out, "{time}  {e}; retrying").and_then(|()| out.flush())
             }
         };
         match written {
@@ -130,10 +140,32 @@ struct Scrape {
 }
 
 impl Scrape {
-    fn fetch(admin: SocketAddr) -> Result<Scrape, ScrapeError> {
-        let samples = scrape::fetch(admin)?;
-        Ok(Scrape { at: Instant::now(), data: Snapshot::from_samples(&samples) })
+    async fn fetch(admin: &AdminClient) -> Result<Scrape, ScrapeError> {
+        let response = admin.get("/metrics").await?;
+        let at = Instant::now();
+        let addr = admin.addr();
+        if response.status != StatusCode::OK {
+            return Err(ScrapeError::Status { admin: addr, status: response.status });
+        }
+        let text = std::str::from_utf8(&response.body)
+            .map_err(|_| ScrapeError::NotText { admin: addr })?;
+        let samples =
+            scrape::parse(text).map_err(|error| ScrapeError::Malformed { admin: addr, error })?;
+        Ok(Scrape { at, data: Snapshot::from_samples(&samples) })
     }
+}
+
+/// Why a scrape gave no metrics. Each message names the admin listener.
+#[derive(Debug, thiserror::Error)]
+enum ScrapeError {
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("GET /metrics from the admin listener at {admin} answered {status}, expected 200")]
+    Status { admin: SocketAddr, status: StatusCode },
+    #[error("the metrics page of the admin listener at {admin} is not UTF-8")]
+    NotText { admin: SocketAddr },
+    #[error("the metrics page of the admin listener at {admin} is malformed, {error}")]
+    Malformed { admin: SocketAddr, error: ParseError },
 }
 
 /// The row key: an upstream group and one of its servers.

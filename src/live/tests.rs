@@ -1,9 +1,12 @@
+//! `holdfast stats` without a running holdfast: parsing, snapshots, quantiles, rendering,
+//! and the watch loop against a listener that answers with fixed pages.
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use super::scrape::{parse, read_response, ScrapeError};
+use super::scrape::parse;
 use super::*;
 
 const SERVER: &str = "127.0.0.1:8080";
@@ -269,40 +272,18 @@ fn render_says_when_no_server_has_metrics() {
 }
 
 #[test]
-fn read_response_takes_content_length_and_chunked_bodies() {
-    let body = read_response(&mut ok_response("a 1\n").as_bytes()).expect("200");
-    assert_eq!(body, b"a 1\n");
-    let chunked = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\na 1\n\r\n5\r\nb 22\n\r\n0\r\n\r\n";
-    assert_eq!(read_response(&mut chunked.as_bytes()).expect("200"), b"a 1\nb 22\n");
-    let until_close = "HTTP/1.1 200 OK\r\n\r\nc 3\n";
-    assert_eq!(read_response(&mut until_close.as_bytes()).expect("200"), b"c 3\n");
-}
-
-#[test]
-fn read_response_rejects_other_statuses_and_short_bodies() {
-    let not_found = "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n";
-    let err = read_response(&mut not_found.as_bytes()).expect_err("404");
-    assert!(matches!(err, ScrapeError::Status(404)), "{err}");
-    let short = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nab";
-    let err = read_response(&mut short.as_bytes()).expect_err("short body");
-    assert!(err.to_string().contains("after 2 of 10 bytes"), "{err}");
-    let cut_chunk = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\nab";
-    assert!(read_response(&mut cut_chunk.as_bytes()).is_err());
-}
-
-#[test]
 fn interval_must_be_at_least_100ms() {
     assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
     assert!(parse_interval("50ms").expect_err("too short").contains("at least 100ms"));
     assert!(parse_interval("soon").is_err());
 }
 
-#[test]
-fn watch_prints_count_frames_from_the_admin_listener() {
+#[tokio::test]
+async fn watch_prints_count_frames_from_the_admin_listener() {
     let (admin, origin) = serve((1..=3).map(|step| ok_response(&page(step))).collect());
     let args = StatsArgs { admin, interval: Duration::from_millis(100), count: Some(2) };
     let mut out = Vec::new();
-    watch(&args, &mut out, FrameStyle::Append).expect("two frames");
+    watch(&args, &mut out, FrameStyle::Append).await.expect("two frames");
     origin.join().expect("served three scrapes");
     let text = String::from_utf8(out).expect("UTF-8");
     let frames: Vec<&str> = text.split("\n\n").collect();
@@ -315,28 +296,47 @@ fn watch_prints_count_frames_from_the_admin_listener() {
     assert!(!text.contains('\x1b'), "no terminal control codes when appending");
 }
 
-#[test]
-fn watch_reports_a_later_failed_scrape_and_keeps_going() {
+#[tokio::test]
+async fn watch_reports_a_later_failed_scrape_and_keeps_going() {
     let failure = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n".to_string();
     let responses = vec![ok_response(&page(1)), failure, ok_response(&page(2))];
     let (admin, origin) = serve(responses);
     let args = StatsArgs { admin, interval: Duration::from_millis(100), count: Some(1) };
     let mut out = Vec::new();
-    watch(&args, &mut out, FrameStyle::Redraw).expect("one frame");
+    watch(&args, &mut out, FrameStyle::Redraw).await.expect("one frame");
     origin.join().expect("served three scrapes");
     let text = String::from_utf8(out).expect("UTF-8");
-    assert!(text.contains(&format!("scrape of {admin} failed: GET /metrics answered 500")));
+    let failed = format!("GET /metrics from the admin listener at {admin} answered 500");
+    assert!(text.contains(&failed), "{text}");
+    assert!(text.contains("expected 200; retrying\n"), "{text}");
     assert!(text.contains("\x1b[2J\x1b[H"), "redraw clears the screen: {text:?}");
     assert!(text.contains(" 90.0 "), "{text}");
 }
 
-#[test]
-fn first_scrape_failure_says_how_to_start_the_admin_listener() {
+#[tokio::test]
+async fn first_scrape_failure_names_the_admin_listener_and_what_to_check() {
     let admin = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port");
     // The listener is gone: connecting is refused.
     let args = StatsArgs { admin, interval: Duration::from_millis(100), count: Some(1) };
-    let err = watch(&args, &mut Vec::new(), FrameStyle::Append).expect_err("nothing listens");
+    let err = watch(&args, &mut Vec::new(), FrameStyle::Append).await.expect_err("refused");
     let message = format!("{err:#}");
-    assert!(message.starts_with(&format!("cannot reach the admin listener at {admin}: ")));
-    assert!(message.ends_with(&format!("(start holdfast with --admin {admin})")), "{message}");
+    let expected = format!("GET /metrics to the admin listener at {admin} failed: ");
+    assert!(message.starts_with(&expected), "{message}");
+    assert!(message.contains("holdfast may not be running"), "{message}");
+    assert!(message.contains("--admin ADDR"), "{message}");
+}
+
+#[tokio::test]
+async fn a_page_that_is_not_metrics_is_an_error_naming_the_line() {
+    let (admin, origin) = serve(vec![ok_response(
+        "not metrics
+",
+    )]);
+    let args = StatsArgs { admin, interval: Duration::from_millis(100), count: Some(1) };
+    let err = watch(&args, &mut Vec::new(), FrameStyle::Append).await.expect_err("malformed");
+    origin.join().expect("served one scrape");
+    let message = format!("{err:#}");
+    let expected =
+        format!("the metrics page of the admin listener at {admin} is malformed, line 1: ");
+    assert!(message.starts_with(&expected), "{message}");
 }

@@ -5,26 +5,31 @@
 //! body after N ms, N ≤ 60,000), `/gate?n=N&ms=M` (the tiny body once N requests wait at
 //! the gate together, or after M ms), `/__origin/stats` (JSON counters), anything else: tiny.
 //! Connections are kept alive with no idle timeout: the origin never closes one first, so
-//! every close a benchmark sees comes from the proxy.
+//! every close a benchmark sees comes from the proxy. Accepting, counting connections and
+//! serving them with hyper is `holdfast-origin`'s job, shared with holdfast's demo and
+//! tests; this file adds the routes and the request count.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use holdfast_origin::{Connections, Options, Origin};
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+/// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
+/// a burst of thousands of connects is not dropped at the listen queue.
+pub use holdfast_origin::bind;
 
 /// Body of `/tiny`, `/slow` and unknown paths.
 pub const TINY_BODY_BYTES: usize = 100;
@@ -34,10 +39,6 @@ pub const LARGE_BODY_BYTES: usize = 51_200;
 pub const MAX_SLOW: Duration = Duration::from_secs(60);
 /// How long a request waits at `/gate` when the query names no `ms`.
 pub const DEFAULT_GATE_WAIT: Duration = Duration::from_secs(30);
-/// Requested accept queue length; Linux clamps it to `net.core.somaxconn` (4096 by default).
-const LISTEN_BACKLOG: u32 = 65_535;
-/// Pause after a failed accept (EMFILE and friends), so the loop never spins.
-const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(10);
 
 static TINY_BODY: [u8; TINY_BODY_BYTES] = [b'a'; TINY_BODY_BYTES];
 static LARGE_BODY: [u8; LARGE_BODY_BYTES] = [b'b'; LARGE_BODY_BYTES];
@@ -45,10 +46,8 @@ static LARGE_BODY: [u8; LARGE_BODY_BYTES] = [b'b'; LARGE_BODY_BYTES];
 /// What the origin counted since it started, in plain atomics.
 #[derive(Debug, Default)]
 pub struct OriginStats {
-    connections: AtomicU64,
-    open: AtomicU64,
+    connections: Arc<Connections>,
     requests: AtomicU64,
-    accept_errors: AtomicU64,
 }
 
 /// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
@@ -67,21 +66,12 @@ pub struct StatsSnapshot {
 impl OriginStats {
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
-            connections: self.connections.load(Ordering::Relaxed),
-            open: self.open.load(Ordering::Relaxed),
+            connections: self.connections.accepted(),
+            open: self.connections.open(),
             requests: self.requests.load(Ordering::Relaxed),
-            accept_errors: self.accept_errors.load(Ordering::Relaxed),
+            accept_errors: self.connections.accept_errors(),
         }
     }
-}
-
-/// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so a
-/// burst of thousands of connects is not dropped at the listen queue.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Accepts connections on `listener` and serves them until `shutdown` resolves.
@@ -92,58 +82,18 @@ pub async fn serve(
     listener: TcpListener,
     stats: Arc<OriginStats>,
     shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
+) -> io::Result<()> {
     let gate = Arc::new(Gate::new());
-    loop {
-        tokio::select! {
-            () = &mut shutdown => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    spawn_connection(stream, Arc::clone(&stats), Arc::clone(&gate));
-                }
-                Err(_) => {
-                    stats.accept_errors.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
-                }
-            },
-        }
-    }
-}
-
-/// Decrements the open-connection gauge when the connection's task ends, however it ends.
-struct OpenConnection(Arc<OriginStats>);
-
-impl OpenConnection {
-    fn count(stats: Arc<OriginStats>) -> Self {
-        stats.connections.fetch_add(1, Ordering::Relaxed);
-        stats.open.fetch_add(1, Ordering::Relaxed);
-        Self(stats)
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn spawn_connection(stream: TcpStream, stats: Arc<OriginStats>, gate: Arc<Gate>) {
-    let open = OpenConnection::count(stats);
-    // Small responses must not wait for Nagle; failure only costs latency.
-    let _ = stream.set_nodelay(true);
-    tokio::spawn(async move {
-        let stats = Arc::clone(&open.0);
-        let service =
-            service_fn(move |request| respond(request, Arc::clone(&stats), Arc::clone(&gate)));
-        // No timer is set, so hyper has no header-read or idle timeout: the connection
-        // lives until the client closes it. Errors are client resets; nothing to do.
-        let _ = hyper::server::conn::http1::Builder::new()
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service)
-            .await;
-        drop(open);
-    });
+    let connections = Arc::clone(&stats.connections);
+    // The default options: no idle timeout (a connection lives until the client closes
+    // it) and no kill switch, which would cost a lock per wake-up of each connection.
+    let origin = Origin::serve(listener, connections, Options::default(), move |_| {
+        let (stats, gate) = (Arc::clone(&stats), Arc::clone(&gate));
+        service_fn(move |request| respond(request, Arc::clone(&stats), Arc::clone(&gate)))
+    })?;
+    shutdown.await;
+    origin.stop();
+    Ok(())
 }
 
 async fn respond(

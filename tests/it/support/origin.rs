@@ -1,5 +1,7 @@
 //! The test origin: a hyper HTTP/1.1 server on `127.0.0.1:0` that counts the TCP
 //! connections it accepts and closes, records every request head, and serves a few routes.
+//! Accepting, counting and serving connections is `holdfast_origin`'s job (shared with
+//! the demo and the benchmark origin); this file adds the routes and the records.
 //!
 //! Routes (by first path segment; anything else is the echo route):
 //! - `/<anything>`: echo. Reads the whole request body and answers 200 with the request
@@ -39,10 +41,8 @@ use std::convert::Infallible;
 use std::error::Error as _;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -52,10 +52,9 @@ use http_body::Frame;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -100,10 +99,6 @@ struct State {
     addr: String,
     /// The status `/health` answers with; 0 means 200.
     health: AtomicU16,
-    /// Turns true when the origin is killed: every connection drops.
-    killed: tokio::sync::watch::Sender<bool>,
-    accepted: AtomicUsize,
-    closed: AtomicUsize,
     requests: Mutex<Vec<RecordedRequest>>,
     /// Paths (with query) of requests whose body the origin read to its end.
     completed: Mutex<Vec<String>>,
@@ -113,15 +108,8 @@ struct State {
 
 /// A running origin; stops accepting when dropped.
 pub struct Origin {
-    addr: SocketAddr,
+    server: holdfast_origin::Origin,
     state: Arc<State>,
-    accept: JoinHandle<()>,
-}
-
-impl Drop for Origin {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
 }
 
 impl Origin {
@@ -131,7 +119,7 @@ impl Origin {
     }
 
     pub async fn start_with(options: OriginOptions) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let listener = holdfast_origin::bind_loopback().expect("bind origin");
         Origin::serve(listener, options)
     }
 
@@ -139,19 +127,39 @@ impl Origin {
     pub fn serve(listener: TcpListener, options: OriginOptions) -> Origin {
         let addr = listener.local_addr().expect("origin local addr");
         let state = Arc::new(State { addr: addr.to_string(), ..State::default() });
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&state), options));
-        Origin { addr, state, accept }
+        let on_error = {
+            let state = Arc::clone(&state);
+            move |e: &hyper::Error| {
+                if is_parse_error(e) {
+                    let error = format!("request head: {}", chain(e));
+                    state.malformed.lock().unwrap().push(error);
+                }
+            }
+        };
+        let settings = holdfast_origin::Options {
+            idle_close: options.idle_close,
+            half_close: options.half_close,
+            killable: true,
+            on_error: Some(Arc::new(on_error)),
+        };
+        let (service_state, delay) = (Arc::clone(&state), options.delay);
+        let server =
+            holdfast_origin::Origin::serve(listener, Arc::default(), settings, move |_| {
+                let state = Arc::clone(&service_state);
+                service_fn(move |req| handle(req, Arc::clone(&state), delay))
+            })
+            .expect("serve the origin");
+        Origin { server, state }
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// Stops it like a crashed process: no more accepts, every open connection dropped
     /// (the peer sees a reset or end of stream). The port can be bound again.
     pub fn kill(&self) {
-        self.accept.abort();
-        let _ = self.state.killed.send(true);
+        self.server.kill();
     }
 
     /// Makes `/health` answer `status` from now on.
@@ -166,12 +174,12 @@ impl Origin {
 
     /// TCP connections accepted so far.
     pub fn accepted(&self) -> usize {
-        self.state.accepted.load(Ordering::SeqCst)
+        self.server.connections().accepted() as usize
     }
 
     /// Accepted TCP connections that have since been closed (socket dropped).
     pub fn closed(&self) -> usize {
-        self.state.closed.load(Ordering::SeqCst)
+        self.server.connections().closed() as usize
     }
 
     /// Every request head received, in arrival order.
@@ -245,42 +253,6 @@ fn is_body_decode_error(e: &hyper::Error) -> bool {
         source = cause.source();
     }
     false
-}
-
-async fn accept_loop(listener: TcpListener, state: Arc<State>, options: OriginOptions) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            // Out of descriptors or similar: back off instead of spinning.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        state.accepted.fetch_add(1, Ordering::SeqCst);
-        let stream = Counted { io: stream, state: Arc::clone(&state) };
-        let state = Arc::clone(&state);
-        let mut http = http1::Builder::new();
-        if let Some(idle) = options.idle_close {
-            http.timer(TokioTimer::new()).header_read_timeout(idle);
-        }
-        http.half_close(options.half_close);
-        let mut killed = state.killed.subscribe();
-        let delay = options.delay;
-        tokio::spawn(async move {
-            let service_state = Arc::clone(&state);
-            let service = service_fn(move |req| handle(req, Arc::clone(&service_state), delay));
-            let serve = http.serve_connection(TokioIo::new(stream), service).with_upgrades();
-            tokio::select! {
-                served = serve => {
-                    if let Err(e) = served {
-                        if is_parse_error(&e) {
-                            let error = format!("request head: {}", chain(&e));
-                            state.malformed.lock().unwrap().push(error);
-                        }
-                    }
-                }
-                _ = killed.wait_for(|k| *k) => {}
-            }
-        });
-    }
 }
 
 async fn handle(
@@ -491,47 +463,6 @@ async fn websocket_echo<IO: AsyncRead + AsyncWrite + Unpin>(io: IO) {
         if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
             return;
         }
-    }
-}
-
-/// A TCP stream that counts itself closed when dropped, wherever it ends up (hyper's
-/// connection or an upgraded stream).
-struct Counted {
-    io: TcpStream,
-    state: Arc<State>,
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.state.closed.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl AsyncRead for Counted {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Counted {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

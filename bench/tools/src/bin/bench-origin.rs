@@ -51,7 +51,9 @@ async fn serve(listen: SocketAddr) -> anyhow::Result<()> {
     writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
     stdout.flush().context("writing to stdout")?;
     drop(stdout);
-    origin::serve(listener, Arc::new(OriginStats::default()), stop).await;
+    origin::serve(listener, Arc::new(OriginStats::default()), stop)
+        .await
+        .with_context(|| format!("serving on {addr}"))?;
     eprintln!("bench-origin: stopping");
     Ok(())
 }
