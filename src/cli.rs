@@ -8,9 +8,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, Server, MAX_BACKLOG};
+use crate::config::Config;
 use crate::instance::{ConfigSource, Instance};
+use crate::listener::MAX_BACKLOG;
 use crate::telemetry;
+use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
+use crate::telemetry::LogFormat;
+use crate::upstream::Server;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -204,7 +208,7 @@ fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
         (None, Some(path)) => Config::load(path)?.admin.with_context(|| {
             format!("{} has no [admin] section: reload needs the admin listener", path.display())
         })?,
-        (None, None) => crate::config::DEFAULT_ADMIN_ADDR,
+        (None, None) => crate::admin::DEFAULT_ADMIN_ADDR,
     };
     let (status, body) = post_reload(admin)
         .with_context(|| format!("asking the admin listener at {admin} to reload"))?;
@@ -394,7 +398,7 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
-    use crate::config::DEFAULT_ADMIN_ADDR;
+    use crate::admin::DEFAULT_ADMIN_ADDR;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("holdfast").chain(args.iter().copied()))

@@ -18,7 +18,7 @@ use std::io::{self, IsTerminal, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::config::DEFAULT_ADMIN_ADDR;
+use crate::admin::DEFAULT_ADMIN_ADDR;
 use scrape::{Sample, ScrapeError};
 
 /// Faster refreshes only measure scheduling noise in the rates.

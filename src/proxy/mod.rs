@@ -23,6 +23,7 @@ pub mod forwarded;
 pub mod pace;
 pub mod record;
 pub mod retry;
+pub mod settings;
 pub mod transfer;
 
 use std::mem::MaybeUninit;
@@ -43,9 +44,9 @@ use forwarded::TrustedProxies;
 use pace::PaceConfig;
 use record::{Delivery, Record};
 use retry::{BodyReplay, Decision, SendOutcome};
+pub use settings::{ClientLimits, Timeouts};
 use transfer::{DownloadError, DownloadLimits, Upload, UploadError, UploadLimits};
 
-use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, Forwarding, PeerText};
 use crate::http1::head::HeadScan;
 use crate::http1::request::Request;
