@@ -1,11 +1,13 @@
 //! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool),
 //! `/healthz` (200 while serving, 503 while draining) and `POST /reload` (re-read the
-//! config file), on an address of its own so that proxy traffic and its limits never
-//! reach it. `client` is the other end, for the `stats` and `reload` commands.
+//! config file), on an address of its own (by default [`DEFAULT_ADMIN_ADDR`], on
+//! loopback) so that proxy traffic and its limits never reach it. `client` is the
+//! other end, for the `stats` and `reload` commands.
 
 pub mod client;
 
 use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -21,12 +23,16 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::config::Server;
 use crate::listener;
 use crate::metrics::export::{self, Exporter};
 use crate::resources::Resources;
-use crate::upstream::{Backend, UpstreamState, Upstreams};
+use crate::upstream::{Backend, Server, UpstreamState, Upstreams};
 use holdfast_pool::IdleBudget;
+
+/// The admin listener's address when `[admin]` names none, and where `holdfast reload`
+/// and `holdfast stats` look unless told: loopback only, since metrics and status are for
+/// the operator, not for clients.
+pub const DEFAULT_ADMIN_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9901);
 
 /// Asks the server to reload its config file; the answer says what changed, or why
 /// nothing did.

@@ -9,9 +9,13 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::admin::client::AdminClient;
-use crate::config::{AccessLogFormat, AccessLogTarget, Config, LogFormat, Server, MAX_BACKLOG};
+use crate::config::Config;
 use crate::instance::{ConfigSource, Instance};
+use crate::listener::MAX_BACKLOG;
 use crate::telemetry;
+use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
+use crate::telemetry::LogFormat;
+use crate::upstream::Server;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -205,7 +209,7 @@ async fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
         (None, Some(path)) => Config::load(path)?.admin.with_context(|| {
             format!("{} has no [admin] section: reload needs the admin listener", path.display())
         })?,
-        (None, None) => crate::config::DEFAULT_ADMIN_ADDR,
+        (None, None) => crate::admin::DEFAULT_ADMIN_ADDR,
     };
     // The error names the admin address and what to check.
     let response = AdminClient::new(admin, RELOAD_TIMEOUT).post("/reload").await?;
@@ -378,7 +382,7 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
-    use crate::config::DEFAULT_ADMIN_ADDR;
+    use crate::admin::DEFAULT_ADMIN_ADDR;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("holdfast").chain(args.iter().copied()))

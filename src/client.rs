@@ -32,13 +32,12 @@ use crate::net::Stream;
 use socket2::SockRef;
 use tokio::time::Instant;
 
-use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
-use crate::proxy::{Client, Next, Outbound, Proxy, Site};
+use crate::proxy::{Client, ClientLimits, Next, Outbound, Proxy, Site, Timeouts};
 
 /// How long a closing connection keeps reading what the client still sends, so that
 /// its last response is not lost to a reset.

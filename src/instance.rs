@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio::time::Instant;
 
 use crate::admin::{self, AdminState, ReloadRequest};
-use crate::config::{Config, ConfigDiff, ConfigError, ListenerConfig};
-use crate::listener::{self, Connections};
+use crate::config::{Config, ConfigDiff, ConfigError};
+use crate::listener::{self, Connections, ListenerConfig};
 use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
 use crate::metrics::Answers;
 use crate::proxy::forwarded::TrustedProxies;

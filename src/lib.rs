@@ -18,8 +18,9 @@
 //! connection to its pool when the exchange ends cleanly. `upstream` also follows
 //! server names (`discovery`), checks servers (`check`) and takes failing ones out of
 //! service (`health`). `http1` parses and writes HTTP/1.1 heads and follows body
-//! framing; `net` reads and writes sockets with bounded waits. `config` builds the
-//! settings each part takes; `server` wires them together and applies a reloaded
+//! framing; `net` reads and writes sockets with bounded waits. Each part owns its
+//! settings types and their defaults; `config` turns the file into them (it depends on
+//! the parts, never the reverse); `instance` wires them together and applies a reloaded
 //! config; `demo` shows it working.
 
 pub mod admin;

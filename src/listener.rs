@@ -1,6 +1,8 @@
 //! Accepts client connections and starts a task serving each (see `client`), until
 //! told to stop; then it stops accepting, and open connections finish their requests.
-//! [`bind`] opens the listening socket with its backlog.
+//! [`bind`] opens the listening socket with its backlog; [`ListenerConfig`] is one
+//! `[[listener]]` as configured, and [`default_backlog`] the backlog it gets unless it
+//! names one.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,6 +16,36 @@ use tokio::sync::watch;
 use crate::client;
 use crate::net::Stream;
 use crate::proxy::Proxy;
+
+/// One address to accept clients on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    pub addr: SocketAddr,
+    /// The upstream group for requests no route matches (`None`: they get 404).
+    pub upstream: Option<String>,
+    /// Request body bytes allowed on this listener (over `[limits]`'s).
+    pub client_max_body: Option<u64>,
+    /// Connections the kernel holds for holdfast to accept (`listen()`'s backlog).
+    pub backlog: u32,
+}
+
+/// The default [`ListenerConfig::backlog`]: connections the kernel completes and holds
+/// for holdfast to accept. 511 is nginx's default on Linux, enough to ride out a burst of
+/// new clients while every worker is busy; Rust's standard library (and so tokio) uses
+/// 128, which a burst of a few hundred connections overflows, and the kernel then drops
+/// connection attempts, which clients retry only after a second. Linux silently caps the
+/// backlog at `net.core.somaxconn` (4096 on current kernels, 128 before 5.4), so the
+/// default is the smaller of the two: what the kernel really uses, and what `ss -ltn`
+/// shows.
+pub fn default_backlog() -> u32 {
+    somaxconn().map_or(DEFAULT_BACKLOG, |max| max.min(DEFAULT_BACKLOG))
+}
+
+/// See [`default_backlog`].
+pub const DEFAULT_BACKLOG: u32 = 511;
+
+/// The largest listen backlog: `listen()` takes a C `int`.
+pub const MAX_BACKLOG: u32 = i32::MAX as u32;
 
 /// Counts client connections (open now, so shutdown can wait for them, and accepted
 /// since start) and tells them when the server stops. Clones share the counts; a

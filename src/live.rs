@@ -22,7 +22,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 
 use crate::admin::client::{AdminClient, AdminError};
-use crate::config::DEFAULT_ADMIN_ADDR;
+use crate::admin::DEFAULT_ADMIN_ADDR;
 use scrape::{ParseError, Sample};
 
 /// Faster refreshes only measure scheduling noise in the rates.

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
 
-use super::{
-    AccessLogFormat, AccessLogTarget, CheckConfig, Config, ListenerConfig, RouteConfig,
-    UpstreamConfig,
-};
+use super::{Config, RouteConfig};
+use crate::listener::ListenerConfig;
 use crate::route::HostPattern;
+use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
+use crate::upstream::check::CheckConfig;
 use crate::upstream::health::PassiveHealth;
+use crate::upstream::UpstreamConfig;
 
 /// Marks a change a running holdfast does not apply.
 const AT_RESTART: &str = " (takes effect at restart)";

@@ -2,17 +2,22 @@
 //! `file::FileConfig` (as written; `read` steps over unknown keys and mistyped values)
 //! -> `Config` (typed, defaults applied). `diff` says what changes from one to the next.
 //!
+//! `Config` is made of the settings types of the components that use them
+//! ([`ListenerConfig`], [`UpstreamConfig`], [`Timeouts`], [`AccessLogConfig`], ...), and
+//! each default lives beside its type with the reason for its value; this module checks
+//! the file's values and fills those types from them. It depends on the components,
+//! never the reverse. Only [`RouteConfig`] is its own: the wiring (`instance`) reads it
+//! to build each listener's `route::Router`.
+//!
 //! Precedence for pool settings: `[upstream.NAME.pool]`, then `[pool]`, then the
 //! pool's own defaults. Every problem in a file is reported at once, each with its
 //! file, line and key. `holdfast check` and start-up run the same [`Config::load`].
 
-mod defaults;
 mod diff;
 mod error;
 mod file;
 mod read;
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -20,11 +25,18 @@ use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
 
+use crate::admin::DEFAULT_ADMIN_ADDR;
 use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
+use crate::listener::{self, ListenerConfig, MAX_BACKLOG};
 use crate::proxy::forwarded::Cidr;
+use crate::proxy::{ClientLimits, Timeouts};
 use crate::route::{self, HostPattern};
+use crate::telemetry::access_log::{self, AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use crate::telemetry::LogFormat;
+use crate::upstream::check::{self, CheckConfig};
 use crate::upstream::health::{CheckThresholds, PassiveHealth};
+use crate::upstream::{Server, UpstreamConfig};
 use toml::Spanned;
 
 pub use diff::{Change, ConfigDiff};
@@ -55,59 +67,8 @@ pub struct Config {
     pub trusted_proxies: Vec<Cidr>,
 }
 
-/// The admin listener's address when `[admin]` names none: loopback only.
-pub const DEFAULT_ADMIN_ADDR: SocketAddr =
-    SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9901);
-
-/// Where access log lines go and how they look.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AccessLogConfig {
-    pub target: AccessLogTarget,
-    pub format: AccessLogFormat,
-}
-
-/// Where access log lines go.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum AccessLogTarget {
-    /// No access log (the default: it costs CPU on every request).
-    #[default]
-    Off,
-    Stdout,
-    File(PathBuf),
-}
-
-/// The shape of one access log line.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum AccessLogFormat {
-    /// One JSON object per line.
-    #[default]
-    Json,
-    /// Combined-log-like text with upstream fields appended.
-    Text,
-}
-
-/// The shape of holdfast's own log lines (stderr), as opposed to the access log's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// `key=value` text, coloured on a terminal.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// One address to accept clients on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenerConfig {
-    pub addr: SocketAddr,
-    /// The upstream group for requests no route matches (`None`: they get 404).
-    pub upstream: Option<String>,
-    /// Request body bytes allowed on this listener (over `[limits]`'s).
-    pub client_max_body: Option<u64>,
-    /// Connections the kernel holds for holdfast to accept (`listen()`'s backlog).
-    pub backlog: u32,
-}
-
-/// Requests for `host` under `path` go to the group `upstream`.
+/// Requests for `host` under `path` go to the group `upstream`. The router never sees
+/// it: `instance` turns each into a `route::Route` with the group itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConfig {
     pub host: HostPattern,
@@ -116,127 +77,6 @@ pub struct RouteConfig {
     /// Request body bytes allowed on this route (over the listener's and `[limits]`'s).
     pub client_max_body: Option<u64>,
 }
-
-/// A named group of servers with one pool configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct UpstreamConfig {
-    pub name: String,
-    pub servers: Vec<Server>,
-    pub pool: PoolConfig,
-    /// Local address upstream connections are made from (`None`: the kernel picks).
-    pub source_address: Option<IpAddr>,
-    pub balance: Policy,
-    pub health: PassiveHealth,
-    /// Active health checks (`None`: passive detection only).
-    pub check: Option<CheckConfig>,
-    /// How often names in `servers` are resolved again.
-    pub resolve_interval: Duration,
-}
-
-/// A server as configured: an address, or a name resolved to addresses at start and
-/// every `resolve_interval` after.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Server {
-    Ip(SocketAddr),
-    Name { host: String, port: u16 },
-}
-
-impl From<SocketAddr> for Server {
-    fn from(addr: SocketAddr) -> Server {
-        Server::Ip(addr)
-    }
-}
-
-impl std::str::FromStr for Server {
-    type Err = String;
-
-    /// `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`; the error says what is
-    /// wrong in words for the operator.
-    fn from_str(text: &str) -> Result<Server, String> {
-        parse_server(text)
-    }
-}
-
-impl fmt::Display for Server {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Server::Ip(addr) => write!(f, "{addr}"),
-            Server::Name { host, port } => write!(f, "{host}:{port}"),
-        }
-    }
-}
-
-/// An active health check: `GET path` to every server each `interval`, on a pooled
-/// connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckConfig {
-    pub path: String,
-    pub interval: Duration,
-    pub timeout: Duration,
-    /// The status a passing check returns; `None`: any 2xx or 3xx.
-    pub expect_status: Option<u16>,
-    /// The check's `Host` header; `None`: the server's address.
-    pub host: Option<String>,
-    pub thresholds: CheckThresholds,
-}
-
-/// Time limits on both sides of the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    pub connect: Duration,
-    pub response_header: Duration,
-    pub read: Duration,
-    pub client_header: Duration,
-    /// How long a client connection may sit idle between requests.
-    pub client_idle: Duration,
-    /// The head start a client gets to move a body before its average rate counts
-    /// (see `proxy::pace`).
-    pub client_body: Duration,
-    /// After SIGTERM or Ctrl-C: how long requests in flight may take to finish.
-    pub drain: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            connect: defaults::CONNECT_TIMEOUT,
-            response_header: defaults::RESPONSE_HEADER_TIMEOUT,
-            read: defaults::READ_TIMEOUT,
-            client_header: defaults::CLIENT_HEADER_TIMEOUT,
-            client_idle: defaults::CLIENT_IDLE_TIMEOUT,
-            client_body: defaults::CLIENT_BODY_GRACE,
-            drain: defaults::DRAIN_TIMEOUT,
-        }
-    }
-}
-
-/// Limits on what a client may send in a request head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientLimits {
-    pub max_headers: usize,
-    pub max_header_bytes: usize,
-    /// Bytes of the request line (414 beyond).
-    pub max_line_bytes: usize,
-    /// Request body bytes (413 beyond); `None`: no limit.
-    pub max_body: Option<u64>,
-    /// The average rate a client must keep a body moving at, after `client_body`.
-    pub body_min_bytes_per_second: u64,
-}
-
-impl Default for ClientLimits {
-    fn default() -> Self {
-        ClientLimits {
-            max_headers: defaults::MAX_REQUEST_HEADERS,
-            max_header_bytes: defaults::MAX_REQUEST_HEADER_BYTES,
-            max_line_bytes: defaults::MAX_REQUEST_LINE_BYTES,
-            max_body: defaults::CLIENT_MAX_BODY,
-            body_min_bytes_per_second: defaults::CLIENT_BODY_MIN_BYTES_PER_SECOND,
-        }
-    }
-}
-
-/// The largest listen backlog: `listen()` takes a C `int`.
-pub const MAX_BACKLOG: u32 = i32::MAX as u32;
 
 /// The name quick mode gives its one upstream group.
 pub const QUICK_UPSTREAM: &str = "default";
@@ -253,7 +93,7 @@ impl Config {
                 addr: listen,
                 upstream: Some(QUICK_UPSTREAM.into()),
                 client_max_body: None,
-                backlog: defaults::listen_backlog(),
+                backlog: listener::default_backlog(),
             }],
             routes: Vec::new(),
             upstreams: vec![UpstreamConfig::new(
@@ -266,7 +106,7 @@ impl Config {
             max_idle_total: None,
             admin: None,
             access_log: AccessLogConfig::default(),
-            log_format: defaults::LOG_FORMAT,
+            log_format: LogFormat::default(),
             trusted_proxies: Vec::new(),
         }
     }
@@ -300,22 +140,6 @@ impl Config {
                 problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
                 Err(ConfigError { file: PathBuf::from(path), problems })
             }
-        }
-    }
-}
-
-impl UpstreamConfig {
-    /// A group of `servers` with every setting at its default.
-    pub fn new(name: &str, servers: Vec<Server>) -> UpstreamConfig {
-        UpstreamConfig {
-            name: name.into(),
-            servers,
-            pool: PoolConfig::default(),
-            source_address: None,
-            balance: Policy::default(),
-            health: PassiveHealth::default(),
-            check: None,
-            resolve_interval: defaults::RESOLVE_INTERVAL,
         }
     }
 }
@@ -409,27 +233,27 @@ impl Validator<'_> {
 
     fn access_log(&mut self, raw: FileAccessLog) -> AccessLogConfig {
         let target = match &raw.target {
-            None => defaults::ACCESS_LOG_TARGET,
+            None => access_log::DEFAULT_ENABLED_TARGET,
             Some(v) => match v.get_ref().as_str() {
                 "off" => AccessLogTarget::Off,
                 "stdout" => AccessLogTarget::Stdout,
                 blank if blank.trim().is_empty() => {
                     let message = "is empty: use \"off\", \"stdout\" or a file path";
                     self.problem(v.span(), "access_log.target", message);
-                    defaults::ACCESS_LOG_TARGET
+                    access_log::DEFAULT_ENABLED_TARGET
                 }
                 path => AccessLogTarget::File(self.dir.join(path)),
             },
         };
         let format = match &raw.format {
-            None => defaults::ACCESS_LOG_FORMAT,
+            None => AccessLogFormat::default(),
             Some(v) => match v.get_ref().as_str() {
                 "json" => AccessLogFormat::Json,
                 "text" => AccessLogFormat::Text,
                 other => {
                     let message = format!("{other:?} is not a format: use \"json\" or \"text\"");
                     self.problem(v.span(), "access_log.format", message);
-                    defaults::ACCESS_LOG_FORMAT
+                    AccessLogFormat::default()
                 }
             },
         };
@@ -437,14 +261,14 @@ impl Validator<'_> {
     }
 
     fn log_format(&mut self, raw: Option<&Spanned<String>>) -> LogFormat {
-        let Some(v) = raw else { return defaults::LOG_FORMAT };
+        let Some(v) = raw else { return LogFormat::default() };
         match v.get_ref().as_str() {
             "text" => LogFormat::Text,
             "json" => LogFormat::Json,
             other => {
                 let message = format!("{other:?} is not a format: use \"text\" or \"json\"");
                 self.problem(v.span(), "log_format", message);
-                defaults::LOG_FORMAT
+                LogFormat::default()
             }
         }
     }
@@ -480,7 +304,7 @@ impl Validator<'_> {
                 .as_ref()
                 .and_then(|v| self.size(v, &format!("{key}.client_max_body")));
             let backlog = match &l.backlog {
-                None => Some(defaults::listen_backlog()),
+                None => Some(listener::default_backlog()),
                 Some(v) => match u32::try_from(*v.get_ref()) {
                     // listen() takes an int.
                     Ok(n @ 1..=MAX_BACKLOG) => Some(n),
@@ -547,7 +371,7 @@ impl Validator<'_> {
         }
         let mut out = Vec::new();
         for s in servers.get_ref() {
-            match parse_server(s.get_ref()) {
+            match s.get_ref().parse::<Server>() {
                 Ok(server) if out.contains(&server) => {
                     self.problem(s.span(), key, format!("{server} is listed twice"))
                 }
@@ -600,8 +424,8 @@ impl Validator<'_> {
         };
         let mut check = CheckConfig {
             path,
-            interval: defaults::CHECK_INTERVAL,
-            timeout: defaults::CHECK_TIMEOUT,
+            interval: check::DEFAULT_INTERVAL,
+            timeout: check::DEFAULT_TIMEOUT,
             expect_status: None,
             host: raw.host.as_ref().map(|h| h.get_ref().clone()),
             thresholds: CheckThresholds::default(),
@@ -855,24 +679,6 @@ fn parse_size(text: &str) -> Result<u64, String> {
         _ => return Err(bad()),
     };
     n.checked_mul(scale).ok_or_else(bad)
-}
-
-/// A server entry: `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`.
-fn parse_server(text: &str) -> Result<Server, String> {
-    if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(Server::Ip(addr));
-    }
-    let bad = |why: &str| format!("{text:?} is not a server: {why} (use \"host:port\")");
-    let Some((host, port)) = text.rsplit_once(':') else { return Err(bad("no port")) };
-    let port: u16 = port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?;
-    if port == 0 {
-        return Err(bad("port 0"));
-    }
-    let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
-    if host.is_empty() || !host.chars().all(valid) || host.split('.').any(str::is_empty) {
-        return Err(bad("the host is not a name or IP address"));
-    }
-    Ok(Server::Name { host: host.to_ascii_lowercase(), port })
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{
-    AccessLogConfig, AccessLogFormat, AccessLogTarget, Config, LogFormat, DEFAULT_ADMIN_ADDR,
-};
+use super::Config;
+use crate::admin::DEFAULT_ADMIN_ADDR;
+use crate::telemetry::access_log::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use crate::telemetry::LogFormat;
+use crate::upstream::Server;
 
 fn parse(text: &str) -> Result<Config, super::ConfigError> {
     Config::parse(text, Path::new("holdfast.toml"))
@@ -48,7 +50,7 @@ fn good_config_applies_precedence_and_defaults() {
     assert_eq!(app.pool.max_idle, Some(8));
     assert_eq!(app.pool.max_lifetime, holdfast_pool::PoolConfig::default().max_lifetime);
     assert_eq!(config.timeouts.connect, Duration::from_secs(1));
-    assert_eq!(config.timeouts.read, super::defaults::READ_TIMEOUT);
+    assert_eq!(config.timeouts.read, crate::proxy::settings::DEFAULT_READ_TIMEOUT);
     assert_eq!(config.client_limits.max_headers, 50);
     assert_eq!(config.threads, Some(2));
 }
@@ -254,8 +256,8 @@ fn routes_groups_health_and_names_parse_with_defaults_for_the_rest() {
         (HostPattern::Any, "/")
     );
     let api = &config.upstreams[0];
-    assert_eq!(api.servers[0], super::Server::Name { host: "api.internal".into(), port: 3000 });
-    assert_eq!(api.servers[1], super::Server::Ip("10.0.0.5:3000".parse().unwrap()));
+    assert_eq!(api.servers[0], Server::Name { host: "api.internal".into(), port: 3000 });
+    assert_eq!(api.servers[1], Server::Ip("10.0.0.5:3000".parse().unwrap()));
     assert_eq!(api.balance, Policy::LeastOutstanding);
     assert_eq!(api.resolve_interval, Duration::from_secs(2));
     assert_eq!(api.health.max_connect_failures, 0);
@@ -267,12 +269,12 @@ fn routes_groups_health_and_names_parse_with_defaults_for_the_rest() {
     let check = api.check.as_ref().expect("a health check");
     assert_eq!(check.path, "/healthz?full=1");
     assert_eq!(check.interval, Duration::from_secs(3));
-    assert_eq!(check.timeout, super::defaults::CHECK_TIMEOUT);
+    assert_eq!(check.timeout, crate::upstream::check::DEFAULT_TIMEOUT);
     assert_eq!(check.expect_status, Some(204));
     let web = &config.upstreams[1];
     assert_eq!(web.balance, Policy::PowerOfTwoChoices);
     assert!(web.check.is_none());
-    assert_eq!(web.resolve_interval, super::defaults::RESOLVE_INTERVAL);
+    assert_eq!(web.resolve_interval, crate::upstream::settings::DEFAULT_RESOLVE_INTERVAL);
 }
 
 #[test]
@@ -466,8 +468,8 @@ fn backlog_is_per_listener_with_a_default_the_kernel_allows() {
         "[[listener]]\naddress = \"127.0.0.1:8081\"\nupstream = \"app\"\nbacklog = 4096\n",
     ))
     .unwrap();
-    let default = super::defaults::listen_backlog();
-    assert!((1..=super::defaults::LISTEN_BACKLOG).contains(&default), "{default}");
+    let default = crate::listener::default_backlog();
+    assert!((1..=crate::listener::DEFAULT_BACKLOG).contains(&default), "{default}");
     assert_eq!(config.listeners[0].backlog, default);
     assert_eq!(config.listeners[1].backlog, 4096);
     let message = errors(&with(

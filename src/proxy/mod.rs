@@ -31,6 +31,7 @@ mod h1;
 pub mod pace;
 pub mod record;
 pub mod retry;
+pub mod settings;
 pub mod transfer;
 mod wire;
 
@@ -48,9 +49,9 @@ use h1::H1Wire;
 use pace::PaceConfig;
 use record::{Delivery, Record};
 use retry::Decision;
+pub use settings::{ClientLimits, Timeouts};
 use transfer::UploadLimits;
 
-use crate::config::{ClientLimits, Timeouts};
 use crate::http1::encode::{self, Forwarding, PeerText};
 use crate::http1::request::Request;
 use crate::http1::{Framing, Version};

@@ -8,9 +8,10 @@
 //! whenever the queue runs empty. It exits, after a last flush, when every handle is
 //! dropped.
 //!
-//! Two formats: JSON (one object per line, every field always present) and text
-//! (combined-log-like, with upstream fields appended as `key=value`). Client-supplied
-//! values are escaped in both, so a request can never break or forge a line.
+//! Two formats ([`AccessLogFormat`]): JSON (one object per line, every field always
+//! present) and text (combined-log-like, with upstream fields appended as `key=value`).
+//! Client-supplied values are escaped in both, so a request can never break or forge a
+//! line. [`AccessLogConfig`] says where the lines go and in which format.
 
 use std::fmt::{self, Write as _};
 use std::fs::{File, OpenOptions};
@@ -25,8 +26,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
-
 /// Lines that may wait for the writer. At a few hundred bytes a line this bounds the
 /// queue to a few MiB, and covers well over a second of a busy proxy's lines while the
 /// disk stalls.
@@ -34,6 +33,39 @@ const CHANNEL_LINES: usize = 16384;
 
 /// The writer's buffer: large enough that a burst becomes a few big `write`s.
 const BUFFER_BYTES: usize = 64 * 1024;
+
+/// Where access log lines go and how they look. The default is no access log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    pub target: AccessLogTarget,
+    pub format: AccessLogFormat,
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AccessLogTarget {
+    /// No access log (the default: it costs CPU on every request).
+    #[default]
+    Off,
+    Stdout,
+    File(PathBuf),
+}
+
+/// Where access log lines go when `[access_log]` is written (which turns the log on) but
+/// names no target: stdout. Writing the table asks for a log, and stdout is where systemd
+/// and container runtimes collect it.
+pub const DEFAULT_ENABLED_TARGET: AccessLogTarget = AccessLogTarget::Stdout;
+
+/// The shape of one access log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    /// One JSON object per line. The default: log pipelines parse JSON without a
+    /// pattern, and every field stays present and typed.
+    #[default]
+    Json,
+    /// Combined-log-like text with upstream fields appended.
+    Text,
+}
 
 /// Everything one access log line says about a request.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Logging: a `tracing` subscriber writing to stderr, filtered like `RUST_LOG`, as
-//! text (coloured only on a terminal) or JSON; upstream failures counted into a line
-//! per kind and second (`failures`); and the per-request access log (`access_log`).
+//! text (coloured only on a terminal) or JSON ([`LogFormat`]); upstream failures counted
+//! into a line per kind and second (`failures`); and the per-request access log
+//! (`access_log`).
 
 pub mod access_log;
 pub mod failures;
@@ -10,10 +11,19 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-
 /// The filter when `RUST_LOG` is not set: holdfast's own lifecycle and warnings.
 pub const DEFAULT_FILTER: &str = "holdfast=info";
+
+/// The shape of holdfast's own log lines (stderr), as opposed to the access log's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `key=value` text, coloured on a terminal. The default: the first reader is a
+    /// person at a terminal or in `journalctl`; log shippers ask for JSON.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the subscriber, once per process (later calls change nothing). `RUST_LOG`
 /// wins over `default_filter` when set.

@@ -6,6 +6,8 @@
 //! (any 2xx or 3xx unless `expect_status` says) within `timeout` passes; anything else
 //! fails. The connection goes back to the pool when the response had a length and the
 //! origin keeps it open, so checks add no connections to a busy server.
+//!
+//! [`CheckConfig`] is what `[upstream.NAME.health_check]` sets, with its defaults here.
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -15,12 +17,35 @@ use holdfast_pool::CloseReason;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::health::CheckThresholds;
 use super::{Backend, Lease, Upstream};
-use crate::config::CheckConfig;
 use crate::http1::head::HeadScan;
 use crate::http1::response;
 use crate::http1::Framing;
 use crate::net::{self, Deadline, InBuf};
+
+/// An active health check: `GET path` to every server each `interval`, on a pooled
+/// connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckConfig {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    /// The status a passing check returns; `None`: any 2xx or 3xx.
+    pub expect_status: Option<u16>,
+    /// The check's `Host` header; `None`: the server's address.
+    pub host: Option<String>,
+    pub thresholds: CheckThresholds,
+}
+
+/// Default [`CheckConfig::interval`], the time between two checks of one server: a dead
+/// server is noticed within a couple of intervals even when no request goes to it.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Default [`CheckConfig::timeout`], how long a check may take before it counts as
+/// failed: a health endpoint answers in milliseconds, and 2 s leaves room for a loaded
+/// server.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why one check failed.
 #[derive(Debug, thiserror::Error)]

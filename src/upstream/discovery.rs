@@ -10,8 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Upstream;
-use crate::config::Server;
+use super::{Server, Upstream};
 
 /// How long one lookup may take before it counts as failed.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -11,6 +11,7 @@ pub mod connect;
 pub mod discovery;
 pub mod health;
 pub mod keepalive;
+pub mod settings;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,9 +27,9 @@ use tokio::time::Instant;
 
 pub use connect::{ConnectError, OriginConn};
 pub use discovery::Resolution;
+pub use settings::{Server, UpstreamConfig};
 
 use crate::balance::{Balancer, Candidate, Ewma};
-use crate::config::UpstreamConfig;
 use crate::metrics::{BackendMetrics, UpstreamMetrics};
 use health::{Health, PassiveHealth, Transition};
 

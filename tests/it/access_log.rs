@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use holdfast::config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use holdfast::telemetry::access_log::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
 use http::Method;
 use http_body_util::{BodyExt, Empty};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast::config::ClientLimits;
+use holdfast::proxy::ClientLimits;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

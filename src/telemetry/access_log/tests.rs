@@ -4,8 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{AccessEntry, AccessLog, CHANNEL_LINES};
-use crate::config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use super::{
+    AccessEntry, AccessLog, AccessLogConfig, AccessLogFormat, AccessLogTarget, CHANNEL_LINES,
+};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().expect("test address")

@@ -1,0 +1,97 @@
+//! An upstream group as configured (`[upstream.NAME]`): its servers, pool, balancer,
+//! health settings and how often its names are resolved, with the defaults a group
+//! starts from. Parsing a server entry (`"host:port"`) is here too, with the type.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use holdfast_pool::PoolConfig;
+
+use super::check::CheckConfig;
+use super::health::PassiveHealth;
+use crate::balance::Policy;
+
+/// A named group of servers with one pool configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub servers: Vec<Server>,
+    pub pool: PoolConfig,
+    /// Local address upstream connections are made from (`None`: the kernel picks).
+    pub source_address: Option<IpAddr>,
+    pub balance: Policy,
+    pub health: PassiveHealth,
+    /// Active health checks (`None`: passive detection only).
+    pub check: Option<CheckConfig>,
+    /// How often names in `servers` are resolved again.
+    pub resolve_interval: Duration,
+}
+
+/// Default [`UpstreamConfig::resolve_interval`]. Container platforms replace a
+/// container's address within seconds; 5 s follows them quickly for the price of one
+/// lookup per name every 5 s.
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(5);
+
+impl UpstreamConfig {
+    /// A group of `servers` with every setting at its default.
+    pub fn new(name: &str, servers: Vec<Server>) -> UpstreamConfig {
+        UpstreamConfig {
+            name: name.into(),
+            servers,
+            pool: PoolConfig::default(),
+            source_address: None,
+            balance: Policy::default(),
+            health: PassiveHealth::default(),
+            check: None,
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+        }
+    }
+}
+
+/// A server as configured: an address, or a name resolved to addresses at start and
+/// every `resolve_interval` after.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Server {
+    Ip(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl From<SocketAddr> for Server {
+    fn from(addr: SocketAddr) -> Server {
+        Server::Ip(addr)
+    }
+}
+
+impl std::str::FromStr for Server {
+    type Err = String;
+
+    /// `"10.0.0.5:3000"`, `"[::1]:3000"` or `"app.internal:3000"`; the error says what is
+    /// wrong in words for the operator.
+    fn from_str(text: &str) -> Result<Server, String> {
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            return Ok(Server::Ip(addr));
+        }
+        let bad = |why: &str| format!("{text:?} is not a server: {why} (use \"host:port\")");
+        let Some((host, port)) = text.rsplit_once(':') else { return Err(bad("no port")) };
+        let port: u16 =
+            port.parse().map_err(|_| bad("the port is not a number from 1 to 65535"))?;
+        if port == 0 {
+            return Err(bad("port 0"));
+        }
+        let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+        if host.is_empty() || !host.chars().all(valid) || host.split('.').any(str::is_empty) {
+            return Err(bad("the host is not a name or IP address"));
+        }
+        Ok(Server::Name { host: host.to_ascii_lowercase(), port })
+    }
+}
+
+impl fmt::Display for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Server::Ip(addr) => write!(f, "{addr}"),
+            Server::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
