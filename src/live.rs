@@ -81,6 +81,8 @@ pub fn watch(args: &StatsArgs, out: &mut impl Write, style: FrameStyle) -> anyho
         // missed scrapes back to back.
         let now = Instant::now();
         due = (due + args.interval).max(now);
+        // `holdfast stats` is a synchronous command: no runtime runs on this thread.
+        #[allow(clippy::disallowed_methods)]
         std::thread::sleep(due - now);
         let written = match Scrape::fetch(admin) {
             Ok(current) => {
