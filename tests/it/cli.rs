@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use http::StatusCode;
 
-use crate::support::{wait_until, ChildProxy, HttpClient, Origin, TempDir, DEADLINE};
+use crate::support::{wait_until, ChildProxy, HttpClient, Origin, RawClient, TempDir, DEADLINE};
 
 fn holdfast(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_holdfast"))
@@ -146,13 +146,20 @@ async fn quick_mode_binary_proxies_and_reuses_its_upstream_connection() {
     let origin = Origin::start().await;
     let proxy = ChildProxy::quick(origin.addr()).await;
     for i in 0..3 {
-        // A new client connection each time; the upstream connection stays.
-        let mut client = HttpClient::connect(proxy.addr()).await;
-        let reply = client.get(&format!("/quick/{i}")).await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", proxy.stderr());
+        // A new client connection each time; the upstream connection stays. The client
+        // asks holdfast to close its connection and reads to the end: holdfast closes
+        // only after the upstream connection went back to its pool, so the next request
+        // cannot race the return.
+        let mut client = RawClient::connect(proxy.addr()).await;
+        client
+            .send(format!("GET /quick/{i} HTTP/1.1\r\nHost: app\r\nConnection: close\r\n\r\n"))
+            .await;
+        let reply = client.response_then_close().await.expect("a response");
+        assert_eq!(reply.status, 200, "{}", proxy.stderr());
         assert_eq!(reply.header("x-path"), Some(format!("/quick/{i}").as_str()));
         // The echo route lists the headers the origin received.
-        assert!(reply.text().contains("x-forwarded-for: 127.0.0.1\n"), "{}", reply.text());
+        let text = reply.body_text();
+        assert!(text.contains("x-forwarded-for: 127.0.0.1\n"), "{text}");
     }
     assert_eq!(origin.accepted(), 1);
 }

@@ -38,12 +38,15 @@ async fn closing_clients_at_concurrency_32_keep_upstream_connections_bounded() {
     let sampler = {
         let peak = Arc::clone(&peak_established);
         let port = origin.addr().port();
-        tokio::task::spawn_blocking(move || {
+        // Runs on the blocking pool, so sleeping between samples blocks no runtime worker.
+        #[allow(clippy::disallowed_methods)]
+        let sample = move || {
             for _ in 0..40 {
                 peak.fetch_max(established_to(port), Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(25));
             }
-        })
+        };
+        tokio::task::spawn_blocking(sample)
     };
     let addr = proxy.addr();
     let clients: Vec<_> = (0..CONCURRENCY)

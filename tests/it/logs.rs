@@ -2,8 +2,6 @@
 //! only on a terminal, JSON when asked, an outage as counts rather than a line per
 //! request, and client mistakes kept out of the warnings.
 
-use std::time::Duration;
-
 use http::StatusCode;
 use tokio::time::Instant;
 
@@ -76,7 +74,7 @@ fn terminal_output(no_color: Option<&str>) -> String {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     use std::process::{Command, Stdio};
-    use std::sync::{Arc, Mutex};
+    use std::sync::{mpsc, Arc, Mutex};
 
     use nix::fcntl::OFlag;
     use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
@@ -111,20 +109,25 @@ fn terminal_output(no_color: Option<&str>) -> String {
     drop(command);
     let output = Arc::new(Mutex::new(String::new()));
     let sink = Arc::clone(&output);
+    let (listening_tx, listening) = mpsc::sync_channel(1);
     let reader = std::thread::spawn(move || {
         let mut chunk = [0u8; 4096];
+        let mut told = false;
         // Ends with an error (EIO) or 0 once no process holds the terminal open.
         while let Ok(n @ 1..) = master.read(&mut chunk) {
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n]));
+            let mut text = sink.lock().unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+            if !told && text.contains("listening") {
+                told = true;
+                let _ = listening_tx.send(());
+            }
         }
     });
-    let start = std::time::Instant::now();
-    // Bounded by DEADLINE; each round waits 10 ms (a plain thread, no runtime to block).
-    while !output.lock().unwrap().contains("listening") && start.elapsed() < DEADLINE {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("holdfast exited with {status}: {}", output.lock().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    // Bounded by DEADLINE. The reader says when the line shows up; it hangs up instead
+    // when holdfast exits first, since that closes the terminal.
+    if let Err(mpsc::RecvTimeoutError::Disconnected) = listening.recv_timeout(DEADLINE) {
+        let status = child.wait().expect("wait for holdfast");
+        panic!("holdfast exited with {status}: {}", output.lock().unwrap());
     }
     let _ = child.kill();
     let _ = child.wait();

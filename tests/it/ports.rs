@@ -169,7 +169,9 @@ async fn closing_load(ns: &Arc<Namespace>, pooled: bool) -> Run {
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
     let sampler = {
         let (ns, stop, port) = (Arc::clone(ns), Arc::clone(&stop.0), origin.addr().port());
-        tokio::task::spawn_blocking(move || {
+        // Runs on the blocking pool, so sleeping between samples blocks no runtime worker.
+        #[allow(clippy::disallowed_methods)]
+        let sample = move || {
             let mut peak = 0;
             // Ends when the load does; one `ss` run per round.
             while !stop.load(Ordering::SeqCst) {
@@ -177,7 +179,8 @@ async fn closing_load(ns: &Arc<Namespace>, pooled: bool) -> Run {
                 std::thread::sleep(Duration::from_millis(20));
             }
             peak
-        })
+        };
+        tokio::task::spawn_blocking(sample)
     };
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));

@@ -250,6 +250,8 @@ fn read_lines(path: &Path) -> Vec<String> {
 }
 
 /// Waits until `path` holds `count` lines; panics after 10 s.
+// A plain #[test] thread polling a file the writer thread fills: no runtime to block.
+#[allow(clippy::disallowed_methods)]
 fn wait_for_lines(path: &Path, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while read_lines(path).len() < count {
