@@ -1,27 +1,49 @@
 //! holdfast: an HTTP reverse proxy that keeps and reuses upstream connections by default.
 //!
+//! # Vocabulary
+//!
+//! One name, one meaning, in types, metric names and labels, logs and docs:
+//!
+//! - *client*: the peer that sends holdfast requests (a browser, a load balancer).
+//! - *listener*: an address holdfast accepts clients on.
+//! - *upstream*: a named group of servers (`[upstream.NAME]`), as in nginx; it owns a
+//!   balancer and health settings.
+//! - *server*: an entry of an upstream's `servers` list, an address or a name
+//!   ([`upstream::Server`]).
+//! - *backend*: one resolved address of a server, with its pool of connections, its
+//!   load and its health ([`upstream::Backend`]).
+//! - *origin*: the application on the other end of a backend's connections.
+//! - *exchange*: one request and its response, from the client's head to the end of the
+//!   response; *record*: what holdfast notes about one exchange (metrics, access log).
+//! - *instance*: one running holdfast ([`Instance`]).
+//!
+//! # Data flow
+//!
 //! Data flows one way; a module calls only modules to its right:
 //!
 //! ```text
-//! listener -> client -> proxy -> route -> upstream -> balance
-//!                                              \-> pool (holdfast-pool) -> origin
-//!               \-> http1, net (message syntax and socket I/O, used by both)
+//! listener -> client -> proxy -> route
+//!                          \-> upstream (balance, pool, connect) -> origin
+//!                          \-> metrics, telemetry (observe only, never decide)
+//! http1 (syntax) and net (streams, buffers, bounded waits) serve client and proxy
 //! ```
 //!
-//! `listener` accepts clients; `client` reads each request head (refusing ambiguous or
-//! oversized ones) and keeps the connection between requests; `proxy` routes the
-//! request to an upstream group (`route`), picks one of its backends with the group's
-//! balancer (`balance`: pure policies over each backend's load, latency and health,
-//! which an upstream group owns the way an nginx `upstream {}` block owns its method),
-//! rewrites the request for it, leases a connection from that backend's pool in
-//! `upstream`, and streams the response back in the same task, returning the
-//! connection to its pool when the exchange ends cleanly. `upstream` also follows
-//! server names (`discovery`), checks servers (`check`) and takes failing ones out of
-//! service (`health`). `http1` parses and writes HTTP/1.1 heads and follows body
-//! framing; `net` reads and writes sockets with bounded waits. Each part owns its
-//! settings types and their defaults; `config` turns the file into them (it depends on
-//! the parts, never the reverse); `instance` wires them together and applies a reloaded
-//! config; `demo` shows it working.
+//! `listener` accepts clients as [`net::Stream`]s; `client` reads each request head
+//! (refusing ambiguous or oversized ones) and keeps the connection between requests;
+//! `proxy` routes the request to an upstream (`route`), picks one of its backends with
+//! the upstream's balancer (`balance`: pure policies over each backend's load, latency
+//! and health), rewrites the request for it, leases a connection from that backend's
+//! pool in `upstream`, and streams the response back in the same task, returning the
+//! connection to its pool when the exchange ends cleanly. Within `proxy`, `exchange`
+//! decides (retry, failover, early answers, upgrades, accounting) and a `Wire` moves
+//! the bytes (`h1`: HTTP/1.1 on both sides). `upstream` also follows server names
+//! (`discovery`), checks backends (`check`) and takes failing ones out of service
+//! (`health`). `http1` parses and writes HTTP/1.1 heads and follows body framing; `net`
+//! reads and writes streams with bounded waits. Each part owns its settings types and
+//! their defaults; `config` turns the file into them (it depends on the parts, never the
+//! reverse); `instance` wires them together and applies a reloaded config; `admin`,
+//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says where TLS
+//! and HTTP/2 plug in.
 
 pub mod admin;
 pub mod balance;
