@@ -11,6 +11,7 @@ pub mod load;
 pub mod netns;
 pub mod node;
 pub mod origin;
+pub mod port;
 pub mod proxy;
 pub mod scrape;
 pub mod tap;
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
 pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawAnswer, RawOrigin};
+pub use port::{ClosedPort, ReservedPort};
 pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};
 pub use tap::Tap;
@@ -50,6 +52,23 @@ pub async fn wait_until(what: &str, deadline: Duration, mut cond: impl FnMut() -
     }
 }
 
+/// [`wait_until`] for a condition that has to be awaited (a request, a scrape).
+pub async fn wait_until_async<F, Fut>(what: &str, deadline: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    // Bounded: at most deadline / 5 ms rounds.
+    loop {
+        if within_for(what, deadline, cond()).await {
+            return;
+        }
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Runs `fut`, panicking naming `what` if it takes longer than [`DEADLINE`].
 pub async fn within<F: Future>(what: &str, fut: F) -> F::Output {
     within_for(what, DEADLINE, fut).await
@@ -61,6 +80,39 @@ pub async fn within_for<F: Future>(what: &str, deadline: Duration, fut: F) -> F:
         Ok(out) => out,
         Err(_) => panic!("timed out after {deadline:?}: {what}"),
     }
+}
+
+/// Whether this is a CI run (`CI=true`), where a test may not skip.
+pub fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The one way a test skips: it cannot run here because of `why` (no namespaces, not
+/// root, a tool missing). Prints `skipped: why` for the caller to return after; under
+/// `CI=true` it fails the test instead, so a CI run never passes without testing.
+#[track_caller]
+pub fn skip_or_fail(why: &str) {
+    if on_ci() {
+        panic!("CI=true, so this test may not skip: {why}");
+    }
+    println!("skipped: {why}");
+}
+
+/// The seed of a test's random choices: `HOLDFAST_TEST_SEED` (decimal or `0x` hex) when
+/// set, else `default`, so runs repeat. Printed, so a failing run can be repeated.
+pub fn seed(default: u64) -> u64 {
+    let seed = match std::env::var("HOLDFAST_TEST_SEED") {
+        Ok(text) if !text.is_empty() => {
+            let parsed = match text.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => text.parse(),
+            };
+            parsed.unwrap_or_else(|_| panic!("HOLDFAST_TEST_SEED={text:?} is not a number"))
+        }
+        _ => default,
+    };
+    eprintln!("seed: {seed} (HOLDFAST_TEST_SEED={seed} repeats it)");
+    seed
 }
 
 /// The bytes every generated body is made of; shared so large bodies allocate nothing.
