@@ -2,10 +2,9 @@
 //! server, timings and the reused flag; JSON and text; reopened on SIGUSR1. And the
 //! `holdfast stats` live view against a running binary.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast::telemetry::access_log::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
@@ -13,9 +12,9 @@ use http::Method;
 use http_body_util::{BodyExt, Empty};
 use serde_json::Value;
 
-use crate::support::proxy::free_port;
 use crate::support::{
-    config_for, config_to, request, wait_until, ChildProxy, Origin, Proxy, TempDir, DEADLINE,
+    config_for, config_to, request, wait_until, ChildProxy, ClosedPort, Origin, Proxy,
+    ReservedPort, TempDir, DEADLINE,
 };
 
 fn read_lines(path: &Path) -> Vec<String> {
@@ -123,7 +122,8 @@ async fn json_lines_name_the_server_and_say_whether_the_connection_was_reused() 
 
 #[tokio::test]
 async fn a_failed_connect_is_logged_with_its_reason_and_no_connection() {
-    let dead = free_port();
+    let closed = ClosedPort::new();
+    let dead = closed.addr();
     let dir = TempDir::new("access-error");
     let mut config = config_to(dead);
     config.access_log = json_log(&dir);
@@ -186,18 +186,15 @@ async fn text_lines_from_the_binary_and_sigusr1_reopens_the_file() {
 async fn stats_shows_a_live_row_per_server_from_the_admin_listener() {
     let origin = Origin::start().await;
     let upstream = origin.addr().to_string();
-    let admin: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
-    let chosen = Arc::clone(&admin);
+    let reserved = ReservedPort::new();
+    let admin = reserved.addr();
     let proxy = ChildProxy::launch(move |listen| {
-        let addr = free_port();
-        *chosen.lock().unwrap() = Some(addr);
-        ["--listen", &listen.to_string(), "--upstream", &upstream, "--admin", &addr.to_string()]
+        ["--listen", &listen.to_string(), "--upstream", &upstream, "--admin", &admin.to_string()]
             .iter()
             .map(|s| s.to_string())
             .collect()
     })
     .await;
-    let admin = admin.lock().unwrap().expect("an admin address was chosen");
     wait_until("the admin listener accepts", DEADLINE, || {
         std::net::TcpStream::connect(admin).is_ok()
     })

@@ -86,7 +86,7 @@ async fn a_route_or_listener_sets_its_own_body_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickling_upload_is_cut_after_its_head_start_with_408() {
-    // #13: timeouts applied per read, so a byte every 59 s held a client connection and
+    // Regression: timeouts applied per read, so a byte every 59 s held a client connection and
     // an upstream connection forever.
     let origin = Origin::start().await;
     let proxy = Proxy::start(paced(&origin)).await;

@@ -1,7 +1,7 @@
 //! What a client gets when the upstream side fails: 502 and 504 that name the backend, and
 //! a cut response when the body stalls.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use holdfast_pool::CloseReason;
@@ -9,16 +9,14 @@ use http::StatusCode;
 use tokio::net::TcpStream;
 
 use crate::support::{
-    config_for, config_to, within_for, Origin, Proxy, RawClient, RawError, RawOrigin,
+    config_for, config_to, within_for, ClosedPort, Origin, Proxy, RawClient, RawError, RawOrigin,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_refusing_connections_gives_502_naming_it() {
-    // A port that was just listened on and is now closed refuses connections.
-    let gone = {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr")
-    };
+    // A port held bound and not listening refuses connections.
+    let port = ClosedPort::new();
+    let gone = port.addr();
     let proxy = Proxy::start(config_to(gone)).await;
     let mut client = proxy.client().await;
     let reply = client.get("/").await;
@@ -190,10 +188,10 @@ async fn early_response_to_an_upload_reaches_the_client_and_then_closes_its_conn
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_answer_survives_a_client_that_keeps_sending_its_body() {
     let (_origin, _proxy, mut client) = upload_refused_early().await;
-    // The answer is on its way back; the client, not reading yet, goes on sending. Had
-    // holdfast closed at once, these bytes would meet a reset, and the reset would
-    // destroy the answer before the client read it.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The answer has come back and holdfast is done sending; the client, not reading yet,
+    // goes on sending. Had holdfast closed at once, these bytes would meet a reset, and
+    // the reset would destroy the answer before the client read it.
+    client.wait_peer_shutdown().await;
     for _ in 0..4 {
         client.send(vec![b'x'; 16 * 1024]).await;
     }

@@ -151,7 +151,7 @@ async fn incomplete_request_head_is_closed_after_the_client_header_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_naming_content_length_transfer_encoding_or_host_is_refused() {
-    // #13: holdfast dropped the named Content-Length but sent the 35 body bytes, which
+    // Regression: holdfast dropped the named Content-Length but sent the 35 body bytes, which
     // the origin took for a second request.
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
@@ -174,7 +174,7 @@ async fn connection_naming_content_length_transfer_encoding_or_host_is_refused()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multibyte_character_in_the_target_does_not_panic() {
-    // #13: slicing the target at a byte index inside 'é' panicked; the client got nothing.
+    // Regression: slicing the target at a byte index inside 'é' panicked; the client got nothing.
     // A URI is ASCII (RFC 3986, 2): raw bytes past it are refused, as strict origins do.
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
@@ -188,7 +188,7 @@ async fn multibyte_character_in_the_target_does_not_panic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_encoding_in_http10_is_refused_and_the_connection_closed() {
-    // #13: the chunked HTTP/1.0 body was forwarded, and what followed it reached the
+    // Regression: the chunked HTTP/1.0 body was forwarded, and what followed it reached the
     // origin as another request on a kept-alive connection.
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
@@ -202,7 +202,7 @@ async fn transfer_encoding_in_http10_is_refused_and_the_connection_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_encoding_lists_are_written_again_or_refused() {
-    // #13: the values were forwarded as received, for each origin to read its own way.
+    // Regression: the values were forwarded as received, for each origin to read its own way.
     let origin = Origin::start().await;
     let tap = Tap::start(origin.addr()).await;
     let proxy = Proxy::start(config_to(tap.addr())).await;
@@ -240,7 +240,7 @@ async fn transfer_encoding_lists_are_written_again_or_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_chunk_extensions_and_trailer_lines_are_refused() {
-    // #13: chunk extensions with control bytes and trailer lines without a colon went on.
+    // Regression: chunk extensions with control bytes and trailer lines without a colon went on.
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
     for body in [
@@ -264,7 +264,7 @@ async fn bad_chunk_extensions_and_trailer_lines_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_trailer_fields_are_dropped_and_extensions_not_forwarded() {
-    // #13: trailers named Content-Length, Transfer-Encoding or Host were forwarded.
+    // Regression: trailers named Content-Length, Transfer-Encoding or Host were forwarded.
     let origin = Origin::start().await;
     let tap = Tap::start(origin.addr()).await;
     let proxy = Proxy::start(config_to(tap.addr())).await;
@@ -286,7 +286,7 @@ async fn forbidden_trailer_fields_are_dropped_and_extensions_not_forwarded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absolute_form_authority_replaces_host_and_keeps_the_query() {
-    // #13: routed by public.test but sent with Host: internal.test; `?q=1` was lost.
+    // Regression: routed by public.test but sent with Host: internal.test; `?q=1` was lost.
     let public = Origin::start().await;
     let internal = Origin::start().await;
     let text = format!(
@@ -314,7 +314,7 @@ async fn absolute_form_authority_replaces_host_and_keeps_the_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_or_missing_host_is_refused() {
-    // #13: two Host lines were forwarded, and a request without one got the backend's.
+    // Regression: two Host lines were forwarded, and a request without one got the backend's.
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
     let two = "GET /two HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n";
@@ -355,7 +355,7 @@ async fn unknown_expectation_gets_417() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_arriving_a_byte_at_a_time_is_parsed_once_complete() {
-    // #13: the head was parsed again from its start on every read. Now a head that does
+    // Regression: the head was parsed again from its start on every read. Now a head that does
     // not arrive whole is scanned for its end a byte at a time and parsed once; the
     // linear bound itself is pinned in the unit tests (`http1::tests`).
     let origin = Origin::start().await;

@@ -55,7 +55,7 @@ async fn forwarded_through(trusted_proxies: &[&str]) -> crate::support::origin::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_headers_from_an_untrusted_peer_are_replaced() {
-    // #13: X-Forwarded-For was appended to, so its first entry was the client's to choose.
+    // Regression: X-Forwarded-For was appended to, so its first entry was the client's to choose.
     let got = forwarded_through(&[]).await;
     assert_eq!(got.header("host"), Some("example.test:8080"));
     assert_eq!(got.header("x-forwarded-for"), Some("127.0.0.1"));

@@ -5,8 +5,7 @@
 use http::StatusCode;
 use tokio::time::Instant;
 
-use crate::support::proxy::free_port;
-use crate::support::{wait_until, ChildProxy, HttpClient, Origin, TempDir, DEADLINE};
+use crate::support::{wait_until, ChildProxy, ClosedPort, HttpClient, Origin, TempDir, DEADLINE};
 
 /// The upstream failure lines in `stderr` (text format), as the `count` each carries.
 fn failure_counts(stderr: &str) -> Vec<u64> {
@@ -24,7 +23,8 @@ fn failure_counts(stderr: &str) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_is_logged_as_counts_not_a_line_per_request() {
     const REQUESTS: u64 = 200;
-    let closed = free_port();
+    let port = ClosedPort::new();
+    let closed = port.addr();
     let proxy = ChildProxy::quick(closed).await;
     let started = Instant::now();
     let mut client = HttpClient::connect(proxy.addr()).await;
@@ -56,7 +56,8 @@ async fn an_outage_is_logged_as_counts_not_a_line_per_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stderr_that_is_not_a_terminal_gets_no_colour() {
-    let closed = free_port();
+    let port = ClosedPort::new();
+    let closed = port.addr();
     // NO_COLOR unset: a pipe alone turns colour off.
     let env = [("NO_COLOR", None)];
     let proxy = ChildProxy::launch_env(&env, |listen| quick_args(listen, closed)).await;
@@ -90,9 +91,10 @@ fn terminal_output(no_color: Option<&str>) -> String {
         .custom_flags(nix::libc::O_NOCTTY)
         .open(ptsname_r(&master).expect("the terminal's name"))
         .expect("open the terminal");
+    let upstream = ClosedPort::new();
     let mut command = Command::new(env!("CARGO_BIN_EXE_holdfast"));
     command
-        .args(["--listen", "127.0.0.1:0", "--upstream", &free_port().to_string()])
+        .args(["--listen", "127.0.0.1:0", "--upstream", &upstream.addr().to_string()])
         .args(["--threads", "1"])
         .env("RUST_LOG", "holdfast=info")
         .env_remove("NO_COLOR");
@@ -148,7 +150,8 @@ fn a_terminal_gets_colour_unless_no_color_is_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_format_json_writes_one_json_object_per_line() {
-    let closed = free_port();
+    let port = ClosedPort::new();
+    let closed = port.addr();
     let dir = TempDir::new("log-json");
     let proxy = ChildProxy::launch(|listen| {
         let path = dir.write(

@@ -5,14 +5,18 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 
-use crate::support::{admin_get, config_with_admin, wait_until, within, Origin, Proxy, DEADLINE};
+use crate::support::{
+    admin_get, config_with_admin, wait_until, within, ClosedPort, Origin, Proxy, DEADLINE,
+};
 
 #[tokio::test]
 async fn counters_match_what_the_origin_saw() {
     let origin = Origin::start().await;
     let mut config = config_with_admin(&origin);
     config.upstreams[0].pool.max_requests = 4;
-    config.upstreams[0].pool.idle_timeout = Duration::from_millis(300);
+    // Long enough that no pause of a loaded machine between two of the requests below
+    // reaches it, so only the last connection idles out.
+    config.upstreams[0].pool.idle_timeout = Duration::from_secs(2);
     let proxy = Proxy::start(config).await;
     let mut client = proxy.client().await;
     // Ten requests, four per connection: connections of 4, 4 and 2 requests; the
@@ -119,7 +123,8 @@ async fn healthz_turns_503_while_draining_and_the_admin_stays_up_until_the_end()
     let admin = proxy.admin();
     assert_eq!(admin_get(admin, "/healthz").await, (200, "ok\n".to_string()));
     let mut client = proxy.client().await;
-    let slow = tokio::spawn(async move { client.get("/slow/800").await });
+    // Held at the origin until the checks below are done: draining lasts that long.
+    let slow = tokio::spawn(async move { client.get("/hold/slow").await });
     wait_until("the slow request reaches the origin", DEADLINE, || origin.request_count() == 1)
         .await;
     let shutdown = tokio::spawn(proxy.shutdown(Duration::from_secs(5)));
@@ -135,6 +140,7 @@ async fn healthz_turns_503_while_draining_and_the_admin_stays_up_until_the_end()
     let m = crate::support::Metrics::scrape(admin).await;
     assert_eq!(m.count("holdfast_draining", &[]), 1);
     // The request in flight still completes.
+    origin.release("slow");
     assert_eq!(within("the slow request", slow).await.unwrap().status, 200);
     within("shutdown", shutdown).await.unwrap();
     assert!(tokio::net::TcpStream::connect(admin).await.is_err(), "admin closed after shutdown");
@@ -161,11 +167,9 @@ async fn admin_paths_are_not_served_on_the_proxy_port() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_holdfast_makes_itself_is_counted_with_its_reason() {
     let origin = Origin::start().await;
-    let refused = {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        listener.local_addr().expect("addr")
-        // Dropped here: connects to it are refused.
-    };
+    // Held bound and not listening: connects to it are refused.
+    let closed = ClosedPort::new();
+    let refused = closed.addr();
     let text = format!(
         r#"
 [admin]
@@ -225,13 +229,19 @@ queue_size = 0
     for _ in 0..3 {
         statuses.push(get("refused.test", "/").await);
         statuses.push(get("nowhere.test", "/").await);
-        statuses.push(get("slow.test", "/slow/1000").await);
+        // Never answered: only the response header timeout ends it.
+        statuses.push(get("slow.test", "/hold/never").await);
         statuses.push(get("unknown.test", "/").await);
         statuses.push(get("slow.test", "/").await);
     }
-    // Two at once through a group allowed one connection and no queue.
-    let (a, b) = tokio::join!(get("narrow.test", "/slow/200"), get("narrow.test", "/slow/200"));
-    statuses.extend([a, b]);
+    // Two at once through a group allowed one connection and no queue: the first is held
+    // at the origin until the second has been refused.
+    let first = tokio::spawn(get("narrow.test", "/hold/narrow"));
+    wait_until("the first reaches the origin", DEADLINE, || origin.count_path("/hold/narrow") == 1)
+        .await;
+    let second = get("narrow.test", "/").await;
+    origin.release("narrow");
+    statuses.extend([within("the first", first).await.expect("first request"), second]);
     // A request refused before routing.
     let mut bad = crate::support::RawClient::connect(proxy.addr()).await;
     bad.send("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").await;

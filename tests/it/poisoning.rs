@@ -63,7 +63,7 @@ async fn a_late_body_after_a_response_to_head_never_reaches_the_next_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_connection_header_naming_content_length_does_not_strip_the_framing() {
-    // #13: the origin's `Connection: content-length` removed the response's framing while
+    // Regression: the origin's `Connection: content-length` removed the response's framing while
     // the client connection stayed open.
     let origin = RawOrigin::start(
         b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
@@ -81,7 +81,7 @@ async fn origin_connection_header_naming_content_length_does_not_strip_the_frami
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_content_response_loses_its_content_length() {
-    // #13: a 204 kept its Content-Length (RFC 9110, 8.6: a 204 must not have one).
+    // Regression: a 204 kept its Content-Length (RFC 9110, 8.6: a 204 must not have one).
     let origin = RawOrigin::start(b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n").await;
     let proxy = Proxy::start(config_to(origin.addr())).await;
     let mut client = proxy.raw().await;
@@ -95,7 +95,7 @@ async fn no_content_response_loses_its_content_length() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_check_answered_with_101_does_not_pool_the_connection() {
-    // #13: a check returned its connection to the pool after a switch of protocols.
+    // Regression: a check returned its connection to the pool after a switch of protocols.
     let origin = RawOrigin::start(
         b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n",
     )
@@ -110,7 +110,7 @@ async fn health_check_answered_with_101_does_not_pool_the_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn early_hints_during_an_upload_do_not_stop_it() {
-    // #13: an upstream 103 during an upload stopped the upload until the response timeout.
+    // Regression: an upstream 103 during an upload stopped the upload until the response timeout.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hinted = Arc::new(AtomicBool::new(false));

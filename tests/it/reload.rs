@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::{wait_until, Load, Origin, Proxy, RawClient, TempDir, DEADLINE};
+use crate::support::{wait_until, Load, Origin, Proxy, RawClient, ReservedPort, TempDir, DEADLINE};
 
 /// A config with one listener in front of `app`, plus `extra` (more groups, routes).
 fn config(app: &[SocketAddr], extra: &str) -> String {
@@ -126,8 +126,9 @@ async fn a_reload_adds_and_removes_listeners() {
     let mut old_client = RawClient::connect(proxy.addr()).await;
     old_client.send("GET / HTTP/1.1\r\nHost: a\r\n\r\n").await;
     assert_eq!(old_client.response().await.status, 200);
-    let spare =
-        std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    // Reserved, so that nothing else takes the port before holdfast listens on it.
+    let reserved = ReservedPort::new();
+    let spare = reserved.addr();
     let text = config(&[app.addr()], "").replace(
         "[[listener]]\naddress = \"127.0.0.1:0\"",
         &format!("[[listener]]\naddress = \"{spare}\""),

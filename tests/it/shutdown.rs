@@ -16,13 +16,19 @@ use crate::support::{
 async fn shutdown_lets_a_request_in_flight_finish() {
     let origin = Origin::start().await;
     let proxy = Proxy::start(config_for(&origin)).await;
+    let addr = proxy.addr();
     let mut client = proxy.client().await;
-    let request = tokio::spawn(async move { client.get("/slow/300").await });
+    let request = tokio::spawn(async move { client.get("/hold/it").await });
     wait_until("the origin has the request", DEADLINE, || origin.request_count() == 1).await;
-    proxy.shutdown(Duration::from_secs(5)).await;
+    let shutdown = tokio::spawn(proxy.shutdown(Duration::from_secs(5)));
+    // Shutting down (no more clients), with the request still held at the origin.
+    wait_refused(addr, DEADLINE).await;
+    assert!(!request.is_finished() && !shutdown.is_finished());
+    origin.release("it");
     let reply = within("the request in flight", request).await.expect("request task");
     assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(reply.text(), "slow\n");
+    assert_eq!(reply.text(), "held\n");
+    within("shutdown", shutdown).await.expect("shutdown task");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +65,7 @@ async fn wait_refused(addr: SocketAddr, deadline: Duration) {
     let start = Instant::now();
     // Bounded by `deadline`; each round waits 10 ms.
     while TcpStream::connect(addr).await.is_ok() {
-        assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} after SIGTERM");
+        assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} later");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -69,22 +75,32 @@ async fn sigterm_finishes_the_request_in_flight_closes_upstream_and_exits_0() {
     // Through the real binary: the signal handling lives in the CLI.
     let origin = Origin::start().await;
     let mut proxy = ChildProxy::quick(origin.addr()).await;
-    // Two requests at once open two upstream connections; afterwards one carries the
-    // slow request and the other stays idle in the pool.
+    // Two requests at once (both held at the origin until both are there) open two
+    // upstream connections; afterwards one carries the request in flight and the other
+    // stays idle in the pool.
     let mut a = HttpClient::connect(proxy.addr()).await;
     let mut b = HttpClient::connect(proxy.addr()).await;
-    let (ra, rb) = tokio::join!(a.get("/slow/100?a"), b.get("/slow/100?b"));
+    let both_there = async {
+        wait_until("both requests reach the origin", DEADLINE, || origin.request_count() == 2)
+            .await;
+        origin.release("first");
+    };
+    let (ra, rb, ()) = tokio::join!(a.get("/hold/first?a"), b.get("/hold/first?b"), both_there);
     assert_eq!((ra.status, rb.status), (StatusCode::OK, StatusCode::OK));
     assert_eq!(origin.accepted(), 2);
-    let request = tokio::spawn(async move { a.get("/slow/2000").await });
-    wait_until("the origin has the slow request", DEADLINE, || origin.request_count() == 3).await;
+    // Held at the origin until the test lets it go: in flight for as long as needed.
+    let request = tokio::spawn(async move { a.get("/hold/last").await });
+    wait_until("the origin has the held request", DEADLINE, || origin.request_count() == 3).await;
 
     proxy.terminate();
-    wait_refused(proxy.addr(), Duration::from_millis(1500)).await;
-    assert!(!request.is_finished(), "the listener closed only after the slow request ended");
+    // The listener closes while the request is still in flight, and holdfast waits.
+    wait_refused(proxy.addr(), DEADLINE).await;
+    assert!(!request.is_finished(), "the request in flight was cut off");
+    assert!(proxy.try_exit().is_none(), "exited with a request in flight: {}", proxy.stderr());
+    origin.release("last");
     let reply = within("the request in flight", request).await.expect("request task");
     assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(reply.text(), "slow\n");
+    assert_eq!(reply.text(), "held\n");
     // Within the 30 s default drain: it only waited for the one request.
     let status = proxy.wait_exit(DEADLINE).await;
     assert_eq!(status.code(), Some(0), "{}", proxy.stderr());
@@ -111,17 +127,19 @@ async fn drain_timeout_bounds_the_wait_for_a_slow_request() {
     })
     .await;
     let mut client = RawClient::connect(proxy.addr()).await;
-    client.send("GET /slow/8000 HTTP/1.1\r\nHost: a\r\n\r\n").await;
-    wait_until("the origin has the slow request", DEADLINE, || origin.request_count() == 1).await;
+    // Held at the origin for the whole test: only the drain timeout can end the wait.
+    client.send("GET /hold/forever HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    wait_until("the origin has the held request", DEADLINE, || origin.request_count() == 1).await;
 
     let signalled = Instant::now();
     proxy.terminate();
+    // It exits although the request never ends...
     let status = proxy.wait_exit(DEADLINE).await;
     let waited = signalled.elapsed();
     assert_eq!(status.code(), Some(0), "{}", proxy.stderr());
-    // It waited for the drain timeout, and not for the 8 s request.
+    // ...and not before the drain timeout (a lower bound: holdfast starts counting only
+    // once it has the signal).
     assert!(waited >= Duration::from_millis(900), "exited after {waited:?}");
-    assert!(waited < Duration::from_secs(5), "exited after {waited:?}");
     assert!(proxy.stderr().contains("unfinished=1"), "{}", proxy.stderr());
     // The request still in flight is cut off when the process exits.
     match client.try_response(false).await {

@@ -1,6 +1,7 @@
-//! #4: an origin that closes a pooled connection just as holdfast sends on it. Safe
-//! requests are sent again on a new connection, so the client sees no error; a request
-//! that may have reached the origin and must not run twice gets an explanatory 502.
+//! An origin that closes a pooled connection just as holdfast sends on it, which used to
+//! cost the client a 502. Safe requests are sent again on a new connection, so the client
+//! sees no error; a request that may have reached the origin and must not run twice gets
+//! an explanatory 502.
 //!
 //! The origins are Node.js (`fixtures/stale_origin.js`): the race with Node's idle close
 //! is the case that hurts in practice.
@@ -18,7 +19,7 @@ use tokio::sync::Barrier;
 
 use crate::support::client::Reply;
 use crate::support::node::NodeOrigin;
-use crate::support::{config_to, within_for, ClientBody, Generated, HttpClient};
+use crate::support::{config_to, seed, within_for, ClientBody, Generated, HttpClient};
 
 /// holdfast in this process, in front of one Node origin.
 struct Holdfast {
@@ -53,7 +54,8 @@ impl Holdfast {
 }
 
 /// A small deterministic generator (SplitMix64), so gaps and sizes vary without a
-/// dependency, and a failing run can be repeated from its seed.
+/// dependency, and a failing run can be repeated from its seed (`HOLDFAST_TEST_SEED`,
+/// see [`seed`]).
 struct Rng(u64);
 
 impl Rng {
@@ -88,14 +90,6 @@ impl Rng {
     }
 }
 
-fn seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
-    eprintln!("rng seed {nanos}");
-    nanos
-}
-
 fn sized_body(len: usize) -> ClientBody {
     Full::new(Bytes::from(vec![b'p'; len])).map_err(Into::into).boxed()
 }
@@ -125,8 +119,10 @@ impl Tally {
     }
 }
 
-/// #4: the origin drops idle connections 300 ms after their last response, without a
-/// `Keep-Alive` hint, while clients come back around that 300 ms mark.
+/// Regression: a request sent on a pooled connection the origin was closing just then
+/// (its idle close, without a `Keep-Alive` hint) got a 502. Here the origin drops idle
+/// connections 300 ms after their last response, while clients come back around that
+/// 300 ms mark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     // Wave clients send together, so each takes a connection of its own; all return
@@ -135,10 +131,13 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     // land just before the origin's close, some during it, some after it.
     const WAVE_CLIENTS: usize = 8;
     const ROUNDS: usize = 40;
+    // Whether a request meets a closing connection depends on timing. A pass of waves
+    // in which none did proves nothing, so passes go on, up to this many, until one has.
+    const MAX_PASSES: usize = 4;
     // Burst clients send 10 requests back to back, then pause 0-300 ms, until the waves
     // end; they keep some connections busy and hit the close at other moments.
     const BURST_CLIENTS: usize = 2;
-    const BURST_MAX_REQUESTS: usize = 800;
+    const BURST_MAX_REQUESTS: usize = 800 * MAX_PASSES;
     let node = NodeOrigin::start(
         "stale_origin.js",
         // On deciding to close, the script stops reading for 20 ms, then closes: a
@@ -150,24 +149,8 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     let proxy = Holdfast::start(&node).await;
     let tally = Arc::new(Tally::default());
     let waves_done = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(WAVE_CLIENTS));
-    let seed = seed();
+    let seed = seed(0x57a1_e000_0001);
     let mut rng = Rng(seed);
-    let gaps: Arc<[Duration]> = rng.spread(250, 350, ROUNDS).into();
-    let mut waves = Vec::new();
-    for c in 0..WAVE_CLIENTS {
-        let mut client = proxy.client().await;
-        let (tally, barrier, gaps) = (Arc::clone(&tally), Arc::clone(&barrier), Arc::clone(&gaps));
-        waves.push(tokio::spawn(async move {
-            for (round, gap) in gaps.iter().enumerate() {
-                let path = format!("/wave/{c}/{round}");
-                let reply = client.get(&path).await;
-                tally.check(&path, &reply);
-                barrier.wait().await;
-                tokio::time::sleep(*gap).await;
-            }
-        }));
-    }
     let mut bursts = Vec::new();
     for c in 0..BURST_CLIENTS {
         let mut client = proxy.client().await;
@@ -186,10 +169,33 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
             }
         }));
     }
-    // 40 rounds of at most 350 ms plus the requests themselves: about 15 s.
+    // 40 rounds of at most 350 ms plus the requests themselves: about 15 s a pass.
     let limit = Duration::from_secs(60);
-    for task in waves {
-        within_for("the wave clients", limit, task).await.expect("wave client");
+    let mut passes = 0;
+    // Bounded: at most MAX_PASSES passes.
+    while passes < MAX_PASSES && (passes == 0 || proxy.stats().retries == 0) {
+        let barrier = Arc::new(Barrier::new(WAVE_CLIENTS));
+        let gaps: Arc<[Duration]> = rng.spread(250, 350, ROUNDS).into();
+        let mut waves = Vec::new();
+        for c in 0..WAVE_CLIENTS {
+            let mut client = proxy.client().await;
+            let (tally, barrier, gaps) =
+                (Arc::clone(&tally), Arc::clone(&barrier), Arc::clone(&gaps));
+            waves.push(tokio::spawn(async move {
+                for (round, gap) in gaps.iter().enumerate() {
+                    let path = format!("/wave/{passes}/{c}/{round}");
+                    let reply = client.get(&path).await;
+                    tally.check(&path, &reply);
+                    barrier.wait().await;
+                    tokio::time::sleep(*gap).await;
+                }
+            }));
+        }
+        for task in waves {
+            within_for("the wave clients", limit, task).await.expect("wave client");
+        }
+        passes += 1;
+        eprintln!("pass {passes}: holdfast retried {} so far", proxy.stats().retries);
     }
     waves_done.store(true, Ordering::Relaxed);
     for task in bursts {
@@ -202,14 +208,18 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     let stats = proxy.stats();
     let origin = node.stats().await;
     eprintln!(
-        "{sent} requests; holdfast retried {}, opened {}; origin accepted {}, closed {} idle",
+        "{sent} requests in {passes} passes; holdfast retried {}, opened {}; origin accepted \
+         {}, closed {} idle",
         stats.retries,
         stats.pool.opened,
         origin.counter("accepted"),
         origin.counter("closed_idle")
     );
     // The race really happened: some requests met a closing connection.
-    assert!(stats.retries > 0, "no request met a closing connection; origin: {origin:?}");
+    assert!(
+        stats.retries > 0,
+        "no request met a closing connection in {passes} passes; origin: {origin:?}"
+    );
     assert_eq!(stats.not_replayed, 0);
     // Each request was processed exactly once: a request that met the close was reset
     // unread, so only its retry reached the origin's handler.
@@ -218,8 +228,9 @@ async fn origin_closing_idle_connections_silently_gives_no_client_errors() {
     assert!(twice.is_empty(), "requests that arrived more than once: {twice:?}");
 }
 
-/// #4: the origin closes each connection after a random 1 to 20 responses, right after
-/// the last one, without `Connection: close`.
+/// Regression: a request sent on a pooled connection the origin had just closed (after a
+/// random 1 to 20 responses, right after the last one, without `Connection: close`) got
+/// a 502.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn origin_closing_after_a_few_requests_silently_gives_no_client_errors() {
     const CLIENTS: usize = 16;
@@ -227,7 +238,7 @@ async fn origin_closing_after_a_few_requests_silently_gives_no_client_errors() {
     let node = NodeOrigin::start("stale_origin.js", &["--close-after-max", "20"]).await;
     let proxy = Holdfast::start(&node).await;
     let tally = Arc::new(Tally::default());
-    let seed = seed();
+    let seed = seed(0x57a1_e000_0002);
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
         let mut client = proxy.client().await;

@@ -20,6 +20,24 @@ use tokio::time::Instant;
 
 use super::{within, within_for, DEADLINE};
 
+/// The state number of a socket in CLOSE_WAIT in `/proc/net/tcp` (see the kernel's
+/// `tcp_states.h`).
+const TCP_CLOSE_WAIT: u8 = 0x08;
+
+/// The state of this network namespace's IPv4 TCP socket from local port `local` to
+/// remote port `remote` (both on loopback in these tests), as `/proc/net/tcp` says.
+fn tcp_state(local: u16, remote: u16) -> Option<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port = |addr: &str| addr.split_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+    table.lines().skip(1).find_map(|line| {
+        let mut fields = line.split_whitespace().skip(1);
+        let (from, to, state) = (fields.next()?, fields.next()?, fields.next()?);
+        (port(from) == Some(local) && port(to) == Some(remote))
+            .then(|| u8::from_str_radix(state, 16).ok())
+            .flatten()
+    })
+}
+
 /// What a raw response read ended with, when it did not end with a response.
 #[derive(Debug)]
 pub enum RawError {
@@ -74,6 +92,19 @@ impl RawClient {
     /// Writes `bytes` in one write call (as one segment where the kernel allows).
     pub async fn send(&mut self, bytes: impl AsRef<[u8]>) {
         within("raw client write", self.stream.write_all(bytes.as_ref())).await.expect("raw write");
+    }
+
+    /// Waits, reading nothing, until the peer has closed its sending side: everything
+    /// it sent before has arrived, and its FIN after it (this socket is in CLOSE_WAIT).
+    /// Panics if that does not happen within [`DEADLINE`], for example because the peer
+    /// reset the connection instead. Linux only: it reads `/proc/net/tcp`.
+    pub async fn wait_peer_shutdown(&self) {
+        let local = self.stream.local_addr().expect("local addr").port();
+        let peer = self.stream.peer_addr().expect("peer addr").port();
+        super::wait_until("the peer closes its sending side", DEADLINE, || {
+            tcp_state(local, peer) == Some(TCP_CLOSE_WAIT)
+        })
+        .await;
     }
 
     /// Reads one response to a request that is not HEAD; panics if none arrives.

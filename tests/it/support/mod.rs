@@ -11,6 +11,7 @@ pub mod load;
 pub mod netns;
 pub mod node;
 pub mod origin;
+pub mod port;
 pub mod proxy;
 pub mod scrape;
 pub mod tap;
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
 pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawAnswer, RawOrigin};
+pub use port::{ClosedPort, ReservedPort};
 pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
 pub use scrape::{admin_get, Metrics};
 pub use tap::Tap;
@@ -61,6 +63,39 @@ pub async fn within_for<F: Future>(what: &str, deadline: Duration, fut: F) -> F:
         Ok(out) => out,
         Err(_) => panic!("timed out after {deadline:?}: {what}"),
     }
+}
+
+/// Whether this is a CI run (`CI=true`), where a test may not skip.
+pub fn on_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// The one way a test skips: it cannot run here because of `why` (no namespaces, not
+/// root, a tool missing). Prints `skipped: why` for the caller to return after; under
+/// `CI=true` it fails the test instead, so a CI run never passes without testing.
+#[track_caller]
+pub fn skip_or_fail(why: &str) {
+    if on_ci() {
+        panic!("CI=true, so this test may not skip: {why}");
+    }
+    println!("skipped: {why}");
+}
+
+/// The seed of a test's random choices: `HOLDFAST_TEST_SEED` (decimal or `0x` hex) when
+/// set, else `default`, so runs repeat. Printed, so a failing run can be repeated.
+pub fn seed(default: u64) -> u64 {
+    let seed = match std::env::var("HOLDFAST_TEST_SEED") {
+        Ok(text) if !text.is_empty() => {
+            let parsed = match text.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => text.parse(),
+            };
+            parsed.unwrap_or_else(|_| panic!("HOLDFAST_TEST_SEED={text:?} is not a number"))
+        }
+        _ => default,
+    };
+    eprintln!("seed: {seed} (HOLDFAST_TEST_SEED={seed} repeats it)");
+    seed
 }
 
 /// The bytes every generated body is made of; shared so large bodies allocate nothing.

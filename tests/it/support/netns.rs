@@ -2,7 +2,8 @@
 //! TIME_WAIT rules, so port exhaustion is cheap to reproduce without touching the host.
 //!
 //! Creating one needs root (`ip netns add`). Where that is not permitted a test may
-//! skip, except under `CI=true`, where [`Namespace::create_or_skip`] fails it instead.
+//! skip, except under `CI=true`, where [`Namespace::create_or_skip`] fails it instead
+//! (through [`super::skip_or_fail`]).
 
 use std::fs::File;
 use std::process::{Command, Output};
@@ -60,14 +61,14 @@ impl Namespace {
 impl Namespace {
     /// A namespace, or `None` after printing why there can be none here; under
     /// `CI=true` a missing namespace fails the test instead of skipping it.
+    #[track_caller]
     pub fn create_or_skip() -> Option<Namespace> {
         match Namespace::create() {
             Ok(ns) => Some(ns),
-            Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("CI=true: this test needs a network namespace of its own ({why})")
-            }
             Err(why) => {
-                println!("skipped: this test needs a network namespace of its own ({why})");
+                super::skip_or_fail(&format!(
+                    "this test needs a network namespace of its own ({why})"
+                ));
                 None
             }
         }

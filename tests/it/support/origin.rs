@@ -10,6 +10,9 @@
 //! - `/stream/N`: N bytes of `x` with chunked encoding, in 64 KiB chunks.
 //! - `/status/N`: status N with an empty body (204, 304, ...).
 //! - `/slow/MS`: waits MS ms, then answers 200.
+//! - `/hold/NAME`: answers 200 (`held`) once the test calls [`Origin::release`] with
+//!   NAME, and at once after that: requests that stay in flight exactly as long as a
+//!   test needs, whatever the machine's load.
 //! - `/trickle/N/MS`: N bytes with Content-Length, the first half at once and the
 //!   second half MS ms later.
 //! - `/hop`: a response carrying hop-by-hop headers (`Connection: X-Hop`, `X-Hop`,
@@ -99,6 +102,8 @@ struct State {
     addr: String,
     /// The status `/health` answers with; 0 means 200.
     health: AtomicU16,
+    /// The names of `/hold/NAME` the test has let be answered.
+    released: tokio::sync::watch::Sender<Vec<String>>,
     requests: Mutex<Vec<RecordedRequest>>,
     /// Paths (with query) of requests whose body the origin read to its end.
     completed: Mutex<Vec<String>>,
@@ -160,6 +165,12 @@ impl Origin {
     /// (the peer sees a reset or end of stream). The port can be bound again.
     pub fn kill(&self) {
         self.server.kill();
+    }
+
+    /// Lets every `/hold/NAME` request be answered: those waiting now, and any that come.
+    pub fn release(&self, name: &str) {
+        // `send_modify` stores the change even while no request waits.
+        self.state.released.send_modify(|names| names.push(name.to_string()));
     }
 
     /// Makes `/health` answer `status` from now on.
@@ -329,6 +340,12 @@ async fn handle(
         "slow" => {
             tokio::time::sleep(Duration::from_millis(number(&arg))).await;
             Response::new(Full::new(Bytes::from_static(b"slow\n")).boxed())
+        }
+        "hold" => {
+            let mut released = state.released.subscribe();
+            // Errs only if the origin is gone, and then nobody waits for the answer.
+            let _ = released.wait_for(|names| names.contains(&arg)).await;
+            Response::new(Full::new(Bytes::from_static(b"held\n")).boxed())
         }
         "trickle" => trickle(number(&arg), Duration::from_millis(number(&arg2))),
         "hop" => {

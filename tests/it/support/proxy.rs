@@ -2,7 +2,7 @@
 //! binary in a child process that is killed on drop ([`ChildProxy`]).
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use holdfast::Config;
 use holdfast_pool::PoolStatsSnapshot;
 use tokio::time::Instant;
 
-use super::{HttpClient, Origin, RawClient, DEADLINE};
+use super::{HttpClient, Origin, RawClient, ReservedPort, DEADLINE};
 
 /// Quick-mode config: a listener on `127.0.0.1:0` in front of `origin`.
 pub fn config_for(origin: &Origin) -> Config {
@@ -127,6 +127,8 @@ impl Proxy {
 pub struct ChildProxy {
     child: Child,
     addr: SocketAddr,
+    /// Held while the child lives, so its listen port is nobody else's.
+    _port: ReservedPort,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -155,8 +157,8 @@ impl ChildProxy {
     }
 
     /// Runs the binary with the arguments `args(listen)` gives for a listen address
-    /// found free just before. Another process may take that port in between, so a child
-    /// that exits before listening is retried on a new port, a few times.
+    /// reserved for it (a [`ReservedPort`] the returned value holds, so no one else takes
+    /// the port before the child listens on it, or after it exits).
     pub async fn launch(args: impl Fn(SocketAddr) -> Vec<String>) -> ChildProxy {
         ChildProxy::launch_wrapped(&[], args).await
     }
@@ -187,23 +189,19 @@ impl ChildProxy {
         env: &[(&str, Option<&str>)],
         args: impl Fn(SocketAddr) -> Vec<String>,
     ) -> ChildProxy {
-        let mut last_error = String::new();
-        for _attempt in 0..5 {
-            let addr = free_port();
-            let mut child = ChildProxy::spawn(wrapper, env, &args(addr), addr);
-            match child.wait_listening().await {
-                Ok(()) => return child,
-                Err(e) => last_error = e,
-            }
+        let port = ReservedPort::new();
+        let mut child = ChildProxy::spawn(wrapper, env, &args(port.addr()), port);
+        if let Err(e) = child.wait_listening().await {
+            panic!("holdfast binary did not start listening: {e}");
         }
-        panic!("holdfast binary did not start listening: {last_error}");
+        child
     }
 
     fn spawn(
         wrapper: &[String],
         env: &[(&str, Option<&str>)],
         args: &[String],
-        addr: SocketAddr,
+        port: ReservedPort,
     ) -> ChildProxy {
         let binary = env!("CARGO_BIN_EXE_holdfast").to_string();
         let words: Vec<&String> = wrapper.iter().chain([&binary]).chain(args).collect();
@@ -234,7 +232,7 @@ impl ChildProxy {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..n]));
             }
         });
-        ChildProxy { child, addr, stderr }
+        ChildProxy { child, addr: port.addr(), _port: port, stderr }
     }
 
     /// Waits until a TCP connect to the listen address succeeds, or the child exits.
@@ -245,11 +243,9 @@ impl ChildProxy {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("exited with {status}: {}", self.stderr()));
             }
-            if let Ok(stream) = tokio::net::TcpStream::connect(self.addr).await {
-                // A connect to a free port in the ephemeral range can connect to itself.
-                if stream.local_addr().ok() != stream.peer_addr().ok() {
-                    return Ok(());
-                }
+            // The port is reserved, so whatever accepts on it is the child.
+            if tokio::net::TcpStream::connect(self.addr).await.is_ok() {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -273,6 +269,11 @@ impl ChildProxy {
         use nix::unistd::Pid;
         let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits in i32"));
         kill(pid, signal).unwrap_or_else(|e| panic!("send {signal} to holdfast: {e}"));
+    }
+
+    /// The child's exit status if it has exited, without waiting.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("poll holdfast's exit")
     }
 
     /// Waits for the child to exit; panics if it is still running after `deadline`.
@@ -312,10 +313,4 @@ impl ChildProxy {
             .expect("VmHWM in kB");
         kb * 1024
     }
-}
-
-/// A loopback port nothing listens on right now: bind port 0, note it, release it.
-pub fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind(loopback_any_port()).expect("bind a probe listener");
-    listener.local_addr().expect("probe listener addr")
 }
