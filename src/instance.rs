@@ -213,11 +213,11 @@ impl Instance {
         let stats = |(u, b): (Arc<Upstream>, Arc<Backend>)| BackendStats {
             upstream: Arc::clone(&u.name),
             backend: b.addr,
-            pool: b.pool.stats().snapshot(),
+            pool: b.conns.stats().snapshot(),
             retries: b.metrics.retries.load(Ordering::Relaxed),
             not_replayed: b.metrics.not_replayed.load(Ordering::Relaxed),
             ejections: b.metrics.ejections.load(Ordering::Relaxed),
-            health: b.health_now(Instant::now()).state.as_str(),
+            health: b.health.snapshot(Instant::now()).state.as_str(),
         };
         self.shared.groups.backends().into_iter().map(stats).collect()
     }
@@ -543,7 +543,7 @@ async fn evict_idle(groups: Arc<Upstreams>, mut stop: watch::Receiver<bool>) {
         let period = groups
             .backends()
             .iter()
-            .map(|(_, b)| b.pool.config().idle_timeout / 4)
+            .map(|(_, b)| b.conns.config().idle_timeout / 4)
             .min()
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(50), Duration::from_secs(1));

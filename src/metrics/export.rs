@@ -100,10 +100,10 @@ impl Collector for Sources {
                 upstream: &u.name,
                 backend_label: b.addr.to_string(),
                 backend: b,
-                weight: b.weight(now),
+                weight: b.health.weight(now),
             })
             .collect();
-        let pools: Vec<_> = rows.iter().map(|s| s.backend.pool.stats().snapshot()).collect();
+        let pools: Vec<_> = rows.iter().map(|s| s.backend.conns.stats().snapshot()).collect();
         let with_pool = || rows.iter().zip(&pools);
 
         let responses: Vec<_> =
@@ -193,7 +193,7 @@ impl Collector for Sources {
         )?;
         let histograms: [(&str, &str, ReadHistogram); 3] = [
             ("holdfast_backend_connect_duration", "Time to open a new upstream connection.", |b| {
-                b.metrics.connect.snapshot()
+                b.conns.connect_time().snapshot()
             }),
             (
                 "holdfast_backend_header_duration",

@@ -108,7 +108,8 @@ impl Answers {
 }
 
 /// Counters and latencies of one server of an upstream group. Connection counts
-/// (opened, closed, idle, active, queue) live in the server's pool.
+/// (opened, closed, idle, active, queue) live in the server's pool, connect times in
+/// its `OriginPool`.
 #[derive(Debug, Default)]
 pub struct BackendMetrics {
     /// Responses clients got for requests sent to this server, holdfast's own
@@ -130,8 +131,6 @@ pub struct BackendMetrics {
     pub ejections: AtomicU64,
     /// Requests holdfast answered itself, by reason (`connect_refused`, ...).
     pub errors: ReasonCounts,
-    /// TCP connect (and HTTP/1.1 handshake) of each new connection.
-    pub connect: Histogram,
     /// From asking the pool for a connection to the response head.
     pub header: Histogram,
     /// From asking the pool for a connection to the end of the response body.
