@@ -18,6 +18,7 @@
 
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
+pub mod answers;
 pub mod error;
 pub mod forwarded;
 pub mod pace;
@@ -38,6 +39,7 @@ use http::Method;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use answers::Answers;
 use error::{ProxyError, ProxyErrorKind};
 use forwarded::TrustedProxies;
 use pace::PaceConfig;
@@ -51,7 +53,6 @@ use crate::http1::head::HeadScan;
 use crate::http1::request::Request;
 use crate::http1::response::{self, BadResponse};
 use crate::http1::{Framing, Version};
-use crate::metrics::Answers;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;

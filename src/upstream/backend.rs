@@ -1,7 +1,7 @@
 //! One backend: a resolved address of an upstream group, and its parts, each with one
 //! job and a file of its own: its connections ([`OriginPool`], `lease.rs`), its load
 //! ([`Load`], `load.rs`), its health ([`BackendHealth`], `backend_health.rs`) and its
-//! counters ([`BackendMetrics`]). Callers name the part they touch:
+//! counters ([`BackendMetrics`], `metrics.rs`). Callers name the part they touch:
 //! `backend.conns.try_idle(now)`, `backend.load.outstanding()`,
 //! `backend.health.weight(now)`.
 //!
@@ -18,9 +18,9 @@ use tokio::time::Instant;
 use super::backend_health::BackendHealth;
 use super::lease::OriginPool;
 use super::load::Load;
+use super::metrics::BackendMetrics;
 use crate::balance::Candidate;
 use crate::config::UpstreamConfig;
-use crate::metrics::BackendMetrics;
 
 /// One resolved address of an upstream group, with its connections, load, health and
 /// counters.

@@ -8,7 +8,8 @@
 //!
 //! This file holds the groups; a backend's parts each have a file: `backend.rs` (the
 //! backend: its address and parts), `lease.rs` (its connections), `load.rs` (requests
-//! in flight, latency) and `backend_health.rs` (its health, and what ejection does).
+//! in flight, latency), `backend_health.rs` (its health, and what ejection does) and
+//! `metrics.rs` (what groups and backends count).
 
 mod backend;
 mod backend_health;
@@ -19,13 +20,13 @@ pub mod health;
 pub mod keepalive;
 mod lease;
 mod load;
+mod metrics;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
-use holdfast_pool::{CloseReason, IdleBudget, PoolStatsSnapshot};
+use holdfast_pool::{CloseReason, IdleBudget};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -35,10 +36,13 @@ pub use connect::{ConnectError, OriginConn};
 pub use discovery::Resolution;
 pub use lease::{Lease, LeaseError, OriginPool};
 pub use load::{Assigned, Load};
+pub use metrics::{
+    BackendMetrics, BackendSnapshot, BackendStats, UpstreamMetrics, UpstreamSnapshot,
+    UpstreamsSnapshot,
+};
 
 use crate::balance::Balancer;
 use crate::config::UpstreamConfig;
-use crate::metrics::UpstreamMetrics;
 
 /// A group's backends and settings at one moment; replaced whole on every change.
 pub struct UpstreamState {
@@ -257,24 +261,6 @@ fn mark_alone(backends: &[Arc<Backend>]) {
     }
 }
 
-/// Pool counters of one backend, for status output and tests.
-#[derive(Debug, Clone)]
-pub struct BackendStats {
-    pub upstream: Arc<str>,
-    pub backend: SocketAddr,
-    pub pool: PoolStatsSnapshot,
-    /// Requests sent again on a new connection after a pooled one failed under them.
-    pub retries: u64,
-    /// Requests that failed on a pooled connection after they may have reached the
-    /// origin, and were answered 502 instead of being sent again (non-idempotent
-    /// method, or a streamed body).
-    pub not_replayed: u64,
-    /// Times health took it out of service (passive ejections and failed checks).
-    pub ejections: u64,
-    /// Where its health stands now (`healthy`, `ejected`, `recovering`, ...).
-    pub health: &'static str,
-}
-
 /// The upstream groups in force, for whoever reports on them (status, metrics); a
 /// reload replaces the list.
 #[derive(Default)]
@@ -298,5 +284,18 @@ impl Upstreams {
             }
         }
         out
+    }
+
+    /// The counters of every group in force and of each of its backends, read now.
+    pub fn snapshot(&self) -> UpstreamsSnapshot {
+        let now = Instant::now();
+        let mut snapshot = UpstreamsSnapshot::default();
+        for u in self.current().iter() {
+            for b in &u.state().backends {
+                snapshot.backends.push(BackendSnapshot::read(&u.name, b, now));
+            }
+            snapshot.groups.push(UpstreamSnapshot::read(u));
+        }
+        snapshot
     }
 }
