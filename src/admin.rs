@@ -174,8 +174,8 @@ fn names_status(members: &UpstreamState) -> Vec<Value> {
 }
 
 fn server_status(b: &Backend, now: Instant) -> Value {
-    let pool = b.pool.stats().snapshot();
-    let health = b.health_now(now);
+    let pool = b.conns.stats().snapshot();
+    let health = b.health.snapshot(now);
     let m = &b.metrics;
     let reused = m.sent_reused.load(Ordering::Relaxed);
     let requests = reused + m.sent_new.load(Ordering::Relaxed);
@@ -196,13 +196,13 @@ fn server_status(b: &Backend, now: Instant) -> Value {
         "waiting": pool.waiting,
         "retries": m.retries.load(Ordering::Relaxed),
         "failovers": m.failovers.load(Ordering::Relaxed),
-        "outstanding": b.outstanding(),
+        "outstanding": b.load.outstanding(),
         "health": health.state.as_str(),
         "health_cause": health.cause.map(|c| c.as_str()),
         "ejected_for_seconds": health.ejected_for.map(|d| d.as_secs_f64()),
         "ejections": health.ejections,
         "weight": health.weight,
-        "latency_seconds": b.latency.get(now).map(|d| d.as_secs_f64()),
+        "latency_seconds": b.load.latency.get(now).map(|d| d.as_secs_f64()),
         "errors": m.errors.snapshot().iter().map(|(_, n)| n).sum::<u64>(),
     })
 }

@@ -3,6 +3,8 @@
 //! access log (when configured) running beside them; and [`Instance::reload`], which
 //! applies a new config to all of it without dropping a request or a warm pool.
 
+mod process;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,16 +19,17 @@ use tokio::time::Instant;
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError};
 use crate::listener::{self, Connections, ListenerConfig};
-use crate::metrics::export::{Exporter, ProcessReader, ProcessSnapshot};
-use crate::metrics::Answers;
+use crate::metrics::export::Exporter;
+use crate::proxy::answers::{Answers, AnswersSnapshot};
 use crate::proxy::forwarded::TrustedProxies;
 use crate::proxy::{Destination, Proxy, Site};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::failures;
-use crate::upstream::{check, discovery, Backend, BackendStats, Resolution, Upstream, Upstreams};
+use crate::upstream::{check, discovery, BackendStats, Resolution, Upstream, Upstreams};
 use holdfast_pool::IdleBudget;
+use process::{ProcessSnapshot, Snapshot};
 
 /// Why holdfast could not start.
 #[derive(Debug, thiserror::Error)]
@@ -188,10 +191,7 @@ impl Instance {
             tracing::info!(admin = %addr, "admin listener: /metrics /status /healthz /reload");
             admin_addr = Some(addr);
             let state = AdminState {
-                exporter: Exporter::new(
-                    Arc::clone(&shared.groups),
-                    process_reader(&shared, &draining),
-                ),
+                exporter: Exporter::new(scrape(&shared, &draining)),
                 upstreams: Arc::clone(&shared.groups),
                 resources: shared.resources.clone(),
                 budget: Arc::clone(&shared.budget),
@@ -216,16 +216,9 @@ impl Instance {
 
     /// Pool and retry counters of every backend in force.
     pub fn stats(&self) -> Vec<BackendStats> {
-        let stats = |(u, b): (Arc<Upstream>, Arc<Backend>)| BackendStats {
-            upstream: Arc::clone(&u.name),
-            backend: b.addr,
-            pool: b.pool.stats().snapshot(),
-            retries: b.metrics.retries.load(Ordering::Relaxed),
-            not_replayed: b.metrics.not_replayed.load(Ordering::Relaxed),
-            ejections: b.metrics.ejections.load(Ordering::Relaxed),
-            health: b.health_now(Instant::now()).state.as_str(),
-        };
-        self.shared.groups.backends().into_iter().map(stats).collect()
+        let now = Instant::now();
+        let backends = self.shared.groups.backends();
+        backends.iter().map(|(u, b)| BackendStats::read(&u.name, b, now)).collect()
     }
 
     /// Makes the access log reopen its file (after rotation).
@@ -514,21 +507,29 @@ async fn serve_reloads(
     }
 }
 
-/// Reads the process-wide numbers `/metrics` shows.
-fn process_reader(shared: &Arc<Shared>, draining: &Arc<AtomicBool>) -> ProcessReader {
+/// Reads everything `/metrics` shows, for each scrape.
+fn scrape(
+    shared: &Arc<Shared>,
+    draining: &Arc<AtomicBool>,
+) -> impl Fn() -> Snapshot + Send + Sync + 'static {
     let draining = Arc::clone(draining);
     let shared = Arc::clone(shared);
-    Box::new(move || ProcessSnapshot {
-        client_connections: shared.connections.count(),
-        client_connections_accepted: shared.connections.accepted(),
-        access_log_dropped: shared.access_log.as_ref().map_or(0, AccessLog::dropped),
-        draining: draining.load(Ordering::Acquire),
-        unrouted_requests: shared.unrouted.load(Ordering::Relaxed),
-        reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
-        reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
-        answers: shared.answers.snapshot(),
-        refusals: shared.answers.refusals.snapshot(),
-    })
+    move || Snapshot {
+        upstreams: shared.groups.snapshot(),
+        process: ProcessSnapshot {
+            client_connections: shared.connections.count(),
+            client_connections_accepted: shared.connections.accepted(),
+            access_log_dropped: shared.access_log.as_ref().map_or(0, AccessLog::dropped),
+            answers: AnswersSnapshot {
+                unrouted: shared.unrouted.load(Ordering::Relaxed),
+                answers: shared.answers.snapshot(),
+                refusals: shared.answers.refusals.snapshot(),
+            },
+            reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
+            reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
+            draining: draining.load(Ordering::Acquire),
+        },
+    }
 }
 
 /// Writes the upstream failures counted since their key's last line, once their window
@@ -549,7 +550,7 @@ async fn evict_idle(groups: Arc<Upstreams>, mut stop: watch::Receiver<bool>) {
         let period = groups
             .backends()
             .iter()
-            .map(|(_, b)| b.pool.config().idle_timeout / 4)
+            .map(|(_, b)| b.conns.config().idle_timeout / 4)
             .min()
             .unwrap_or(Duration::from_secs(1))
             .clamp(Duration::from_millis(50), Duration::from_secs(1));

@@ -1,16 +1,21 @@
-//! What the proxy counts about itself, kept in plain atomics on the objects they
-//! describe (one [`BackendMetrics`] per server, one [`UpstreamMetrics`] per group) and
-//! read only when someone asks: `export` turns them, with each pool's own
-//! `PoolStats`, into Prometheus text for the admin listener.
+//! The building blocks of what holdfast counts about itself, and the exporter that
+//! shows it. Counting is plain atomics ([`ClassCounts`], [`Histogram`]) or a small lock
+//! for rare events ([`ReasonCounts`]), kept on the objects they describe by the
+//! components that own them (`upstream::BackendMetrics`, `proxy::answers::Answers`,
+//! ...), each with its families' names and help beside it. At scrape time a plain
+//! snapshot of them writes itself through `export`'s [`Writer`] into Prometheus text
+//! for the admin listener.
 //!
+//! This module knows no component: they depend on it, never the other way.
 //! Metrics observe; nothing on the request path reads them to decide anything.
 
 pub mod export;
 pub mod histogram;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
+pub use export::{Family, Report, Writer, NO_LABELS};
 pub use histogram::{Histogram, HistogramSnapshot};
 
 /// Status classes, in the order [`ClassCounts`] keeps them.
@@ -62,99 +67,6 @@ impl ReasonCounts {
     }
 }
 
-/// One kind of response holdfast made itself: for which group (`None`: before a
-/// route was found), why, and with which status.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct AnswerKey {
-    pub upstream: Option<Arc<str>>,
-    pub reason: &'static str,
-    pub status: u16,
-}
-
-/// Every response holdfast made itself instead of relaying an origin's, across all
-/// listeners: the 502/503/504 of an upstream failure, the 4xx of a refused request.
-/// Answers are rare, so a lock here costs nothing that matters.
-#[derive(Debug, Default)]
-pub struct Answers {
-    counts: Mutex<Vec<(AnswerKey, u64)>>,
-    /// Requests refused before routing, by the rule they broke (finer than the
-    /// answers' reason: `bad_framing`, `bad_host`, ...).
-    pub refusals: ReasonCounts,
-}
-
-impl Answers {
-    pub fn record(&self, upstream: Option<&Arc<str>>, reason: &'static str, status: u16) {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
-        let found = counts.iter_mut().find(|(k, _)| {
-            k.reason == reason
-                && k.status == status
-                && k.upstream.as_deref() == upstream.map(|u| &**u)
-        });
-        match found {
-            Some((_, n)) => *n += 1,
-            None => {
-                let key = AnswerKey { upstream: upstream.cloned(), reason, status };
-                counts.push((key, 1));
-            }
-        }
-    }
-
-    /// Every kind of answer so far with its count, sorted.
-    pub fn snapshot(&self) -> Vec<(AnswerKey, u64)> {
-        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        counts.sort_unstable();
-        counts
-    }
-}
-
-/// Counters and latencies of one server of an upstream group. Connection counts
-/// (opened, closed, idle, active, queue) live in the server's pool.
-#[derive(Debug, Default)]
-pub struct BackendMetrics {
-    /// Responses clients got for requests sent to this server, holdfast's own
-    /// 502/503/504 included.
-    pub responses: ClassCounts,
-    /// Requests sent on a connection taken from the idle pool.
-    pub sent_reused: AtomicU64,
-    /// Requests sent on a connection opened for them.
-    pub sent_new: AtomicU64,
-    /// Requests sent again on a new connection after a pooled one failed under them.
-    pub retries: AtomicU64,
-    /// Requests that failed on a pooled connection after they may have reached the
-    /// origin, and were answered 502 instead of being sent again.
-    pub not_replayed: AtomicU64,
-    /// Requests sent to another server of the group after this one failed them (a
-    /// failed connect, or a failure before any response byte of an idempotent request).
-    pub failovers: AtomicU64,
-    /// Times this server was taken out of service (passive ejection or failed checks).
-    pub ejections: AtomicU64,
-    /// Requests holdfast answered itself, by reason (`connect_refused`, ...).
-    pub errors: ReasonCounts,
-    /// TCP connect (and HTTP/1.1 handshake) of each new connection.
-    pub connect: Histogram,
-    /// From asking the pool for a connection to the response head.
-    pub header: Histogram,
-    /// From asking the pool for a connection to the end of the response body.
-    pub response: Histogram,
-}
-
-impl BackendMetrics {
-    pub fn count_sent(&self, reused: bool) {
-        let counter = if reused { &self.sent_reused } else { &self.sent_new };
-        counter.fetch_add(1, Relaxed);
-    }
-}
-
-/// Counters of one upstream group as its clients see it.
-#[derive(Debug, Default)]
-pub struct UpstreamMetrics {
-    /// Every response to a client of this group, including refused requests that
-    /// never reached a server.
-    pub requests: ClassCounts,
-    /// From the request head arriving to the end of the response to the client.
-    pub duration: Histogram,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,22 +79,6 @@ mod tests {
         }
         assert_eq!(c.snapshot(), [2, 2, 1, 1, 3]);
         assert_eq!(c.total(), 9);
-    }
-
-    #[test]
-    fn answers_count_by_group_reason_and_status() {
-        let answers = Answers::default();
-        let app: Arc<str> = Arc::from("app");
-        answers.record(Some(&app), "connect_refused", 502);
-        answers.record(Some(&app), "connect_refused", 502);
-        answers.record(None, "bad_request", 400);
-        answers.record(Some(&app), "connect_timeout", 504);
-        let snap = answers.snapshot();
-        let find =
-            |reason| snap.iter().find(|(k, _)| k.reason == reason).map(|(k, n)| (k.clone(), *n));
-        assert_eq!(find("connect_refused").map(|(k, n)| (k.status, n)), Some((502, 2)));
-        assert_eq!(find("bad_request").map(|(k, _)| k.upstream), Some(None));
-        assert_eq!(snap.iter().map(|(_, n)| n).sum::<u64>(), 4);
     }
 
     #[test]

@@ -186,7 +186,7 @@ impl Proxy {
         asked: Instant,
     ) -> Result<Lease, LeaseError> {
         if !fresh {
-            if let Some(lease) = backend.try_idle(asked) {
+            if let Some(lease) = backend.conns.try_idle(asked) {
                 out.record.connected(Duration::ZERO);
                 return Ok(lease);
             }
@@ -194,9 +194,9 @@ impl Proxy {
         let started = if fresh { Instant::now() } else { asked };
         let connect = out.route.site.timeouts.connect;
         let lease = if fresh {
-            backend.connect_fresh(connect).await?
+            backend.conns.connect_fresh(connect).await?
         } else {
-            backend.lease(connect).await?
+            backend.conns.lease(connect).await?
         };
         out.record.connected(started.elapsed());
         Ok(lease)
@@ -263,7 +263,7 @@ impl Proxy {
         match downloaded {
             Ok(done) => {
                 let now = Instant::now();
-                if reusable && !done.extra && out.backend().is_down(now) {
+                if reusable && !done.extra && out.backend().health.is_down(now) {
                     // Taken out of service while this response was on its way.
                     lease.discard(CloseReason::Ejected);
                 } else if reusable && !done.extra {

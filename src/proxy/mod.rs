@@ -24,6 +24,7 @@
 
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
+pub mod answers;
 pub mod error;
 mod exchange;
 pub mod forwarded;
@@ -43,6 +44,7 @@ use arc_swap::ArcSwap;
 use http::Method;
 use tokio::time::Instant;
 
+use answers::Answers;
 use error::{ProxyError, ProxyErrorKind};
 use forwarded::TrustedProxies;
 use h1::H1Wire;
@@ -55,7 +57,6 @@ use transfer::UploadLimits;
 use crate::http1::encode::{self, Forwarding, PeerText};
 use crate::http1::request::Request;
 use crate::http1::{Framing, Version};
-use crate::metrics::Answers;
 use crate::net::{self, InBuf, Stream, Timer};
 use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::http1::request::Request;
 use crate::http1::Version;
 use crate::telemetry::access_log::{AccessEntry, AccessLog};
-use crate::upstream::{Backend, Upstream};
+use crate::upstream::{Backend, BackendMetrics, Upstream};
 
 /// The record of one request, filled in along the proxy path.
 pub struct Record {
@@ -158,7 +158,7 @@ impl Record {
         }
     }
 
-    fn backend_metrics(&self) -> Option<&crate::metrics::BackendMetrics> {
+    fn backend_metrics(&self) -> Option<&BackendMetrics> {
         self.backend.as_ref().map(|b| &b.metrics)
     }
 

@@ -99,9 +99,9 @@ pub async fn check_one(backend: Arc<Backend>, check: Arc<CheckConfig>) {
 }
 
 async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError> {
-    let mut lease = match backend.try_idle(Instant::now()) {
+    let mut lease = match backend.conns.try_idle(Instant::now()) {
         Some(lease) => lease,
-        None => backend.lease(check.timeout).await?,
+        None => backend.conns.lease(check.timeout).await?,
     };
     let host = check.host.clone().unwrap_or_else(|| backend.addr.to_string());
     let request = format!(

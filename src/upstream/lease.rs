@@ -1,0 +1,186 @@
+//! A backend's connections: its pool of [`OriginConn`]s and the connects that fill it
+//! (from the group's source address, timed). Adapts `holdfast-pool` to origins: every
+//! idle connection is probed before reuse, and the pool's limits become
+//! [`LeaseError`]s that name them.
+//!
+//! It knows one address and its pool; whether the backend is healthy, and which
+//! backend a request goes to, are decided elsewhere.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use holdfast_pool::{
+    Checkout, CloseReason, ConnectPermit, Exhausted, IdleBudget, Pool, PoolConfig, PoolStats,
+    Pooled,
+};
+use tokio::time::Instant;
+
+use super::connect::{self, ConnectError, OriginConn};
+use crate::metrics::Histogram;
+
+/// A connection ready to carry one request; back to the pool when released, closed
+/// when dropped or discarded.
+pub type Lease = Pooled<OriginConn>;
+
+/// Why no connection could be had for a request.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    /// `max_connections` were busy and `queue_size` requests were already waiting.
+    #[error("all {max_connections} connections busy and {waiting} requests already queued")]
+    QueueFull { max_connections: usize, waiting: usize },
+    /// `max_connections` were busy for the whole `queue_timeout`.
+    #[error("all {max_connections} connections stayed busy for {waited:?}")]
+    QueueTimeout { max_connections: usize, waited: Duration },
+}
+
+/// The connections to one backend: idle ones in its pool, and new ones opened to
+/// `addr` when the pool has none.
+pub struct OriginPool {
+    pool: Pool<OriginConn>,
+    addr: SocketAddr,
+    /// Local address connections are made from (`None`: the kernel picks).
+    source_address: Option<IpAddr>,
+    /// TCP connect (and HTTP/1.1 handshake) of each new connection.
+    connect_time: Histogram,
+}
+
+impl OriginPool {
+    /// An empty pool for `addr`; its idle connections count against `budget`.
+    pub(super) fn new(
+        addr: SocketAddr,
+        config: PoolConfig,
+        source_address: Option<IpAddr>,
+        budget: &Arc<IdleBudget>,
+    ) -> OriginPool {
+        OriginPool {
+            pool: Pool::with_budget(config, Some(Arc::clone(budget))),
+            addr,
+            source_address,
+            connect_time: Histogram::default(),
+        }
+    }
+
+    /// Whether these connections can serve a group with pool settings `config` and
+    /// `source_address` unchanged (and the pool still serves).
+    pub(super) fn fits(&self, config: &PoolConfig, source_address: Option<IpAddr>) -> bool {
+        *self.pool.config() == *config
+            && self.source_address == source_address
+            && !self.pool.is_retired()
+    }
+
+    /// The most recently used idle connection that is ready for a request, if there is
+    /// one now; no waiting. `now` is the time of the request, read once for it.
+    ///
+    /// Every connection is probed before reuse ([`OriginConn::probe`], one system
+    /// call): one that the origin closed while it was idle, or on which the origin
+    /// sent bytes nobody asked for (a stray response, a body after a response to
+    /// HEAD), is dropped and the next one tried. Nothing has been sent on it. A
+    /// connection with unread bytes is never reused, however soon after its last
+    /// response the next request comes: those bytes would be taken for the next
+    /// request's response.
+    ///
+    /// # Races
+    /// A close or stray bytes still in flight when the probe runs are not seen. A
+    /// close is `proxy::retry`'s to handle; bytes that arrive before the next
+    /// response are read as it. Only an origin that answers one request twice can do
+    /// that, and no probe can tell its late bytes from the next response.
+    pub fn try_idle(&self, now: Instant) -> Option<Lease> {
+        loop {
+            let lease = self.pool.checkout(now)?;
+            if lease.get().probe() {
+                return Some(lease);
+            }
+            lease.discard(CloseReason::OriginClosed);
+        }
+    }
+
+    /// An idle connection ready for a request, or a new one; when `max_connections`
+    /// are open, waits in the backend's queue (see [`OriginPool::try_idle`]).
+    pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
+        loop {
+            match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
+                Checkout::Connect(permit) => return self.open(permit, connect_timeout).await,
+                Checkout::Idle(lease) if lease.get().probe() => return Ok(lease),
+                Checkout::Idle(lease) => lease.discard(CloseReason::OriginClosed),
+            }
+        }
+    }
+
+    /// A newly opened connection, never a pooled one (for a retry after a pooled
+    /// connection turned out dead).
+    pub async fn connect_fresh(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
+        let permit = self.pool.acquire_fresh().await.map_err(|e| self.queue_error(e))?;
+        self.open(permit, connect_timeout).await
+    }
+
+    /// Whether a connection to the backend opens within `timeout`; the connection is
+    /// closed at once and never pooled (a probe of a backend ejected for failed
+    /// connects).
+    pub async fn can_connect(&self, timeout: Duration) -> bool {
+        connect::connect(self.addr, self.source_address, timeout).await.is_ok()
+    }
+
+    async fn open(
+        &self,
+        permit: ConnectPermit<OriginConn>,
+        connect_timeout: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let started = Instant::now();
+        let conn = connect::connect(self.addr, self.source_address, connect_timeout).await?;
+        let now = Instant::now();
+        self.connect_time.observe(now - started);
+        Ok(self.pool.adopt(conn, permit, now))
+    }
+
+    fn queue_error(&self, e: Exhausted) -> LeaseError {
+        let max_connections = self.pool.config().max_connections;
+        match e {
+            Exhausted::QueueFull { waiting } => LeaseError::QueueFull { max_connections, waiting },
+            Exhausted::QueueTimeout { waited } => {
+                LeaseError::QueueTimeout { max_connections, waited }
+            }
+        }
+    }
+
+    /// Time to open each new connection.
+    pub fn connect_time(&self) -> &Histogram {
+        &self.connect_time
+    }
+
+    /// The pool's counters (opened, reused, closed by reason, idle and active now).
+    pub fn stats(&self) -> &PoolStats {
+        self.pool.stats()
+    }
+
+    pub fn config(&self) -> &PoolConfig {
+        self.pool.config()
+    }
+
+    /// Whether an idle connection is waiting (the balancer prefers such a backend).
+    pub fn has_idle(&self) -> bool {
+        self.pool.has_idle()
+    }
+
+    /// Closes every idle connection now, counted under `reason`.
+    pub fn clear_for(&self, reason: CloseReason) {
+        self.pool.clear_for(reason);
+    }
+
+    /// Closes idle connections past their limits.
+    pub fn evict_expired(&self, now: Instant) {
+        self.pool.evict_expired(now);
+    }
+
+    /// The backend left its group: idle connections close now, busy ones when their
+    /// request ends, and none is pooled again.
+    pub fn retire(&self) {
+        self.pool.retire();
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.pool.is_retired()
+    }
+}
