@@ -339,11 +339,13 @@ impl<T> Router<T> {
     }
 
     /// Number of routes, not counting duplicates that lost to an earlier route.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether there are no routes, so every lookup returns None.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -101,11 +101,6 @@ impl Balancer {
         Balancer { policy, cursor: AtomicUsize::new(random::below(usize::MAX)) }
     }
 
-    /// The policy this balancer follows.
-    pub fn policy(&self) -> Policy {
-        self.policy
-    }
-
     /// The index in `candidates` of the server for the next request, skipping the indices
     /// in `exclude` (servers that already failed this request) and servers of weight 0;
     /// `None` when no server may be picked.
@@ -298,7 +293,7 @@ mod tests {
     #[test]
     fn default_policy_is_power_of_two_choices() {
         assert_eq!(Policy::default(), Policy::PowerOfTwoChoices);
-        assert_eq!(Balancer::new(Policy::default()).policy(), Policy::PowerOfTwoChoices);
+        assert_eq!(Policy::default(), Policy::PowerOfTwoChoices);
     }
 
     #[test]

@@ -39,7 +39,7 @@ use crate::upstream::health::{CheckThresholds, PassiveHealth};
 use crate::upstream::{Server, UpstreamConfig};
 use toml::Spanned;
 
-pub use diff::{Change, ConfigDiff};
+pub use diff::ConfigDiff;
 pub use error::{ConfigError, ConfigProblem};
 use file::{FileAccessLog, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
 

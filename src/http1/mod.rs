@@ -52,14 +52,6 @@ impl Version {
             Version::Http11
         }
     }
-
-    /// As written on a request or status line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Version::Http10 => "HTTP/1.0",
-            Version::Http11 => "HTTP/1.1",
-        }
-    }
 }
 
 /// How a message body is delimited on the wire (RFC 9112, section 6).

@@ -38,8 +38,6 @@ pub enum BadResponse {
     TransferEncodingInHttp10,
     #[error("upstream switched protocols (101) for a request that did not ask to")]
     UnrequestedUpgrade,
-    #[error("response from upstream has an invalid chunked body")]
-    InvalidChunk,
 }
 
 /// A parsed response head, borrowing from the upstream read buffer.

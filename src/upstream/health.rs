@@ -450,6 +450,7 @@ impl Health {
     }
 
     /// Whether the backend is out of service (weight 0) now.
+    #[cfg(test)]
     pub fn is_down(&self, now: Instant, passive: &PassiveHealth) -> bool {
         self.weight(now, passive) == 0
     }

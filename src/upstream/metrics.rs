@@ -4,7 +4,7 @@
 //! of it read at one moment, which writes itself for `/metrics`.
 //!
 //! Connection counts (opened, closed, idle, active, queue) live in each backend's pool
-//! and connect times in its [`OriginPool`](super::OriginPool); the snapshot reads them
+//! and connect times in its [`OriginPool`](super::lease::OriginPool); the snapshot reads them
 //! too. Metrics observe; nothing on the request path reads them to decide anything.
 
 use std::net::SocketAddr;

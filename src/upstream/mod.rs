@@ -32,11 +32,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use backend::Backend;
-pub use backend_health::BackendHealth;
 pub use connect::{ConnectError, OriginConn};
 pub use discovery::Resolution;
-pub use lease::{Lease, LeaseError, OriginPool};
-pub use load::{Assigned, Load};
+pub use lease::{Lease, LeaseError};
+pub use load::Assigned;
 pub use metrics::{
     BackendMetrics, BackendSnapshot, BackendStats, UpstreamMetrics, UpstreamSnapshot,
     UpstreamsSnapshot,
@@ -62,7 +61,7 @@ impl UpstreamState {
     /// The group is in panic when fewer than `panic_threshold` percent of its backends
     /// are in service, and always when none is: requests then go to backends health
     /// has taken out, because an ejection that outlasts the origin's outage only
-    /// lengthens it. A lone backend is never out (see [`BackendHealth::is_alone`]).
+    /// lengthens it. A lone backend is never out (see [`BackendHealth::is_alone`](backend_health::BackendHealth::is_alone)).
     pub fn choose(&self, exclude: &[usize], now: Instant) -> Option<usize> {
         if let [only] = &self.backends[..] {
             debug_assert!(only.health.is_alone());

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast::telemetry::access_log::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use holdfast::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
 use http::Method;
 use http_body_util::{BodyExt, Empty};
 use serde_json::Value;

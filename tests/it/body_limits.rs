@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use holdfast::proxy::ClientLimits;
+use holdfast::ClientLimits;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast::upstream::BackendStats;
+use holdfast::BackendStats;
 use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 
 use crate::support::netns::Namespace;
@@ -69,8 +69,8 @@ fn single(stats: &[BackendStats]) -> &BackendStats {
 /// skips) when it stays below what `clients` need: the load's socket, holdfast's client
 /// and upstream sockets per client.
 fn files_for(clients: usize) {
-    holdfast::resources::raise_open_file_limit();
-    let limit = holdfast::resources::Resources::read().open_files.unwrap_or(u64::MAX);
+    holdfast::raise_open_file_limit();
+    let limit = holdfast::Resources::read().open_files.unwrap_or(u64::MAX);
     let needed = (clients * 3 + 200) as u64;
     assert!(limit >= needed, "{clients} clients need {needed} open files; the limit is {limit}");
 }

@@ -35,10 +35,8 @@ async fn hop_by_hop_request_headers_are_not_forwarded() {
 async fn forwarded_through(trusted_proxies: &[&str]) -> crate::support::origin::RecordedRequest {
     let origin = Origin::start().await;
     let mut config = config_for(&origin);
-    config.trusted_proxies = trusted_proxies
-        .iter()
-        .map(|n| holdfast::proxy::forwarded::Cidr::parse(n).unwrap())
-        .collect();
+    config.trusted_proxies =
+        trusted_proxies.iter().map(|n| holdfast::Cidr::parse(n).unwrap()).collect();
     let proxy = Proxy::start(config).await;
     let mut client = proxy.raw().await;
     client

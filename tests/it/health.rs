@@ -72,7 +72,8 @@ async fn a_burst_of_5xx_ejects_a_server_and_closes_its_idle_connections() {
     // Five 503s in a row eject it (the default `max_5xx`). The fifth is counted when its
     // head arrives, before it is passed on, so the next request (one client, one request
     // at a time) already finds the server out, and everything after goes to the good one.
-    let max_5xx = holdfast::upstream::health::DEFAULT_MAX_5XX as usize;
+    // `max_5xx`'s default (README, "Passive health").
+    let max_5xx = 5;
     assert_eq!(errors, max_5xx, "the 503s that reached the client");
     assert_eq!(bad.count_path("/health"), max_5xx);
     let bad_stats =

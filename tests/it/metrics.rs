@@ -105,10 +105,9 @@ async fn status_shows_each_pool_and_its_reuse_ratio() {
     // against each other and the port range, not against a later reading.)
     let limits = &status["limits"];
     let open_files = limits["open_files"].as_u64().expect("an open-file limit");
-    let ports = holdfast::resources::Resources::read().local_ports.expect("a port range");
+    let ports = holdfast::Resources::read().local_ports.expect("a port range");
     assert_eq!(limits["local_ports"], serde_json::json!([ports.start(), ports.end()]));
-    let read =
-        holdfast::resources::Resources { open_files: Some(open_files), local_ports: Some(ports) };
+    let read = holdfast::Resources { open_files: Some(open_files), local_ports: Some(ports) };
     let budget = read.idle_budget(None) as u64;
     assert_eq!(
         (limits["idle_budget"].as_u64(), limits["idle_now"].as_u64()),

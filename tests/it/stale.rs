@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use holdfast::upstream::BackendStats;
+use holdfast::BackendStats;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tokio::sync::Barrier;

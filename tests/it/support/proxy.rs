@@ -77,7 +77,7 @@ impl Proxy {
     }
 
     /// Pool and retry counters of every backend in force.
-    pub fn stats(&self) -> Vec<holdfast::upstream::BackendStats> {
+    pub fn stats(&self) -> Vec<holdfast::BackendStats> {
         self.server().stats()
     }
 
