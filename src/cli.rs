@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::admin::client::AdminClient;
 use crate::config::Config;
+use crate::instance::signals::ShutdownSignal;
 use crate::instance::{ConfigSource, Instance};
 use crate::listener::MAX_BACKLOG;
 use crate::telemetry;
@@ -324,55 +325,6 @@ pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime
         b
     };
     builder.enable_all().build().context("building the async runtime")
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    match ShutdownSignal::install() {
-        Ok(signal) => signal.recv().await,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
-}
-
-/// SIGTERM or Ctrl-C (SIGINT), caught from the moment this is created, so a signal
-/// that arrives before anyone waits for it is kept, not lost or fatal.
-pub struct ShutdownSignal {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-}
-
-impl ShutdownSignal {
-    /// Installs the handlers; must run inside the runtime.
-    pub fn install() -> std::io::Result<ShutdownSignal> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            Ok(ShutdownSignal {
-                term: signal(SignalKind::terminate())?,
-                interrupt: signal(SignalKind::interrupt())?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(ShutdownSignal {})
-    }
-
-    /// Resolves once a signal has arrived (at once, if one came already).
-    pub async fn recv(self) {
-        #[cfg(unix)]
-        {
-            let ShutdownSignal { mut term, mut interrupt } = self;
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = interrupt.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 #[cfg(test)]

@@ -32,10 +32,10 @@ use crate::net::Stream;
 use socket2::SockRef;
 use tokio::time::Instant;
 
+use crate::connections::OpenConnection;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
-use crate::listener::OpenConnection;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::proxy::{Client, ClientLimits, Next, Outbound, Proxy, Site, Timeouts};
 

@@ -157,7 +157,7 @@ async fn serve(paths: &[DemoPath]) {
     }
     println!();
     println!("Ctrl-C to stop.");
-    crate::cli::shutdown_signal().await;
+    crate::instance::signals::shutdown_signal().await;
     println!();
     for path in paths {
         let requests = path.origin.requests.load(Relaxed);

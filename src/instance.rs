@@ -4,6 +4,7 @@
 //! applies a new config to all of it without dropping a request or a warm pool.
 
 mod process;
+pub mod signals;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,7 +19,8 @@ use tokio::time::Instant;
 
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError};
-use crate::listener::{self, Connections, ListenerConfig};
+use crate::connections::Connections;
+use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::{Answers, AnswersSnapshot};
 use crate::proxy::forwarded::TrustedProxies;

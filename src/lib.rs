@@ -52,6 +52,7 @@ mod balance;
 pub mod cli;
 mod client;
 mod config;
+mod connections;
 mod demo;
 mod http1;
 mod instance;
