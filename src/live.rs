@@ -1,9 +1,9 @@
-//! `holdfast stats`: a refreshing table of what each server's pool is doing, read from
+//! `holdfast stats`: a refreshing table of what each backend's pool is doing, read from
 //! a running holdfast's admin listener.
 //!
 //! Each frame reads `GET /metrics` with the admin client (`admin::client`) and parses the
 //! OpenMetrics text into samples (the `scrape` submodule), then shows one row per
-//! (upstream, server) with rates over the time since the previous scrape. A rate needs
+//! (upstream, backend) with rates over the time since the previous scrape. A rate needs
 //! two scrapes, so the first frame appears one interval after start. Latency percentiles come from the
 //! histogram buckets' increase over the same interval, interpolated linearly inside a
 //! bucket as Prometheus' `histogram_quantile` does: they are estimates bounded by the
@@ -168,17 +168,17 @@ enum ScrapeError {
     Malformed { admin: SocketAddr, error: ParseError },
 }
 
-/// The row key: an upstream group and one of its servers.
+/// The row key: an upstream and one of its backends.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct ServerKey {
+struct BackendKey {
     upstream: String,
-    server: String,
+    backend: String,
 }
 
-/// Per-server values of one scrape: counters and histograms since holdfast started,
+/// Per-backend values of one scrape: counters and histograms since holdfast started,
 /// gauges as of the scrape.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct ServerSample {
+struct BackendSample {
     responses: f64,
     responses_5xx: f64,
     reused: f64,
@@ -190,8 +190,8 @@ struct ServerSample {
     header: Histogram,
 }
 
-impl ServerSample {
-    /// Adds one sample labelled with this server; other metrics are ignored.
+impl BackendSample {
+    /// Adds one sample labelled with this backend; other metrics are ignored.
     fn record(&mut self, sample: &Sample) {
         let label = |name: &str| sample.labels.get(name).map(String::as_str);
         let v = sample.value;
@@ -221,7 +221,7 @@ impl ServerSample {
 /// What the table needs from one scrape.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Snapshot {
-    servers: BTreeMap<ServerKey, ServerSample>,
+    backends: BTreeMap<BackendKey, BackendSample>,
     /// Sum of `holdfast_upstream_responses_total` over upstreams.
     downstream_requests: f64,
     client_connections: f64,
@@ -241,15 +241,15 @@ impl Snapshot {
                 "holdfast_draining" => snapshot.is_draining = sample.value != 0.0,
                 _ => {}
             }
-            let (Some(upstream), Some(server)) = (label("upstream"), label("backend")) else {
+            let (Some(upstream), Some(backend)) = (label("upstream"), label("backend")) else {
                 continue;
             };
-            let key = ServerKey { upstream: upstream.to_string(), server: server.to_string() };
-            snapshot.servers.entry(key).or_default().record(sample);
+            let key = BackendKey { upstream: upstream.to_string(), backend: backend.to_string() };
+            snapshot.backends.entry(key).or_default().record(sample);
         }
-        for server in snapshot.servers.values_mut() {
-            server.connect.sort();
-            server.header.sort();
+        for backend in snapshot.backends.values_mut() {
+            backend.connect.sort();
+            backend.header.sort();
         }
         snapshot
     }
@@ -356,11 +356,11 @@ impl Latency {
     }
 }
 
-/// One table row: a server's activity over the interval.
+/// One table row: a backend's activity over the interval.
 #[derive(Debug, Clone, PartialEq)]
 struct Row {
     upstream: String,
-    server: String,
+    backend: String,
     requests_per_sec: f64,
     /// Share of upstream requests sent on a pooled connection; `None` without requests.
     reuse_percent: Option<f64>,
@@ -372,20 +372,20 @@ struct Row {
     responses_5xx_per_sec: f64,
 }
 
-/// Rows for every server in `now`, sorted by upstream then server; a server missing
+/// Rows for every backend in `now`, sorted by upstream then backend; a backend missing
 /// from `before` counts from zero.
 fn rows(before: &Snapshot, now: &Snapshot, elapsed: Duration) -> Vec<Row> {
     let secs = elapsed.as_secs_f64().max(f64::EPSILON);
-    let empty = ServerSample::default();
-    now.servers
+    let empty = BackendSample::default();
+    now.backends
         .iter()
         .map(|(key, now)| {
-            let then = before.servers.get(key).unwrap_or(&empty);
+            let then = before.backends.get(key).unwrap_or(&empty);
             let reused = increase(now.reused, then.reused);
             let sent = reused + increase(now.new, then.new);
             Row {
                 upstream: key.upstream.clone(),
-                server: key.server.clone(),
+                backend: key.backend.clone(),
                 requests_per_sec: increase(now.responses, then.responses) / secs,
                 reuse_percent: (sent > 0.0).then(|| 100.0 * reused / sent),
                 idle: now.idle,
@@ -434,7 +434,7 @@ impl Frame {
 
 const COLUMNS: [&str; 10] = [
     "UPSTREAM",
-    "SERVER",
+    "BACKEND",
     "REQ/S",
     "REUSE%",
     "IDLE",
@@ -444,10 +444,10 @@ const COLUMNS: [&str; 10] = [
     "HEADER p50/p99",
     "5XX/S",
 ];
-/// UPSTREAM and SERVER are left-aligned; the numbers are right-aligned.
+/// UPSTREAM and BACKEND are left-aligned; the numbers are right-aligned.
 const LEFT_ALIGNED: usize = 2;
 
-/// Writes the header line and the table (or a note when no server has metrics yet).
+/// Writes the header line and the table (or a note when no backend has metrics yet).
 fn render(out: &mut impl Write, frame: &Frame) -> io::Result<()> {
     let millis = frame.elapsed.as_millis();
     writeln!(
@@ -482,7 +482,7 @@ fn render(out: &mut impl Write, frame: &Frame) -> io::Result<()> {
         writeln!(out, "{}", text.trim_end())?;
     }
     if frame.rows.is_empty() {
-        writeln!(out, "(no server has metrics yet: none has been sent a request)")?;
+        writeln!(out, "(no backend has metrics yet: none has been sent a request)")?;
     }
     Ok(())
 }
@@ -490,7 +490,7 @@ fn render(out: &mut impl Write, frame: &Frame) -> io::Result<()> {
 fn cells(row: &Row) -> [String; COLUMNS.len()] {
     [
         row.upstream.clone(),
-        row.server.clone(),
+        row.backend.clone(),
         format_rate(row.requests_per_sec),
         row.reuse_percent.map_or_else(|| "-".into(), |p| format!("{p:.1}")),
         format!("{}", row.idle),

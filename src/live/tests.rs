@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use super::scrape::parse;
 use super::*;
 
-const SERVER: &str = "127.0.0.1:8080";
+const BACKEND: &str = "127.0.0.1:8080";
 
-fn key(upstream: &str, server: &str) -> ServerKey {
-    ServerKey { upstream: upstream.into(), server: server.into() }
+fn key(upstream: &str, server: &str) -> BackendKey {
+    BackendKey { upstream: upstream.into(), backend: server.into() }
 }
 
 fn buckets(pairs: &[(f64, f64)]) -> Vec<Bucket> {
@@ -29,7 +29,7 @@ fn assert_close(actual: Option<f64>, expected: f64) {
 /// connections, header times of 50 requests <= 1 ms and 50 more <= 10 ms.
 fn page(step: u32) -> String {
     let k = f64::from(step);
-    let labels = format!("upstream=\"default\",backend=\"{SERVER}\"");
+    let labels = format!("upstream=\"default\",backend=\"{BACKEND}\"");
     format!(
         "# HELP holdfast_backend_responses Responses to clients for requests sent to a server.\n\
          # TYPE holdfast_backend_responses counter\n\
@@ -146,7 +146,7 @@ fn snapshot_sorts_histogram_buckets_whatever_the_le_position() {
                 holdfast_backend_connect_duration_seconds_bucket{le=\"0.01\",upstream=\"u\",backend=\"s\"} 3\n\
                 holdfast_backend_connect_duration_seconds_bucket{upstream=\"u\",le=\"0.001\",backend=\"s\"} 1\n";
     let snapshot = snapshot(text);
-    let connect = &snapshot.servers[&key("u", "s")].connect;
+    let connect = &snapshot.backends[&key("u", "s")].connect;
     assert_eq!(connect.buckets, buckets(&[(0.001, 1.0), (0.01, 3.0), (f64::INFINITY, 4.0)]));
 }
 
@@ -182,7 +182,7 @@ fn reuse_and_rates_cover_the_interval_between_two_scrapes() {
     let rows = rows(&before, &now, Duration::from_secs(2));
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
-    assert_eq!((row.upstream.as_str(), row.server.as_str()), ("default", SERVER));
+    assert_eq!((row.upstream.as_str(), row.backend.as_str()), ("default", BACKEND));
     // Two intervals of 100 responses over 2 s.
     assert_close(Some(row.requests_per_sec), 100.0);
     assert_close(Some(row.responses_5xx_per_sec), 2.0);
@@ -242,7 +242,7 @@ fn render_shows_a_row_per_server() {
     let row: Vec<&str> = lines[2].split_whitespace().collect();
     assert_eq!(
         row,
-        ["default", SERVER, "100.0", "90.0", "8", "2", "10.0", "-", "1.00/9.82ms", "2.0"],
+        ["default", BACKEND, "100.0", "90.0", "8", "2", "10.0", "-", "1.00/9.82ms", "2.0"],
         "{text}"
     );
 }
@@ -258,17 +258,17 @@ fn render_shows_dashes_without_traffic() {
     );
     let text = rendered(&frame);
     let row: Vec<&str> = text.lines().nth(2).expect("a row").split_whitespace().collect();
-    assert_eq!(row, ["default", SERVER, "0.0", "-", "8", "2", "0.0", "-", "-", "0.0"], "{text}");
+    assert_eq!(row, ["default", BACKEND, "0.0", "-", "8", "2", "0.0", "-", "-", "0.0"], "{text}");
 }
 
 #[test]
-fn render_says_when_no_server_has_metrics() {
+fn render_says_when_no_backend_has_metrics() {
     let draining = Snapshot { is_draining: true, ..Snapshot::default() };
     let frame =
         Frame::new(DEFAULT_ADMIN_ADDR, SystemTime::now(), secs(1), &Snapshot::default(), &draining);
     let text = rendered(&frame);
     assert!(text.lines().next().expect("header").ends_with("DRAINING"), "{text}");
-    assert!(text.contains("no server has metrics yet"), "{text}");
+    assert!(text.contains("no backend has metrics yet"), "{text}");
 }
 
 #[test]
