@@ -37,7 +37,7 @@ use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
-use crate::proxy::{Client, ClientLimits, Next, Outbound, Proxy, Site, Timeouts};
+use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 
 /// How long a closing connection keeps reading what the client still sends, so that
 /// its last response is not lost to a reset.
@@ -204,9 +204,11 @@ impl Conn {
             first = false;
             let client =
                 Client { stream: &mut self.stream, buf: &mut self.buf, timer: &mut self.timer };
+            let mut wire = H1Wire::new(client);
             // Boxed: the exchange's state (a few kB) exists only while a request is in
             // flight, so an idle connection's task stays small.
-            let done = Box::pin(settings.proxy.forward(out, &self.head, client)).await;
+            let done = Box::pin(settings.proxy.forward(out, &self.head, &mut wire)).await;
+            drop(wire);
             self.idle_since = done.at;
             match done.next {
                 Next::KeepOpen => {}

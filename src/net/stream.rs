@@ -26,6 +26,7 @@ pub enum Stream {
 impl Stream {
     /// The TCP socket underneath: socket options, shutdown, the liveness peek of a
     /// pooled connection.
+    #[inline]
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Tcp(s) => s,
@@ -33,6 +34,7 @@ impl Stream {
     }
 
     /// Waits until a read may find bytes (or the end of the stream).
+    #[inline]
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.readable().await,
@@ -40,6 +42,7 @@ impl Stream {
     }
 
     /// Reads what is there now; `WouldBlock` when nothing is.
+    #[inline]
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
@@ -47,6 +50,7 @@ impl Stream {
     }
 
     /// Polls for read readiness (registers the waker when not ready).
+    #[inline]
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
@@ -54,6 +58,7 @@ impl Stream {
     }
 
     /// Waits until a write may take bytes.
+    #[inline]
     pub async fn writable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.writable().await,
@@ -61,6 +66,7 @@ impl Stream {
     }
 
     /// Writes what the stream takes now; `WouldBlock` when it takes nothing.
+    #[inline]
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
@@ -68,6 +74,7 @@ impl Stream {
     }
 
     /// [`Stream::try_write`] from several slices at once.
+    #[inline]
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write_vectored(bufs),
@@ -76,12 +83,14 @@ impl Stream {
 }
 
 impl From<TcpStream> for Stream {
+    #[inline]
     fn from(stream: TcpStream) -> Self {
         Stream::Tcp(stream)
     }
 }
 
 impl AsyncRead for Stream {
+    #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -94,6 +103,7 @@ impl AsyncRead for Stream {
 }
 
 impl AsyncWrite for Stream {
+    #[inline]
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -104,6 +114,7 @@ impl AsyncWrite for Stream {
         }
     }
 
+    #[inline]
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -114,18 +125,21 @@ impl AsyncWrite for Stream {
         }
     }
 
+    #[inline]
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
         }
     }
 
+    #[inline]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
+    #[inline]
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),

@@ -38,8 +38,9 @@ struct Sent {
 
 impl Proxy {
     /// Carries one request to its backend and the response back to the client, over
-    /// `wire`.
-    pub(super) async fn exchange<W: Wire>(
+    /// `wire` (the client side's protocol picks it: [`super::H1Wire`] for an HTTP/1.1
+    /// client connection).
+    pub(crate) async fn forward<W: Wire>(
         &self,
         mut out: Outbound,
         head: &[u8],

@@ -47,7 +47,7 @@ use tokio::time::Instant;
 use answers::Answers;
 use error::{ProxyError, ProxyErrorKind};
 use forwarded::TrustedProxies;
-use h1::H1Wire;
+pub(crate) use h1::H1Wire;
 use pace::PaceConfig;
 use record::{Delivery, Record};
 use retry::Decision;
@@ -252,12 +252,6 @@ impl Proxy {
         record.failed(reason);
         let delivery = Delivery { status, bytes: 0, ended: Some(Instant::now()) };
         record.finish(site.fallback.as_deref(), delivery);
-    }
-
-    /// Carries one request to its backend and the response back to the client.
-    pub async fn forward(&self, out: Outbound, head: &[u8], client: Client<'_>) -> Done {
-        let mut wire = H1Wire::new(client);
-        self.exchange(out, head, &mut wire).await
     }
 }
 

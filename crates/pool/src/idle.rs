@@ -170,7 +170,7 @@ impl<C: Poolable> Pooled<C> {
     /// Takes the connection out for good (for example after an upgrade).
     /// The pool counts it as closed for `reason`.
     pub fn into_inner(mut self, reason: CloseReason) -> C {
-        self.pool.closed_active(reason);
+        self.pool.closed_active(None, reason);
         self.conn.take().expect("a Pooled holds its connection until consumed")
     }
 
@@ -184,15 +184,15 @@ impl<C: Poolable> Pooled<C> {
 
     /// Closes a connection that must not be reused, counted under `reason`.
     pub fn discard(mut self, reason: CloseReason) {
-        self.conn.take();
-        self.pool.closed_active(reason);
+        let conn = self.conn.take();
+        self.pool.closed_active(conn, reason);
     }
 }
 
 impl<C: Poolable> Drop for Pooled<C> {
     fn drop(&mut self) {
-        if self.conn.take().is_some() {
-            self.pool.closed_active(CloseReason::Error);
+        if let Some(conn) = self.conn.take() {
+            self.pool.closed_active(Some(conn), CloseReason::Error);
         }
     }
 }
@@ -289,16 +289,16 @@ impl<C: Poolable> Pool<C> {
     fn put_back(&self, entry: Idle<C>) {
         let now = entry.idle_since;
         if self.is_retired() {
-            self.closed_active(CloseReason::Retired);
+            self.closed_active(None, CloseReason::Retired);
             return;
         }
         if let Some(reason) = self.release_reason(&entry, now) {
-            self.closed_active(reason);
+            self.closed_active(None, reason);
             return;
         }
         if !self.take_budget() {
             if self.inner.stats.waiting() == 0 {
-                self.closed_active(CloseReason::BudgetSpent);
+                self.closed_active(None, CloseReason::BudgetSpent);
                 return;
             }
             // A queued request takes it at once: closing it would only make that
@@ -313,7 +313,7 @@ impl<C: Poolable> Pool<C> {
         if bound == 0 {
             drop(state);
             self.give_budget(1);
-            self.closed_active(CloseReason::AboveDemand);
+            self.closed_active(None, CloseReason::AboveDemand);
             return;
         }
         self.inner.stats.on_release();
@@ -456,14 +456,20 @@ impl<C: Poolable> Pool<C> {
         }
         self.give_budget(retired.len());
         for (entry, reason) in retired {
-            drop(entry);
+            // Counted before the socket closes, so whoever sees the close sees it counted.
             self.inner.stats.on_close_idle(reason);
+            drop(entry);
             self.closed_one();
         }
     }
 
-    fn closed_active(&self, reason: CloseReason) {
+    /// Counts a connection that was carrying a request as closed for `reason`, then
+    /// drops `conn` when the caller hands it over: counted before its socket closes, so
+    /// whoever sees the close sees it counted. (`None`: the caller drops it afterwards,
+    /// or keeps it, as an upgrade does.)
+    fn closed_active(&self, conn: Option<C>, reason: CloseReason) {
         self.inner.stats.on_close_active(reason);
+        drop(conn);
         self.closed_one();
     }
 
