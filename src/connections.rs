@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
 
+use crate::metrics::{Family, Report, Writer, NO_LABELS};
+
 /// Counts client connections (open now, so shutdown can wait for them, and accepted
 /// since start) and tells them when the server stops. Clones share the counts; a
 /// [`Connections::child`] (one listener's) counts in its parent too, but is stopped on
@@ -109,6 +111,34 @@ impl Drop for OpenConnection {
         if let Some(parent) = &self.counts.parent {
             parent.open.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+}
+
+const OPEN: Family =
+    Family { name: "holdfast_listener_connections", help: "Client connections open now." };
+const ACCEPTED: Family =
+    Family { name: "holdfast_listener_connections_accepted", help: "Client connections accepted." };
+
+/// Client connections at one moment, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnectionsSnapshot {
+    /// Open now, across listeners.
+    pub open: usize,
+    /// Accepted since start.
+    pub accepted: u64,
+}
+
+impl Connections {
+    /// The counts now, for `/metrics`.
+    pub fn snapshot(&self) -> ConnectionsSnapshot {
+        ConnectionsSnapshot { open: self.count(), accepted: self.accepted() }
+    }
+}
+
+impl Report for ConnectionsSnapshot {
+    fn report(&self, out: &mut Writer<'_>) -> std::fmt::Result {
+        out.gauge(&OPEN, [(NO_LABELS, self.open as u64)])?;
+        out.counter(&ACCEPTED, [(NO_LABELS, self.accepted)])
     }
 }
 

@@ -519,8 +519,7 @@ fn scrape(
     move || Snapshot {
         upstreams: shared.groups.snapshot(),
         process: ProcessSnapshot {
-            client_connections: shared.connections.count(),
-            client_connections_accepted: shared.connections.accepted(),
+            connections: shared.connections.snapshot(),
             access_log_dropped: shared.access_log.as_ref().map_or(0, AccessLog::dropped),
             answers: AnswersSnapshot {
                 unrouted: shared.unrouted.load(Ordering::Relaxed),

@@ -1,11 +1,14 @@
 //! What `/metrics` shows, read at each scrape into one plain [`Snapshot`]: every
 //! group's and backend's counters (their families are declared in
 //! `upstream::metrics`), then the numbers about the whole process that this instance
-//! keeps or gathers (client connections, the access log, the proxy's own answers,
-//! reloads, draining), whose families are declared here or beside their owner.
+//! keeps or gathers: client connections (`connections`), the access log
+//! (`telemetry::access_log`), the proxy's own answers (`proxy::answers`), each written
+//! by its owner, then reloads, draining and the build, which this instance owns.
 
+use crate::connections::ConnectionsSnapshot;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::proxy::answers::AnswersSnapshot;
+use crate::telemetry::access_log::AccessLog;
 use crate::upstream::UpstreamsSnapshot;
 
 /// Everything `/metrics` shows, read at one moment.
@@ -25,9 +28,7 @@ impl Report for Snapshot {
 /// Process-wide numbers, read at each scrape.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessSnapshot {
-    /// Client connections open now, across listeners.
-    pub client_connections: usize,
-    pub client_connections_accepted: u64,
+    pub connections: ConnectionsSnapshot,
     pub access_log_dropped: u64,
     /// Responses the proxy made itself, and requests it refused or could not route.
     pub answers: AnswersSnapshot,
@@ -36,14 +37,6 @@ pub struct ProcessSnapshot {
     pub draining: bool,
 }
 
-const LISTENER_CONNECTIONS: Family =
-    Family { name: "holdfast_listener_connections", help: "Client connections open now." };
-const LISTENER_CONNECTIONS_ACCEPTED: Family =
-    Family { name: "holdfast_listener_connections_accepted", help: "Client connections accepted." };
-const ACCESS_LOG_DROPPED: Family = Family {
-    name: "holdfast_access_log_dropped",
-    help: "Access log lines dropped because the writer was behind.",
-};
 const CONFIG_RELOADS: Family = Family {
     name: "holdfast_config_reloads",
     help: "Config reloads, by result (a failed reload keeps the config in force).",
@@ -56,12 +49,8 @@ const BUILD: Family = Family { name: "holdfast_build", help: "The running holdfa
 
 impl Report for ProcessSnapshot {
     fn report(&self, out: &mut Writer<'_>) -> std::fmt::Result {
-        out.gauge(&LISTENER_CONNECTIONS, [(NO_LABELS, self.client_connections as u64)])?;
-        out.counter(
-            &LISTENER_CONNECTIONS_ACCEPTED,
-            [(NO_LABELS, self.client_connections_accepted)],
-        )?;
-        out.counter(&ACCESS_LOG_DROPPED, [(NO_LABELS, self.access_log_dropped)])?;
+        self.connections.report(out)?;
+        AccessLog::report_dropped(self.access_log_dropped, out)?;
         self.answers.report(out)?;
         out.counter(
             &CONFIG_RELOADS,

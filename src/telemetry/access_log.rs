@@ -26,6 +26,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::metrics::{self, Family, NO_LABELS};
+
+const DROPPED: Family = Family {
+    name: "holdfast_access_log_dropped",
+    help: "Access log lines dropped because the writer was behind.",
+};
+
 /// Lines that may wait for the writer. At a few hundred bytes a line this bounds the
 /// queue to a few MiB, and covers well over a second of a busy proxy's lines while the
 /// disk stalls.
@@ -150,6 +157,11 @@ impl AccessLog {
     /// Lines dropped because the writer was behind, or because writing them failed.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes `holdfast_access_log_dropped` for `dropped` lines (0 without a log).
+    pub fn report_dropped(dropped: u64, out: &mut metrics::Writer<'_>) -> std::fmt::Result {
+        out.counter(&DROPPED, [(NO_LABELS, dropped)])
     }
 
     /// Makes the writer reopen its file before the next line (for log rotation).
