@@ -22,7 +22,7 @@ use crate::config::{Config, ConfigDiff, ConfigError};
 use crate::connections::Connections;
 use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
-use crate::proxy::answers::{Answers, AnswersSnapshot};
+use crate::proxy::answers::Answers;
 use crate::proxy::forwarded::TrustedProxies;
 use crate::proxy::{Destination, Proxy, Site};
 use crate::resources::Resources;
@@ -90,7 +90,6 @@ struct Shared {
     resources: Resources,
     access_log: Option<AccessLog>,
     connections: Connections,
-    unrouted: Arc<AtomicU64>,
     /// Responses holdfast made itself, across listeners.
     answers: Arc<Answers>,
     reloads_ok: AtomicU64,
@@ -162,7 +161,6 @@ impl Instance {
             resources,
             access_log,
             connections: Connections::default(),
-            unrouted: Arc::default(),
             answers: Arc::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
@@ -400,12 +398,7 @@ impl Shared {
             Some(upstream) => tracing::info!(listen = %addr, upstream = %upstream, "listening"),
             None => tracing::info!(listen = %addr, "listening"),
         }
-        let proxy = Arc::new(Proxy::new(
-            site,
-            self.access_log.clone(),
-            Arc::clone(&self.unrouted),
-            Arc::clone(&self.answers),
-        ));
+        let proxy = Arc::new(Proxy::new(site, self.access_log.clone(), Arc::clone(&self.answers)));
         let (stop, stop_rx) = watch::channel(false);
         let connections = self.connections.child();
         let accepting = tokio::spawn(listener::accept_loop(
@@ -521,11 +514,7 @@ fn scrape(
         process: ProcessSnapshot {
             connections: shared.connections.snapshot(),
             access_log_dropped: shared.access_log.as_ref().map_or(0, AccessLog::dropped),
-            answers: AnswersSnapshot {
-                unrouted: shared.unrouted.load(Ordering::Relaxed),
-                answers: shared.answers.snapshot(),
-                refusals: shared.answers.refusals.snapshot(),
-            },
+            answers: shared.answers.snapshot(),
             reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
             reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
             draining: draining.load(Ordering::Acquire),

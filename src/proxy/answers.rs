@@ -6,6 +6,7 @@
 //! Answers are rare, so a lock here costs nothing that matters. They observe: nothing
 //! reads them to decide anything.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::metrics::{Family, ReasonCounts, Report, Writer, NO_LABELS};
@@ -26,6 +27,8 @@ pub struct Answers {
     /// Requests refused before routing, by the rule they broke (finer than the
     /// answers' reason: `bad_framing`, `bad_host`, ...).
     pub refusals: ReasonCounts,
+    /// Requests no route matched (answered 404).
+    pub unrouted: AtomicU64,
 }
 
 impl Answers {
@@ -45,11 +48,21 @@ impl Answers {
         }
     }
 
-    /// Every kind of answer so far with its count, sorted.
-    pub fn snapshot(&self) -> Vec<(AnswerKey, u64)> {
+    /// A request no route matched.
+    pub fn unrouted(&self) {
+        self.unrouted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every kind of answer so far with its count, sorted; refusals by rule; unrouted
+    /// requests.
+    pub fn snapshot(&self) -> AnswersSnapshot {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
         counts.sort_unstable();
-        counts
+        AnswersSnapshot {
+            unrouted: self.unrouted.load(Ordering::Relaxed),
+            answers: counts,
+            refusals: self.refusals.snapshot(),
+        }
     }
 }
 
@@ -67,7 +80,7 @@ const REFUSED: Family = Family {
 /// The proxy's own answers at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct AnswersSnapshot {
-    /// Requests no route matched (answered 404), the proxy's `unrouted` count.
+    /// Requests no route matched (answered 404).
     pub unrouted: u64,
     /// Responses holdfast made itself, by group, reason and status ([`Answers::snapshot`]).
     pub answers: Vec<(AnswerKey, u64)>,
@@ -106,7 +119,10 @@ mod tests {
         answers.record(Some(&app), "connect_refused", 502);
         answers.record(None, "bad_request", 400);
         answers.record(Some(&app), "connect_timeout", 504);
-        let snap = answers.snapshot();
+        answers.unrouted();
+        let snapshot = answers.snapshot();
+        assert_eq!(snapshot.unrouted, 1);
+        let snap = snapshot.answers;
         let find =
             |reason| snap.iter().find(|(k, _)| k.reason == reason).map(|(k, n)| (k.clone(), *n));
         assert_eq!(find("connect_refused").map(|(k, n)| (k.status, n)), Some((502, 2)));

@@ -71,7 +71,7 @@ impl Proxy {
     async fn answer_unserved<W: Wire>(&self, out: Outbound, wire: &mut W) -> Done {
         let (status, reason, text) = match out.route.upstream.as_ref() {
             None => {
-                self.unrouted.fetch_add(1, Ordering::Relaxed);
+                self.answers.unrouted();
                 (404, "no_route", "holdfast: no route for this host and path\n".to_string())
             }
             Some(upstream) => {

@@ -37,7 +37,7 @@ pub mod transfer;
 mod wire;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -66,9 +66,8 @@ use crate::upstream::{Assigned, Backend, Upstream};
 pub struct Proxy {
     site: ArcSwap<Site>,
     access_log: Option<AccessLog>,
-    /// Requests no route matched, across listeners.
-    unrouted: Arc<AtomicU64>,
-    /// Every response holdfast makes itself, by group, reason and status.
+    /// Every response holdfast makes itself, by group, reason and status, across
+    /// listeners.
     answers: Arc<Answers>,
 }
 
@@ -161,15 +160,11 @@ pub enum Next {
 }
 
 impl Proxy {
-    /// Each request is traced into the metrics of its upstream group, and logged to
-    /// `access_log` if there is one; requests no route matches count in `unrouted`.
-    pub fn new(
-        site: Site,
-        access_log: Option<AccessLog>,
-        unrouted: Arc<AtomicU64>,
-        answers: Arc<Answers>,
-    ) -> Self {
-        Proxy { site: ArcSwap::from_pointee(site), access_log, unrouted, answers }
+    /// Each request is recorded into the metrics of its upstream group, and logged to
+    /// `access_log` if there is one; the answers holdfast makes itself (404s for
+    /// requests no route matches included) count in `answers`.
+    pub fn new(site: Site, access_log: Option<AccessLog>, answers: Arc<Answers>) -> Self {
+        Proxy { site: ArcSwap::from_pointee(site), access_log, answers }
     }
 
     /// The routes and settings in force now.
