@@ -140,12 +140,14 @@ pub fn status(state: &AdminState) -> Value {
         .iter()
         .map(|u| {
             let members = u.state();
-            let servers: Vec<Value> =
-                members.backends.iter().map(|b| server_status(b, now)).collect();
+            let backends: Vec<Value> =
+                members.backends.iter().map(|b| backend_status(b, now)).collect();
+            // `servers` and `server` name backends here: the JSON keeps the names it
+            // was published with.
             json!({
                 "name": &*u.name,
                 "balance": members.config.balance.as_str(),
-                "servers": servers,
+                "servers": backends,
                 "names": names_status(&members),
             })
         })
@@ -173,7 +175,7 @@ fn names_status(members: &UpstreamState) -> Vec<Value> {
         .collect()
 }
 
-fn server_status(b: &Backend, now: Instant) -> Value {
+fn backend_status(b: &Backend, now: Instant) -> Value {
     let pool = b.conns.stats().snapshot();
     let health = b.health.snapshot(now);
     let m = &b.metrics;
