@@ -258,10 +258,11 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         // Before listening: once a client can connect, SIGTERM means drain, never the
         // default action (an immediate exit).
+        // SIGHUP and SIGUSR1 too: a reload or a log rotation that comes while holdfast
+        // starts waits for it instead of ending the process.
         let signal = ShutdownSignal::install().context("installing signal handlers")?;
         #[cfg(unix)]
-        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-            .context("installing signal handlers")?;
+        let others = OtherSignals::install().context("installing signal handlers")?;
         let source = args.config.clone().map(|path| {
             let adjust: crate::instance::Adjust =
                 Box::new(move |c: &mut Config| apply_overrides(c, &args));
@@ -269,9 +270,9 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
         });
         let server = Instance::start_from(&config, source).await.context("starting holdfast")?;
         #[cfg(unix)]
-        serve_until(&server, signal, hangup).await.context("installing signal handlers")?;
+        serve_until(&server, signal, others).await;
         #[cfg(not(unix))]
-        serve_until(&server, signal).await.context("installing signal handlers")?;
+        serve_until(&server, signal).await;
         let drain = humantime::format_duration(config.timeouts.drain);
         tracing::info!(drain = %drain, "shutting down");
         server.shutdown(config.timeouts.drain).await;
@@ -279,21 +280,35 @@ fn serve(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// SIGHUP (reload the config file) and SIGUSR1 (reopen the access log), caught from
+/// the moment they are installed.
+#[cfg(unix)]
+struct OtherSignals {
+    hangup: tokio::signal::unix::Signal,
+    reopen: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl OtherSignals {
+    fn install() -> std::io::Result<OtherSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(OtherSignals {
+            hangup: signal(SignalKind::hangup())?,
+            reopen: signal(SignalKind::user_defined1())?,
+        })
+    }
+}
+
 /// Waits for the shutdown signal; meanwhile SIGUSR1 makes the access log reopen its
 /// file (after log rotation), as with nginx, and SIGHUP reloads the config file.
 #[cfg(unix)]
-async fn serve_until(
-    server: &Instance,
-    signal: ShutdownSignal,
-    mut hangup: tokio::signal::unix::Signal,
-) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal as unix_signal, SignalKind};
-    let mut reopen = unix_signal(SignalKind::user_defined1())?;
+async fn serve_until(server: &Instance, signal: ShutdownSignal, others: OtherSignals) {
+    let OtherSignals { mut hangup, mut reopen } = others;
     let stop = signal.recv();
     tokio::pin!(stop);
     loop {
         tokio::select! {
-            _ = &mut stop => return Ok(()),
+            _ = &mut stop => return,
             _ = reopen.recv() => {
                 tracing::info!("SIGUSR1: reopening the access log");
                 server.reopen_access_log();
@@ -308,10 +323,9 @@ async fn serve_until(
 }
 
 #[cfg(not(unix))]
-async fn serve_until(server: &Instance, signal: ShutdownSignal) -> std::io::Result<()> {
+async fn serve_until(server: &Instance, signal: ShutdownSignal) {
     let _ = server;
     signal.recv().await;
-    Ok(())
 }
 
 pub fn runtime(threads: Option<usize>) -> anyhow::Result<tokio::runtime::Runtime> {
