@@ -39,6 +39,11 @@ impl Connections {
         self.0.accepted.load(Ordering::Relaxed)
     }
 
+    /// The counts now, for `/metrics`.
+    pub fn snapshot(&self) -> ConnectionsSnapshot {
+        ConnectionsSnapshot { open: self.count(), accepted: self.accepted() }
+    }
+
     /// Tells every open connection the server is stopping (see [`OpenConnection::poll_stop`]).
     pub fn stop(&self) {
         self.0.stopping.store(true, Ordering::Release);
@@ -126,13 +131,6 @@ pub struct ConnectionsSnapshot {
     pub open: usize,
     /// Accepted since start.
     pub accepted: u64,
-}
-
-impl Connections {
-    /// The counts now, for `/metrics`.
-    pub fn snapshot(&self) -> ConnectionsSnapshot {
-        ConnectionsSnapshot { open: self.count(), accepted: self.accepted() }
-    }
 }
 
 impl Report for ConnectionsSnapshot {

@@ -28,7 +28,7 @@ pub struct Answers {
     /// answers' reason: `bad_framing`, `bad_host`, ...).
     pub refusals: ReasonCounts,
     /// Requests no route matched (answered 404).
-    pub unrouted: AtomicU64,
+    unrouted: AtomicU64,
 }
 
 impl Answers {

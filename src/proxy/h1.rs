@@ -176,8 +176,8 @@ impl Wire for H1Wire<'_> {
         let connection = ConnectionOut::for_client(keep, out.request.version);
         let mut response = Vec::with_capacity(text.len().saturating_add(256));
         encode::local_response(status, text, connection, &mut response);
-        let stream: &Stream = self.client.stream;
-        net::write_all(stream, &[&response], out.route.site.timeouts.read).await.is_ok()
+        let stall = out.route.site.timeouts.read;
+        net::write_all(self.client.stream, &[&response], stall).await.is_ok()
     }
 }
 
