@@ -64,6 +64,7 @@ mod proxy;
 mod resources;
 mod route;
 mod telemetry;
+mod tls;
 mod upstream;
 
 pub use config::Config;
