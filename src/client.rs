@@ -21,7 +21,7 @@
 
 use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -29,7 +29,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::net::Stream;
-use socket2::SockRef;
+use crate::tls::server::{Accepted, TlsServer};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
@@ -67,18 +68,35 @@ struct Phase {
     stopping: AtomicBool,
 }
 
-/// Serves `stream` until the client leaves, a limit closes it, or `stop` turns true.
+/// Serves `tcp` until the client leaves, a limit closes it, or `stop` turns true. On a
+/// TLS listener (`tls`), the handshake comes first and must finish, with the first
+/// request's head, within `client_header` of the accept.
 ///
 /// Until the client's first bytes arrive, the connection's task holds only its socket
 /// and a deadline: the read buffer, and the state for reading and forwarding requests
 /// (a few hundred bytes more, and a timer), are taken when there is something to read.
 /// A crowd of connections that never send anything costs little.
-pub async fn serve(stream: Stream, addr: SocketAddr, proxy: Arc<Proxy>, mut open: OpenConnection) {
+pub async fn serve(
+    tcp: TcpStream,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    mut open: OpenConnection,
+    tls: Option<Arc<TlsServer>>,
+) {
     let accepted = Instant::now();
     // Read once: the first wait's deadline and the connection's settings come from the
     // same config. Only the `Arc` is held while the client is silent.
     let site = proxy.site();
     let header_limit = site.timeouts.client_header;
+    let stream = match tls {
+        None => Stream::from(tcp),
+        Some(tls) => match tls.accept(tcp, addr, header_limit).await {
+            Some(Accepted { stream, acme_challenge: false }) => stream,
+            // A TLS-ALPN-01 validation ends with the handshake.
+            Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
+            None => return,
+        },
+    };
     let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
     else {
         return;
@@ -140,10 +158,11 @@ async fn serve_requests(
     // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.tcp().set_nodelay(true);
+    let tls = stream.tls().is_some();
     let mut conn = Conn {
         stream,
         addr,
-        peer: PeerText::new(addr.ip()),
+        peer: PeerText::new(addr.ip(), tls),
         buf,
         head: Vec::new(),
         scan: HeadScan::default(),
@@ -330,7 +349,7 @@ impl Conn {
     /// with unread bytes sends a reset, and a reset can destroy the response before the
     /// client has read it.
     async fn linger(&mut self) {
-        let _ = SockRef::from(self.stream.tcp()).shutdown(Shutdown::Write);
+        self.stream.shutdown_write();
         let mut deadline = Deadline::after(LINGER);
         loop {
             self.buf.consume(self.buf.len());
