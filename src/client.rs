@@ -37,7 +37,7 @@ use crate::connections::OpenConnection;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
-use crate::net::{self, Deadline, InBuf, Timer, WaitError};
+use crate::net::{self, Deadline, InBuf, Timer, TlsFacts, TlsStream, WaitError};
 use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 
 /// How long a closing connection keeps reading what the client still sends, so that
@@ -158,11 +158,12 @@ async fn serve_requests(
     // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.tcp().set_nodelay(true);
-    let tls = stream.tls().is_some();
+    let tls = stream.tls().map(TlsStream::facts);
     let mut conn = Conn {
         stream,
+        tls,
         addr,
-        peer: PeerText::new(addr.ip(), tls),
+        peer: PeerText::new(addr.ip(), tls.is_some()),
         buf,
         head: Vec::new(),
         scan: HeadScan::default(),
@@ -189,6 +190,8 @@ async fn serve_requests(
 
 struct Conn {
     stream: Stream,
+    /// The TLS session's facts, for the access log (`None`: cleartext).
+    tls: Option<TlsFacts>,
     addr: SocketAddr,
     /// The client's address as the forwarding headers give it.
     peer: PeerText,
@@ -325,7 +328,7 @@ impl Conn {
             return Ok(None);
         };
         let len = req.head_len;
-        let out = settings.proxy.prepare(&req, self.addr, &self.peer, &mut self.head);
+        let out = settings.proxy.prepare(&req, self.addr, &self.peer, self.tls, &mut self.head);
         self.buf.consume(len);
         self.scan = HeadScan::default();
         Ok(Some(out))

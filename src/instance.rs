@@ -24,7 +24,7 @@ use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::Answers;
 use crate::proxy::forwarded::TrustedProxies;
-use crate::proxy::{Destination, Proxy, Site};
+use crate::proxy::{Destination, LocalRules, Proxy, Site};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
@@ -408,7 +408,7 @@ impl Shared {
 
         let mut listeners = Vec::new();
         for (l, files) in config.listeners.iter().zip(certs) {
-            let site = site(&config, l, &upstreams);
+            let site = site(&config, l, &upstreams, Some(&self.acme_certs));
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
@@ -503,7 +503,12 @@ async fn resolve_all(
 /// A listener's routes: every `[[route]]`, then its own upstream as the catch-all. A
 /// route's body limit is its own `client_max_body`, else the listener's, else
 /// `[limits]`'s.
-fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Site {
+fn site(
+    config: &Config,
+    l: &ListenerConfig,
+    upstreams: &BTreeMap<String, Arc<Upstream>>,
+    acme: Option<&Arc<DynamicCerts>>,
+) -> Site {
     let group = |name: &String| {
         Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
     };
@@ -533,6 +538,7 @@ fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Up
         timeouts: config.timeouts,
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+        local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts),
     }
 }
 

@@ -56,6 +56,11 @@ impl PeerText {
         PeerText { bytes, ip_end, lines_end, scheme }
     }
 
+    /// Whether the client is connected over TLS.
+    pub fn is_tls(&self) -> bool {
+        self.scheme == b"https"
+    }
+
     /// The address as text.
     pub fn ip(&self) -> &[u8] {
         self.bytes.get(..self.ip_end).unwrap_or_default()
@@ -245,10 +250,13 @@ impl ConnectionOut {
 /// end-to-end header lines, then the framing holdfast writes (RFC 9112, 6.3 and RFC
 /// 9110, 8.6: none for 1xx and 204; for a response to HEAD and a 304 the origin's
 /// `Content-Length`, which there describes the representation).
+/// The head of the origin's response `resp` as the client gets it; `extra` header
+/// lines (each ending in CRLF) are added.
 pub fn client_response(
     resp: &Response<'_, '_>,
     body: BodyOut,
     connection: ConnectionOut,
+    extra: &[u8],
     out: &mut Vec<u8>,
 ) {
     out.reserve(resp.head_len.saturating_add(64));
@@ -281,6 +289,7 @@ pub fn client_response(
         }
         Framing::Chunked | Framing::UntilClose => {}
     }
+    out.extend_from_slice(extra);
     end_head(out, !resp.has_date, connection);
 }
 
@@ -302,9 +311,22 @@ fn end_head(out: &mut Vec<u8>, add_date: bool, connection: ConnectionOut) {
 
 /// Writes a response of holdfast's own: `status` with `text` as a plain-text body.
 pub fn local_response(status: u16, text: &str, connection: ConnectionOut, out: &mut Vec<u8>) {
+    local_response_with(status, text, b"", connection, out);
+}
+
+/// [`local_response`] with `extra` header lines (each ending in CRLF), such as a
+/// `Location` or `Strict-Transport-Security`.
+pub fn local_response_with(
+    status: u16,
+    text: &str,
+    extra: &[u8],
+    connection: ConnectionOut,
+    out: &mut Vec<u8>,
+) {
     let reason =
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     status_line(out, status, reason);
+    out.extend_from_slice(extra);
     out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\n");
     content_length(text.len() as u64, out);
     end_head(out, true, connection);

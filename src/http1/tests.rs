@@ -552,7 +552,7 @@ fn client_head(resp: &[u8], head_request: bool, version: Version) -> (Framing, S
         let resp = r.expect("valid");
         let body = BodyOut::choose(resp.framing, version);
         let mut out = Vec::new();
-        encode::client_response(&resp, body, ConnectionOut::KeepAlive, &mut out);
+        encode::client_response(&resp, body, ConnectionOut::KeepAlive, b"", &mut out);
         (resp.framing, String::from_utf8(out).expect("text"))
     })
 }

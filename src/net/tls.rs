@@ -29,6 +29,15 @@ use std::task::{Context, Poll};
 use rustls::Connection;
 use tokio::net::TcpStream;
 
+/// What the access log says of a client's TLS session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsFacts {
+    /// `TLSv1.3` or `TLSv1.2`.
+    pub version: &'static str,
+    /// The negotiated ALPN protocol (`http/1.1`), or `-` when the client offered none.
+    pub alpn: &'static str,
+}
+
 /// A TLS session and the socket under it.
 pub struct TlsStream {
     tcp: TcpStream,
@@ -161,6 +170,23 @@ impl TlsStream {
     /// Calls `f` with the rustls connection (ALPN, version, SNI, resumption).
     pub fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
         f(&self.session().conn)
+    }
+
+    /// The session's version and ALPN protocol.
+    pub fn facts(&self) -> TlsFacts {
+        self.with_connection(|conn| TlsFacts {
+            version: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+                _ => "TLS",
+            },
+            alpn: match conn.alpn_protocol() {
+                Some(b"http/1.1") => "http/1.1",
+                Some(b"h2") => "h2",
+                Some(_) => "other",
+                None => "-",
+            },
+        })
     }
 
     /// Whether decrypted plaintext (or the end of the stream) waits to be read.
