@@ -33,7 +33,9 @@ use crate::tls::certs::{CertError, ServerCerts};
 use crate::tls::failures::TlsMetrics;
 use crate::tls::server::TlsServer;
 use crate::tls::store::DynamicCerts;
-use crate::upstream::{check, discovery, BackendStats, Resolution, Upstream, Upstreams};
+use crate::upstream::{
+    check, discovery, BackendStats, Resolution, Upstream, UpstreamConfig, Upstreams,
+};
 use arc_swap::ArcSwapOption;
 use holdfast_pool::IdleBudget;
 use process::{ProcessSnapshot, Snapshot};
@@ -385,6 +387,7 @@ impl Shared {
     ) {
         let mut upstreams = BTreeMap::new();
         for u in &config.upstreams {
+            warn_if_unverified(u, live.upstreams.get(&u.name));
             let resolution = resolved.remove(&u.name).unwrap_or_default();
             let group = match live.upstreams.remove(&u.name) {
                 Some(group) => {
@@ -539,6 +542,19 @@ fn site(
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
         local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts),
+    }
+}
+
+/// Warns when `insecure_skip_verify` comes into force for a group: at start, or in a
+/// reload that turns it on (`running` is the group as it was).
+fn warn_if_unverified(u: &UpstreamConfig, running: Option<&Arc<Upstream>>) {
+    let insecure =
+        |c: &UpstreamConfig| c.tls.as_ref().is_some_and(|t| t.settings.insecure_skip_verify);
+    if insecure(u) && !running.is_some_and(|g| insecure(&g.state().config)) {
+        tracing::warn!(
+            upstream = %u.name,
+            "insecure_skip_verify: origin certificates are not verified; anyone on the path to the servers can read and change this group's traffic"
+        );
     }
 }
 
