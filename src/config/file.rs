@@ -82,14 +82,40 @@ pub enum FileRedirect {
 }
 
 /// An upstream's `tls`: `true` (verify against the system roots), or a table.
-#[derive(Debug, Deserialize)]
-#[serde(
-    untagged,
-    expecting = "true, or a table with server_name, ca, insecure_skip_verify, client_cert, client_key"
-)]
+#[derive(Debug)]
 pub enum FileUpstreamTls {
     On(bool),
     Table(FileUpstreamTlsTable),
+}
+
+/// By hand rather than `untagged`: an untagged enum buffers its input and so loses the
+/// positions the table's `Spanned` keys need; this hands the table on as it came.
+impl<'de> Deserialize<'de> for FileUpstreamTls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UpstreamTlsVisitor)
+    }
+}
+
+struct UpstreamTlsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UpstreamTlsVisitor {
+    type Value = FileUpstreamTls;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "true, or a table with server_name, ca, insecure_skip_verify, client_cert, client_key",
+        )
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<FileUpstreamTls, E> {
+        Ok(FileUpstreamTls::On(on))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<FileUpstreamTls, A::Error> {
+        let table =
+            FileUpstreamTlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(FileUpstreamTls::Table(table))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
