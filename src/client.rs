@@ -207,6 +207,9 @@ struct Conn {
 }
 
 /// What reading the next request head came to.
+// Not boxed: `Outbound` is the request in flight, and boxing it would cost an
+// allocation per request for a value that lives across one return.
+#[allow(clippy::large_enum_variant)]
 enum Read {
     Request(Outbound),
     Refused(Refusal),

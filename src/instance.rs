@@ -541,7 +541,7 @@ fn site(
         timeouts: config.timeouts,
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
-        local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts),
+        local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts, l.tls.is_some()),
     }
 }
 

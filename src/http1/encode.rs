@@ -56,11 +56,6 @@ impl PeerText {
         PeerText { bytes, ip_end, lines_end, scheme }
     }
 
-    /// Whether the client is connected over TLS.
-    pub fn is_tls(&self) -> bool {
-        self.scheme == b"https"
-    }
-
     /// The address as text.
     pub fn ip(&self) -> &[u8] {
         self.bytes.get(..self.ip_end).unwrap_or_default()

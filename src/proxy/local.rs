@@ -50,18 +50,20 @@ pub struct LocalRules {
     pub acme: Option<std::sync::Arc<DynamicCerts>>,
     /// Redirect every other request to HTTPS on this port.
     pub redirect_https: Option<u16>,
-    /// The `Strict-Transport-Security` line for responses to HTTPS clients.
+    /// The `Strict-Transport-Security` line for responses (an HTTPS listener's only).
     pub hsts: Option<Box<[u8]>>,
 }
 
 impl LocalRules {
-    /// The rules of a listener; `hsts` is the max-age to announce.
+    /// The rules of a listener; `hsts` is the max-age to announce, on an HTTPS
+    /// listener only (`tls`).
     pub fn new(
         acme: Option<std::sync::Arc<DynamicCerts>>,
         redirect_https: Option<u16>,
         hsts: Option<Duration>,
+        tls: bool,
     ) -> LocalRules {
-        let hsts = hsts.map(|age| {
+        let hsts = hsts.filter(|_| tls).map(|age| {
             format!("strict-transport-security: max-age={}\r\n", age.as_secs()).into_bytes().into()
         });
         LocalRules { acme, redirect_https, hsts }
@@ -84,11 +86,11 @@ impl LocalRules {
         Some(LocalAnswer::Redirect(https_url(host, port, req)))
     }
 
-    /// The HSTS line for a response to a client on TLS (`tls`), unless the origin's
-    /// response has its own (`origin_has`).
-    pub fn hsts_line(&self, tls: bool, origin_has: bool) -> &[u8] {
+    /// The HSTS line for a response, unless the origin's response has its own
+    /// (`origin_has`).
+    pub fn hsts_line(&self, origin_has: bool) -> &[u8] {
         match &self.hsts {
-            Some(line) if tls && !origin_has => line,
+            Some(line) if !origin_has => line,
             _ => b"",
         }
     }

@@ -133,8 +133,6 @@ struct RequestFacts {
     upgrade: bool,
     /// The client's connection may carry another request after this one.
     keep_alive: bool,
-    /// The client is connected over TLS.
-    tls: bool,
 }
 
 /// Where the request goes and under which settings.
@@ -145,8 +143,9 @@ struct RouteChoice {
     upstream: Option<Arc<Upstream>>,
     /// Request body bytes allowed on its route.
     max_body: Option<u64>,
-    /// The listener answers the request itself (no route is looked up).
-    local: Option<LocalAnswer>,
+    /// The listener answers the request itself (no route is looked up). Boxed: rare,
+    /// and every request's `Outbound` is moved a few times.
+    local: Option<Box<LocalAnswer>>,
 }
 
 /// How far the exchange got with the client's side of it.
@@ -198,7 +197,7 @@ impl Proxy {
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
-        let local = site.local.answer(req);
+        let local = site.local.answer(req).map(Box::new);
         let destination = match site.router.only() {
             _ if local.is_some() => None,
             Some(only) => Some(only),
@@ -234,7 +233,6 @@ impl Proxy {
                 framing: req.framing,
                 upgrade: req.upgrade.is_some(),
                 keep_alive: req.keep_alive(),
-                tls: peer.is_tls(),
             },
             route: RouteChoice { upstream, site, max_body, local },
             backend,
@@ -267,7 +265,7 @@ impl Outbound {
     /// The `Strict-Transport-Security` line for the response, unless the origin's has
     /// one (`origin_has`).
     fn hsts(&self, origin_has: bool) -> &[u8] {
-        self.route.site.local.hsts_line(self.request.tls, origin_has)
+        self.route.site.local.hsts_line(origin_has)
     }
 
     /// The backend the request goes to; only called once one was picked.

@@ -9,15 +9,12 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 /// A CA that signs leaves.
 pub struct TestCa {
-    pub pem: String,
     der: CertificateDer<'static>,
     issuer: Issuer<'static, KeyPair>,
 }
 
-/// A leaf certificate (PEM) and its key (PEM).
+/// A leaf certificate and its key.
 pub struct TestLeaf {
-    pub cert_pem: String,
-    pub key_pem: String,
     pub der: CertificateDer<'static>,
     pub key_der: PrivateKeyDer<'static>,
 }
@@ -29,9 +26,8 @@ impl TestCa {
         params.distinguished_name.push(rcgen::DnType::CommonName, "holdfast test CA");
         let key = KeyPair::generate().expect("key");
         let cert = params.self_signed(&key).expect("CA");
-        let pem = cert.pem();
         let der = cert.der().clone();
-        TestCa { pem, der, issuer: Issuer::new(params, key) }
+        TestCa { der, issuer: Issuer::new(params, key) }
     }
 
     /// A leaf for `names` (DNS names or IP addresses).
@@ -41,8 +37,6 @@ impl TestCa {
         let key = KeyPair::generate().expect("key");
         let cert = params.signed_by(&key, &self.issuer).expect("leaf");
         TestLeaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
             der: cert.der().clone(),
             key_der: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         }
