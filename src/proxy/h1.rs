@@ -182,7 +182,7 @@ impl Wire for H1Wire<'_> {
     ) -> bool {
         let connection = ConnectionOut::for_client(keep, out.request.version);
         let mut response = Vec::with_capacity(text.len().saturating_add(256));
-        let hsts = out.hsts(false);
+        let hsts = out.hsts(|| false);
         let extra = [extra, hsts].concat();
         encode::local_response_with(status, text, &extra, connection, &mut response);
         let stall = out.route.site.timeouts.read;
@@ -271,9 +271,11 @@ fn parse_response(
             ConnectionOut::for_client(!close, out.request.version)
         };
         response_head.clear();
-        let origin_hsts =
-            resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("strict-transport-security"));
-        encode::client_response(&resp, body_out, connection, out.hsts(origin_hsts), response_head);
+        // The origin's own policy is looked for only where holdfast would add one.
+        let hsts = out.hsts(|| {
+            resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("strict-transport-security"))
+        });
+        encode::client_response(&resp, body_out, connection, hsts, response_head);
         let start = ResponseStart {
             status: resp.status,
             framing: resp.framing,

@@ -88,9 +88,9 @@ impl LocalRules {
 
     /// The HSTS line for a response, unless the origin's response has its own
     /// (`origin_has`).
-    pub fn hsts_line(&self, origin_has: bool) -> &[u8] {
+    pub fn hsts_line(&self, origin_has: impl FnOnce() -> bool) -> &[u8] {
         match &self.hsts {
-            Some(line) if !origin_has => line,
+            Some(line) if !origin_has() => line,
             _ => b"",
         }
     }

@@ -263,8 +263,8 @@ impl Proxy {
 
 impl Outbound {
     /// The `Strict-Transport-Security` line for the response, unless the origin's has
-    /// one (`origin_has`).
-    fn hsts(&self, origin_has: bool) -> &[u8] {
+    /// one (`origin_has`, asked only when the listener has a line to add).
+    fn hsts(&self, origin_has: impl FnOnce() -> bool) -> &[u8] {
         self.route.site.local.hsts_line(origin_has)
     }
 
