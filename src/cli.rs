@@ -16,6 +16,10 @@ use crate::listener::MAX_BACKLOG;
 use crate::telemetry;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
 use crate::telemetry::LogFormat;
+use crate::tls::certs::CertPair;
+use crate::tls::origin::{OriginTls, OriginTlsSettings};
+use crate::tls::server::ListenerTls;
+use crate::upstream::settings::{parse_server_url, Scheme};
 use crate::upstream::Server;
 
 #[derive(Debug, Parser)]
@@ -38,9 +42,19 @@ pub struct RunArgs {
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     pub listen: Option<SocketAddr>,
     /// Server to proxy to, `ip:port` or `host:port` (a name is resolved again every
-    /// 5 s); repeat for several (balanced by power of two choices). Quick mode.
+    /// 5 s); `https://ip:port` speaks TLS to it (verified against the system roots and
+    /// --upstream-ca). Repeat for several (balanced by power of two choices). Quick mode.
     #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config", value_parser = parse_upstream)]
-    pub upstreams: Vec<Server>,
+    pub upstreams: Vec<UpstreamArg>,
+    /// PEM certificate chain: makes the --listen listener HTTPS (with --tls-key).
+    #[arg(long, value_name = "FILE", conflicts_with = "config", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", conflicts_with = "config", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle trusted for https:// upstreams, besides the system roots.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    pub upstream_ca: Option<PathBuf>,
     /// Config file (TOML); see examples/holdfast.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -86,9 +100,17 @@ impl From<LogFormatArg> for LogFormat {
     }
 }
 
+/// An `--upstream` value: a server, and whether to speak TLS to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamArg {
+    pub server: Server,
+    pub scheme: Scheme,
+}
+
 /// An `--upstream` value. The one place its syntax is decided.
-fn parse_upstream(text: &str) -> Result<Server, String> {
-    text.parse()
+fn parse_upstream(text: &str) -> Result<UpstreamArg, String> {
+    let (server, scheme) = parse_server_url(text)?;
+    Ok(UpstreamArg { server, scheme })
 }
 
 /// `--access-log-format` values.
@@ -180,13 +202,35 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
     if let Some(path) = &args.config {
         return Ok(Config::load(path)?);
     }
-    match (args.listen, args.upstreams.is_empty()) {
-        (Some(listen), false) => Ok(Config::quick(listen, args.upstreams.clone())),
-        _ => anyhow::bail!(
+    let Some(listen) = args.listen.filter(|_| !args.upstreams.is_empty()) else {
+        anyhow::bail!(
             "nothing to do: give --listen ADDR --upstream ADDR, or --config FILE \
              (or try `holdfast demo`)"
-        ),
+        )
+    };
+    let mut config = Config::quick(listen, args.upstreams.iter().map(|u| u.server.clone()));
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let pair = CertPair { cert: cert.clone(), key: key.clone() };
+        crate::tls::certs::load(&pair)?;
+        for l in &mut config.listeners {
+            l.tls = Some(ListenerTls { certificates: vec![pair.clone()], acme: false });
+        }
     }
+    let https = args.upstreams.iter().filter(|u| u.scheme == Scheme::Https).count();
+    if https > 0 && https < args.upstreams.len() {
+        anyhow::bail!("--upstream: mix of https:// and cleartext servers; use one or the other");
+    }
+    if https == 0 && args.upstream_ca.is_some() {
+        anyhow::bail!("--upstream-ca is for https:// upstreams, and none is given");
+    }
+    if https > 0 {
+        let settings = OriginTlsSettings { ca: args.upstream_ca.clone(), ..Default::default() };
+        let tls = OriginTls::build(settings).map_err(|e| anyhow::anyhow!("--upstream-ca: {e}"))?;
+        for u in &mut config.upstreams {
+            u.tls = Some(tls.clone());
+        }
+    }
+    Ok(config)
 }
 
 /// `holdfast reload` options.
@@ -445,10 +489,12 @@ mod tests {
     fn upstream_is_an_address_or_a_host_name_with_a_port() {
         let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "127.0.0.1:9000"])
             .expect("an ip:port");
-        assert_eq!(cli.run.upstreams, [Server::Ip("127.0.0.1:9000".parse().expect("addr"))]);
+        let servers: Vec<&Server> = cli.run.upstreams.iter().map(|u| &u.server).collect();
+        assert_eq!(servers, [&Server::Ip("127.0.0.1:9000".parse().expect("addr"))]);
         let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "LocalHost:3000"])
             .expect("a host:port");
-        assert_eq!(cli.run.upstreams, [Server::Name { host: "localhost".into(), port: 3000 }]);
+        let servers: Vec<&Server> = cli.run.upstreams.iter().map(|u| &u.server).collect();
+        assert_eq!(servers, [&Server::Name { host: "localhost".into(), port: 3000 }]);
         let error =
             parse(&["--listen", "127.0.0.1:8000", "--upstream", "localhost"]).expect_err("no port");
         assert!(error.to_string().contains("no port"), "{error}");

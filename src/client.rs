@@ -21,7 +21,7 @@
 
 use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -29,14 +29,15 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::net::Stream;
-use socket2::SockRef;
+use crate::tls::server::{Accepted, TlsServer};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
-use crate::net::{self, Deadline, InBuf, Timer, WaitError};
+use crate::net::{self, Deadline, InBuf, Timer, TlsFacts, TlsStream, WaitError};
 use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 
 /// How long a closing connection keeps reading what the client still sends, so that
@@ -67,18 +68,35 @@ struct Phase {
     stopping: AtomicBool,
 }
 
-/// Serves `stream` until the client leaves, a limit closes it, or `stop` turns true.
+/// Serves `tcp` until the client leaves, a limit closes it, or `stop` turns true. On a
+/// TLS listener (`tls`), the handshake comes first and must finish, with the first
+/// request's head, within `client_header` of the accept.
 ///
 /// Until the client's first bytes arrive, the connection's task holds only its socket
 /// and a deadline: the read buffer, and the state for reading and forwarding requests
 /// (a few hundred bytes more, and a timer), are taken when there is something to read.
 /// A crowd of connections that never send anything costs little.
-pub async fn serve(stream: Stream, addr: SocketAddr, proxy: Arc<Proxy>, mut open: OpenConnection) {
+pub async fn serve(
+    tcp: TcpStream,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    mut open: OpenConnection,
+    tls: Option<Arc<TlsServer>>,
+) {
     let accepted = Instant::now();
     // Read once: the first wait's deadline and the connection's settings come from the
     // same config. Only the `Arc` is held while the client is silent.
     let site = proxy.site();
     let header_limit = site.timeouts.client_header;
+    let stream = match tls {
+        None => Stream::from(tcp),
+        Some(tls) => match tls.accept(tcp, addr, header_limit).await {
+            Some(Accepted { stream, acme_challenge: false }) => stream,
+            // A TLS-ALPN-01 validation ends with the handshake.
+            Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
+            None => return,
+        },
+    };
     let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
     else {
         return;
@@ -140,10 +158,12 @@ async fn serve_requests(
     // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.tcp().set_nodelay(true);
+    let tls = stream.tls().map(TlsStream::facts);
     let mut conn = Conn {
         stream,
+        tls,
         addr,
-        peer: PeerText::new(addr.ip()),
+        peer: PeerText::new(addr.ip(), tls.is_some()),
         buf,
         head: Vec::new(),
         scan: HeadScan::default(),
@@ -170,6 +190,8 @@ async fn serve_requests(
 
 struct Conn {
     stream: Stream,
+    /// The TLS session's facts, for the access log (`None`: cleartext).
+    tls: Option<TlsFacts>,
     addr: SocketAddr,
     /// The client's address as the forwarding headers give it.
     peer: PeerText,
@@ -185,6 +207,9 @@ struct Conn {
 }
 
 /// What reading the next request head came to.
+// Not boxed: `Outbound` is the request in flight, and boxing it would cost an
+// allocation per request for a value that lives across one return.
+#[allow(clippy::large_enum_variant)]
 enum Read {
     Request(Outbound),
     Refused(Refusal),
@@ -306,7 +331,7 @@ impl Conn {
             return Ok(None);
         };
         let len = req.head_len;
-        let out = settings.proxy.prepare(&req, self.addr, &self.peer, &mut self.head);
+        let out = settings.proxy.prepare(&req, self.addr, &self.peer, self.tls, &mut self.head);
         self.buf.consume(len);
         self.scan = HeadScan::default();
         Ok(Some(out))
@@ -330,7 +355,7 @@ impl Conn {
     /// with unread bytes sends a reset, and a reset can destroy the response before the
     /// client has read it.
     async fn linger(&mut self) {
-        let _ = SockRef::from(self.stream.tcp()).shutdown(Shutdown::Write);
+        self.stream.shutdown_write();
         let mut deadline = Deadline::after(LINGER);
         loop {
             self.buf.consume(self.buf.len());

@@ -24,12 +24,19 @@ use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::Answers;
 use crate::proxy::forwarded::TrustedProxies;
-use crate::proxy::{Destination, Proxy, Site};
+use crate::proxy::{Destination, LocalRules, Proxy, Site};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::failures;
-use crate::upstream::{check, discovery, BackendStats, Resolution, Upstream, Upstreams};
+use crate::tls::certs::{CertError, ServerCerts};
+use crate::tls::failures::TlsMetrics;
+use crate::tls::server::TlsServer;
+use crate::tls::store::DynamicCerts;
+use crate::upstream::{
+    check, discovery, BackendStats, Resolution, Upstream, UpstreamConfig, Upstreams,
+};
+use arc_swap::ArcSwapOption;
 use holdfast_pool::IdleBudget;
 use process::{ProcessSnapshot, Snapshot};
 
@@ -42,6 +49,8 @@ pub enum StartError {
     Admin { addr: SocketAddr, source: std::io::Error },
     #[error("{0}")]
     AccessLog(std::io::Error),
+    #[error("listener {addr}: {source}")]
+    Certificate { addr: SocketAddr, source: CertError },
 }
 
 /// Where reloads read the config: a file, adjusted the way the command line adjusted
@@ -63,6 +72,8 @@ pub enum ReloadError {
     Config(#[from] ConfigError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("listener {addr}: {source}")]
+    Certificate { addr: SocketAddr, source: CertError },
 }
 
 /// A started proxy. Dropping it without [`Instance::shutdown`] leaves it running until
@@ -94,6 +105,27 @@ struct Shared {
     answers: Arc<Answers>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// What the TLS listeners count, across listeners.
+    tls_metrics: Arc<TlsMetrics>,
+    /// Certificates and challenge answers from `[acme]`, for the listeners that serve
+    /// them.
+    acme_certs: Arc<DynamicCerts>,
+}
+
+/// Each listener's certificate files, read before a config is applied (in config
+/// order; `None` for a cleartext listener), so applying it cannot fail.
+type ReadCerts = Vec<Option<ServerCerts>>;
+
+/// Reads the certificate files of every TLS listener of `config`.
+fn read_certs(config: &Config) -> Result<ReadCerts, (SocketAddr, CertError)> {
+    config
+        .listeners
+        .iter()
+        .map(|l| match &l.tls {
+            None => Ok(None),
+            Some(tls) => ServerCerts::load(&tls.certificates).map(Some).map_err(|e| (l.addr, e)),
+        })
+        .collect()
 }
 
 /// Serialises reloads, and shutdown's taking of the listeners. A reload holds it across
@@ -118,6 +150,8 @@ struct LiveListener {
     accepting: tokio::task::JoinHandle<()>,
     /// The listener's client connections (counted in `Shared::connections` too).
     connections: Connections,
+    /// Its TLS server, read by the accept loop at each accept (`None`: cleartext).
+    tls: Arc<ArcSwapOption<TlsServer>>,
 }
 
 impl Instance {
@@ -147,6 +181,8 @@ impl Instance {
             ),
             None => None,
         };
+        let certs = read_certs(config)
+            .map_err(|(addr, source)| StartError::Certificate { addr, source })?;
         let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
         let resources = Resources::read();
         let shared = Arc::new(Shared {
@@ -164,6 +200,8 @@ impl Instance {
             answers: Arc::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
+            tls_metrics: Arc::default(),
+            acme_certs: Arc::default(),
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -173,7 +211,7 @@ impl Instance {
         {
             let mut live = shared.live.lock().await;
             let resolved = resolve_all(config, &live.upstreams).await;
-            shared.apply(&mut live, config.clone(), resolved, bound);
+            shared.apply(&mut live, config.clone(), resolved, bound, certs);
         }
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
@@ -300,6 +338,8 @@ impl Shared {
         let mut live = self.live.lock().await;
         warn_unreloadable(&live.config, &config);
         let diff = ConfigDiff::between(&live.config, &config);
+        let certs = read_certs(&config)
+            .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
         let resolved = resolve_all(&config, &live.upstreams).await;
         let mut bound = Vec::new();
         for l in &config.listeners {
@@ -310,7 +350,7 @@ impl Shared {
                 .map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
             bound.push((l.addr, tcp));
         }
-        self.apply(&mut live, config, resolved, bound);
+        self.apply(&mut live, config, resolved, bound, certs);
         Ok(diff)
     }
 
@@ -335,16 +375,19 @@ impl Shared {
     }
 
     /// Makes `config` the config in force: `resolved` holds every group's addresses,
-    /// `bound` the sockets of listeners that are new. Cannot fail.
+    /// `bound` the sockets of listeners that are new, `certs` each listener's
+    /// certificates. Cannot fail.
     fn apply(
         &self,
         live: &mut Live,
         config: Config,
         mut resolved: BTreeMap<String, Resolution>,
         mut bound: Vec<(SocketAddr, TcpListener)>,
+        certs: ReadCerts,
     ) {
         let mut upstreams = BTreeMap::new();
         for u in &config.upstreams {
+            warn_if_unverified(u, live.upstreams.get(&u.name));
             let resolution = resolved.remove(&u.name).unwrap_or_default();
             let group = match live.upstreams.remove(&u.name) {
                 Some(group) => {
@@ -367,16 +410,19 @@ impl Shared {
         self.groups.set(upstreams.values().cloned().collect());
 
         let mut listeners = Vec::new();
-        for l in &config.listeners {
-            let site = site(&config, l, &upstreams);
+        for (l, files) in config.listeners.iter().zip(certs) {
+            let site = site(&config, l, &upstreams, Some(&self.acme_certs));
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
+                self.update_tls(&old.tls, l, files);
                 listeners.push(old);
                 continue;
             }
             let Some(tcp) = bound.iter().position(|(a, _)| *a == l.addr) else { continue };
-            listeners.push(self.listen(l, site, bound.swap_remove(tcp).1));
+            let tls = Arc::new(ArcSwapOption::empty());
+            self.update_tls(&tls, l, files);
+            listeners.push(self.listen(l, site, bound.swap_remove(tcp).1, tls));
         }
         for old in std::mem::take(&mut live.listeners) {
             tracing::info!(
@@ -391,8 +437,38 @@ impl Shared {
         live.config = config;
     }
 
+    /// Gives a listener the TLS `l` asks for: its certificates (`files`) installed in
+    /// the server it has (which keeps its tickets and session cache), or a new server,
+    /// or none.
+    fn update_tls(
+        &self,
+        slot: &Arc<ArcSwapOption<TlsServer>>,
+        l: &ListenerConfig,
+        files: Option<ServerCerts>,
+    ) {
+        let (Some(tls), Some(files)) = (&l.tls, files) else {
+            slot.store(None);
+            return;
+        };
+        match slot.load_full() {
+            Some(server) if server.serves_acme() == tls.acme => server.install(tls, files),
+            _ => {
+                let server =
+                    Arc::new(TlsServer::new(tls, files, &self.acme_certs, &self.tls_metrics));
+                TlsServer::watch(&server, l.addr);
+                slot.store(Some(server));
+            }
+        }
+    }
+
     /// Starts accepting on a newly bound listener.
-    fn listen(&self, l: &ListenerConfig, site: Site, tcp: TcpListener) -> LiveListener {
+    fn listen(
+        &self,
+        l: &ListenerConfig,
+        site: Site,
+        tcp: TcpListener,
+        tls: Arc<ArcSwapOption<TlsServer>>,
+    ) -> LiveListener {
         let addr = tcp.local_addr().unwrap_or(l.addr);
         match &l.upstream {
             Some(upstream) => tracing::info!(listen = %addr, upstream = %upstream, "listening"),
@@ -405,9 +481,10 @@ impl Shared {
             tcp,
             Arc::clone(&proxy),
             connections.clone(),
+            Arc::clone(&tls),
             stop_rx,
         ));
-        LiveListener { configured: l.addr, proxy, stop, accepting, connections }
+        LiveListener { configured: l.addr, proxy, stop, accepting, connections, tls }
     }
 }
 
@@ -429,7 +506,12 @@ async fn resolve_all(
 /// A listener's routes: every `[[route]]`, then its own upstream as the catch-all. A
 /// route's body limit is its own `client_max_body`, else the listener's, else
 /// `[limits]`'s.
-fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Upstream>>) -> Site {
+fn site(
+    config: &Config,
+    l: &ListenerConfig,
+    upstreams: &BTreeMap<String, Arc<Upstream>>,
+    acme: Option<&Arc<DynamicCerts>>,
+) -> Site {
     let group = |name: &String| {
         Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
     };
@@ -459,6 +541,20 @@ fn site(config: &Config, l: &ListenerConfig, upstreams: &BTreeMap<String, Arc<Up
         timeouts: config.timeouts,
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
+        local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts, l.tls.is_some()),
+    }
+}
+
+/// Warns when `insecure_skip_verify` comes into force for a group: at start, or in a
+/// reload that turns it on (`running` is the group as it was).
+fn warn_if_unverified(u: &UpstreamConfig, running: Option<&Arc<Upstream>>) {
+    let insecure =
+        |c: &UpstreamConfig| c.tls.as_ref().is_some_and(|t| t.settings.insecure_skip_verify);
+    if insecure(u) && !running.is_some_and(|g| insecure(&g.state().config)) {
+        tracing::warn!(
+            upstream = %u.name,
+            "insecure_skip_verify: origin certificates are not verified; anyone on the path to the servers can read and change this group's traffic"
+        );
     }
 }
 
@@ -519,6 +615,7 @@ fn scrape(
             reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
             draining: draining.load(Ordering::Acquire),
         },
+        tls: shared.tls_metrics.snapshot(),
     }
 }
 

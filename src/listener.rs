@@ -12,8 +12,9 @@ use tokio::sync::watch;
 
 use crate::client;
 use crate::connections::Connections;
-use crate::net::Stream;
 use crate::proxy::Proxy;
+use crate::tls::server::{ListenerTls, TlsServer};
+use arc_swap::ArcSwapOption;
 
 /// One address to accept clients on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,13 @@ pub struct ListenerConfig {
     pub client_max_body: Option<u64>,
     /// Connections the kernel holds for holdfast to accept (`listen()`'s backlog).
     pub backlog: u32,
+    /// HTTPS: the certificates to serve (`None`: cleartext HTTP).
+    pub tls: Option<ListenerTls>,
+    /// On a cleartext listener: answer every request with a 308 to the same URL over
+    /// HTTPS, on this port (443 is left out of the URL).
+    pub redirect_https: Option<u16>,
+    /// `Strict-Transport-Security: max-age=...` on responses to HTTPS clients.
+    pub hsts: Option<std::time::Duration>,
 }
 
 /// The default [`ListenerConfig::backlog`]: connections the kernel completes and holds
@@ -74,11 +82,13 @@ pub fn somaxconn() -> Option<u32> {
     text.trim().parse().ok()
 }
 
-/// Accepts on `listener` until `stop` turns true.
+/// Accepts on `listener` until `stop` turns true. Each connection speaks TLS when
+/// `tls` holds a server at its accept (a reload may turn it on or off).
 pub async fn accept_loop(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     connections: Connections,
+    tls: Arc<ArcSwapOption<TlsServer>>,
     mut stop: watch::Receiver<bool>,
 ) {
     // One stop future for the whole loop, polled only when no connection is waiting.
@@ -92,7 +102,8 @@ pub async fn accept_loop(
         match accepted {
             Ok((stream, addr)) => {
                 let open = connections.track();
-                tokio::spawn(client::serve(Stream::from(stream), addr, Arc::clone(&proxy), open));
+                let tls = tls.load_full();
+                tokio::spawn(client::serve(stream, addr, Arc::clone(&proxy), open, tls));
             }
             // Out of file descriptors or similar: back off briefly instead of spinning.
             Err(e) => {

@@ -45,6 +45,87 @@ pub struct FileListener {
     pub client_max_body: Option<Spanned<FileSize>>,
     /// Connections the kernel may hold for holdfast to accept (`listen()`'s backlog).
     pub backlog: Option<Spanned<i64>>,
+    /// HTTPS on this listener.
+    pub tls: Option<FileListenerTls>,
+    /// `true` (port 443) or a port: answer every request with a 308 to HTTPS.
+    pub redirect_https: Option<Spanned<FileRedirect>>,
+    /// `Strict-Transport-Security` max-age on HTTPS responses (`"365d"`).
+    pub hsts: Option<Spanned<String>>,
+}
+
+/// `[listener.tls]`: one pair (`cert`, `key`), several (`certificates`), and/or the
+/// certificates `[acme]` obtains.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileListenerTls {
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
+    #[serde(default)]
+    pub certificates: Vec<FileCertPair>,
+    pub acme: Option<Spanned<bool>>,
+}
+
+/// A certificate chain file and its key file (PEM).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCertPair {
+    pub cert: Spanned<String>,
+    pub key: Spanned<String>,
+}
+
+/// `redirect_https = true` or `= 8443`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged, expecting = "true, or the HTTPS port to redirect to")]
+pub enum FileRedirect {
+    On(bool),
+    Port(i64),
+}
+
+/// An upstream's `tls`: `true` (verify against the system roots), or a table.
+#[derive(Debug)]
+pub enum FileUpstreamTls {
+    On(bool),
+    Table(FileUpstreamTlsTable),
+}
+
+/// By hand rather than `untagged`: an untagged enum buffers its input and so loses the
+/// positions the table's `Spanned` keys need; this hands the table on as it came.
+impl<'de> Deserialize<'de> for FileUpstreamTls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UpstreamTlsVisitor)
+    }
+}
+
+struct UpstreamTlsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UpstreamTlsVisitor {
+    type Value = FileUpstreamTls;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "true, or a table with server_name, ca, insecure_skip_verify, client_cert, client_key",
+        )
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<FileUpstreamTls, E> {
+        Ok(FileUpstreamTls::On(on))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<FileUpstreamTls, A::Error> {
+        let table =
+            FileUpstreamTlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        Ok(FileUpstreamTls::Table(table))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUpstreamTlsTable {
+    pub server_name: Option<Spanned<String>>,
+    pub ca: Option<Spanned<String>>,
+    pub insecure_skip_verify: Option<Spanned<bool>>,
+    pub client_cert: Option<Spanned<String>>,
+    pub client_key: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -70,6 +151,7 @@ pub struct FileUpstream {
     pub pool: Option<FilePool>,
     pub health: Option<FileHealth>,
     pub health_check: Option<FileHealthCheck>,
+    pub tls: Option<Spanned<FileUpstreamTls>>,
 }
 
 /// Passive health: what takes a server out of service, and for how long.

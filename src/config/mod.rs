@@ -17,6 +17,7 @@ mod diff;
 mod error;
 mod file;
 mod read;
+mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
@@ -36,6 +37,7 @@ use crate::telemetry::access_log::{self, AccessLogConfig, AccessLogFormat, Acces
 use crate::telemetry::LogFormat;
 use crate::upstream::check::{self, CheckConfig};
 use crate::upstream::health::{CheckThresholds, PassiveHealth};
+use crate::upstream::settings::{parse_server_url, Scheme};
 use crate::upstream::{Server, UpstreamConfig};
 use toml::Spanned;
 
@@ -94,6 +96,9 @@ impl Config {
                 upstream: Some(QUICK_UPSTREAM.into()),
                 client_max_body: None,
                 backlog: listener::default_backlog(),
+                tls: None,
+                redirect_https: None,
+                hsts: None,
             }],
             routes: Vec::new(),
             upstreams: vec![UpstreamConfig::new(
@@ -167,7 +172,8 @@ impl Validator<'_> {
         let mut upstreams = Vec::new();
         for (name, up) in &raw.upstream {
             let key = format!("upstream.{}", name.get_ref());
-            let servers = self.servers(&format!("{key}.servers"), &up.servers);
+            let (servers, https) = self.servers(&format!("{key}.servers"), &up.servers);
+            let tls = self.upstream_tls(&key, up.tls.as_ref(), https);
             let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
             if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
                 self.problem(
@@ -183,6 +189,7 @@ impl Validator<'_> {
             let mut upstream = UpstreamConfig::new(name.get_ref(), servers);
             upstream.pool = pool;
             upstream.source_address = source_address;
+            upstream.tls = tls;
             if let Some(v) = &up.balance {
                 match Policy::parse(v.get_ref()) {
                     Ok(policy) => upstream.balance = policy,
@@ -315,9 +322,29 @@ impl Validator<'_> {
                     }
                 },
             };
-            if let (Some(addr), Some(backlog)) = (addr, backlog) {
+            let tls = l.tls.as_ref().map(|t| self.listener_tls(&key, t));
+            let redirect_https = l
+                .redirect_https
+                .as_ref()
+                .and_then(|v| self.redirect_https(&format!("{key}.redirect_https"), v));
+            if let (Some(_), Some(Some(_)), Some(v)) = (redirect_https, &tls, &l.redirect_https) {
+                let message = "this listener speaks HTTPS already; redirect_https goes on a cleartext listener";
+                self.problem(v.span(), format!("{key}.redirect_https"), message);
+            }
+            let hsts = l.hsts.as_ref().and_then(|v| self.hsts(&format!("{key}.hsts"), v));
+            if let (Some(addr), Some(backlog), Some(tls)) =
+                (addr, backlog, tls.map_or(Some(None), |t| t.map(Some)))
+            {
                 let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
-                out.push(ListenerConfig { addr, upstream, client_max_body, backlog });
+                out.push(ListenerConfig {
+                    addr,
+                    upstream,
+                    client_max_body,
+                    backlog,
+                    tls,
+                    redirect_https,
+                    hsts,
+                });
             }
         }
         out
@@ -365,21 +392,35 @@ impl Validator<'_> {
         out
     }
 
-    fn servers(&mut self, key: &str, servers: &Spanned<Vec<Spanned<String>>>) -> Vec<Server> {
+    /// The servers, and whether they are `https://` ones (a group speaks TLS to all
+    /// of its servers or to none).
+    fn servers(
+        &mut self,
+        key: &str,
+        servers: &Spanned<Vec<Spanned<String>>>,
+    ) -> (Vec<Server>, bool) {
         if servers.get_ref().is_empty() {
             self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
         let mut out = Vec::new();
+        let mut schemes = Vec::new();
         for s in servers.get_ref() {
-            match s.get_ref().parse::<Server>() {
-                Ok(server) if out.contains(&server) => {
+            match parse_server_url(s.get_ref()) {
+                Ok((server, _)) if out.contains(&server) => {
                     self.problem(s.span(), key, format!("{server} is listed twice"))
                 }
-                Ok(server) => out.push(server),
+                Ok((server, scheme)) => {
+                    if schemes.first().is_some_and(|first| *first != scheme) {
+                        let message = "mixes https:// and cleartext servers: a group speaks TLS to all of its servers or none";
+                        self.problem(s.span(), key, message);
+                    }
+                    schemes.push(scheme);
+                    out.push(server);
+                }
                 Err(message) => self.problem(s.span(), key, message),
             }
         }
-        out
+        (out, schemes.contains(&Scheme::Https))
     }
 
     fn health(&mut self, key: &str, raw: &FileHealth) -> PassiveHealth {

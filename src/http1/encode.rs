@@ -23,21 +23,29 @@ pub const LAST_CHUNK: &[u8] = b"0\r\n";
 /// The forwarding header text that depends only on a client's address, written once
 /// per client connection: its address, the lines an untrusted peer's requests carry
 /// whatever the host (`X-Forwarded-For`, `-Proto`, `X-Real-IP`), and its `Forwarded`
-/// `for=` parameter.
+/// `for=` parameter. The scheme the client used (`http`, or `https` on a TLS listener)
+/// is a fact of the connection too, so it is written here once.
 #[derive(Debug, Clone)]
 pub struct PeerText {
     bytes: Vec<u8>,
     ip_end: usize,
     lines_end: usize,
+    /// `http`, or `https` for a client connected over TLS.
+    scheme: &'static [u8],
 }
 
 impl PeerText {
-    pub fn new(ip: std::net::IpAddr) -> PeerText {
+    /// The text for a client at `ip`, connected over TLS when `tls`.
+    pub fn new(ip: std::net::IpAddr, tls: bool) -> PeerText {
         let ip = ip.to_canonical().to_string();
+        let scheme: &'static [u8] = if tls { b"https" } else { b"http" };
         let mut bytes = Vec::with_capacity(ip.len().saturating_mul(3).saturating_add(80));
         bytes.extend_from_slice(ip.as_bytes());
         let ip_end = bytes.len();
-        put(&mut bytes, &[b"x-forwarded-for: ", ip.as_bytes(), b"\r\nx-forwarded-proto: http\r\n"]);
+        put(
+            &mut bytes,
+            &[b"x-forwarded-for: ", ip.as_bytes(), b"\r\nx-forwarded-proto: ", scheme, b"\r\n"],
+        );
         header(&mut bytes, b"x-real-ip", ip.as_bytes());
         let lines_end = bytes.len();
         // RFC 7239, 6: an IPv6 address is quoted and bracketed.
@@ -45,7 +53,7 @@ impl PeerText {
             true => put(&mut bytes, &[b"for=\"[", ip.as_bytes(), b"]\""]),
             false => put(&mut bytes, &[b"for=", ip.as_bytes()]),
         }
-        PeerText { bytes, ip_end, lines_end }
+        PeerText { bytes, ip_end, lines_end, scheme }
     }
 
     /// The address as text.
@@ -144,7 +152,7 @@ fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec
         // A valid Host holds no quote or backslash, so it needs no escaping.
         put(out, &[b";host=\"", host, b"\""]);
     }
-    out.extend_from_slice(b";proto=http\r\n");
+    put(out, &[b";proto=", fwd.peer.scheme, b"\r\n"]);
 }
 
 /// The forwarding headers of a request from a trusted proxy, up to this hop's
@@ -162,7 +170,7 @@ fn extended_forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out:
     }
     put(out, &[fwd.peer.ip(), b"\r\nx-forwarded-proto: "]);
     let kept = |name| prior(name).find(|v| !v.is_empty());
-    put(out, &[kept(Name::XForwardedProto).unwrap_or(b"http"), b"\r\n"]);
+    put(out, &[kept(Name::XForwardedProto).unwrap_or(fwd.peer.scheme), b"\r\n"]);
     header(out, b"x-real-ip", fwd.real_ip);
     if let Some(host) = kept(Name::XForwardedHost).or(req.host) {
         header(out, b"x-forwarded-host", host);
@@ -237,10 +245,13 @@ impl ConnectionOut {
 /// end-to-end header lines, then the framing holdfast writes (RFC 9112, 6.3 and RFC
 /// 9110, 8.6: none for 1xx and 204; for a response to HEAD and a 304 the origin's
 /// `Content-Length`, which there describes the representation).
+/// The head of the origin's response `resp` as the client gets it; `extra` header
+/// lines (each ending in CRLF) are added.
 pub fn client_response(
     resp: &Response<'_, '_>,
     body: BodyOut,
     connection: ConnectionOut,
+    extra: &[u8],
     out: &mut Vec<u8>,
 ) {
     out.reserve(resp.head_len.saturating_add(64));
@@ -273,6 +284,7 @@ pub fn client_response(
         }
         Framing::Chunked | Framing::UntilClose => {}
     }
+    out.extend_from_slice(extra);
     end_head(out, !resp.has_date, connection);
 }
 
@@ -294,9 +306,22 @@ fn end_head(out: &mut Vec<u8>, add_date: bool, connection: ConnectionOut) {
 
 /// Writes a response of holdfast's own: `status` with `text` as a plain-text body.
 pub fn local_response(status: u16, text: &str, connection: ConnectionOut, out: &mut Vec<u8>) {
+    local_response_with(status, text, b"", connection, out);
+}
+
+/// [`local_response`] with `extra` header lines (each ending in CRLF), such as a
+/// `Location` or `Strict-Transport-Security`.
+pub fn local_response_with(
+    status: u16,
+    text: &str,
+    extra: &[u8],
+    connection: ConnectionOut,
+    out: &mut Vec<u8>,
+) {
     let reason =
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     status_line(out, status, reason);
+    out.extend_from_slice(extra);
     out.extend_from_slice(b"content-type: text/plain; charset=utf-8\r\n");
     content_length(text.len() as u64, out);
     end_head(out, true, connection);

@@ -386,7 +386,7 @@ fn malformed_chunks_are_refused() {
 fn upstream_head_from(req: &[u8], trusted: bool) -> String {
     with_request(req, |r| {
         let req = r.expect("valid");
-        let peer = PeerText::new("127.0.0.9".parse().unwrap());
+        let peer = PeerText::new("127.0.0.9".parse().unwrap(), false);
         let fwd = Forwarding {
             peer: &peer,
             trusted,
@@ -474,7 +474,7 @@ fn upstream_head_replaces_forwarding_headers_from_an_untrusted_peer() {
 
 #[test]
 fn peer_text_brackets_ipv6_and_unmaps_ipv4() {
-    let v6 = PeerText::new("2001:db8::1".parse().unwrap());
+    let v6 = PeerText::new("2001:db8::1".parse().unwrap(), false);
     assert_eq!(v6.ip(), b"2001:db8::1");
     let head = with_request(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", |r| {
         let req = r.unwrap();
@@ -489,7 +489,7 @@ fn peer_text_brackets_ipv6_and_unmaps_ipv4() {
         String::from_utf8(out).unwrap()
     });
     assert!(head.contains("forwarded: for=\"[2001:db8::1]\";host=\"h\";proto=http\r\n"), "{head}");
-    assert_eq!(PeerText::new("::ffff:10.0.0.7".parse().unwrap()).ip(), b"10.0.0.7");
+    assert_eq!(PeerText::new("::ffff:10.0.0.7".parse().unwrap(), false).ip(), b"10.0.0.7");
 }
 
 #[test]
@@ -552,7 +552,7 @@ fn client_head(resp: &[u8], head_request: bool, version: Version) -> (Framing, S
         let resp = r.expect("valid");
         let body = BodyOut::choose(resp.framing, version);
         let mut out = Vec::new();
-        encode::client_response(&resp, body, ConnectionOut::KeepAlive, &mut out);
+        encode::client_response(&resp, body, ConnectionOut::KeepAlive, b"", &mut out);
         (resp.framing, String::from_utf8(out).expect("text"))
     })
 }

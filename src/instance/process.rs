@@ -9,6 +9,7 @@ use crate::connections::ConnectionsSnapshot;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::proxy::answers::AnswersSnapshot;
 use crate::telemetry::access_log::AccessLog;
+use crate::tls::failures::TlsSnapshot;
 use crate::upstream::UpstreamsSnapshot;
 
 /// Everything `/metrics` shows, read at one moment.
@@ -16,12 +17,15 @@ use crate::upstream::UpstreamsSnapshot;
 pub struct Snapshot {
     pub upstreams: UpstreamsSnapshot,
     pub process: ProcessSnapshot,
+    /// The TLS listeners' handshakes.
+    pub tls: TlsSnapshot,
 }
 
 impl Report for Snapshot {
     fn report(&self, out: &mut Writer<'_>) -> std::fmt::Result {
         self.upstreams.report(out)?;
-        self.process.report(out)
+        self.process.report(out)?;
+        self.tls.report(out)
     }
 }
 

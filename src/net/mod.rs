@@ -16,8 +16,10 @@
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 mod stream;
+mod tls;
 
 pub use stream::Stream;
+pub use tls::{TlsFacts, TlsStream};
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};

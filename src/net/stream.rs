@@ -1,11 +1,10 @@
-//! The byte stream of a connection, client or origin, whatever carries it: plain TCP
-//! today. It is the one place a new transport plugs in: a TLS session becomes a second
-//! variant, and everything above (read buffers, bounded writes, the exchange, the
-//! pool) keeps working on `Stream` unchanged.
+//! The byte stream of a connection, client or origin, whatever carries it: plain TCP,
+//! or a TLS session over TCP ([`super::tls`]). Everything above (read buffers, bounded
+//! writes, the exchange, the pool) works on `Stream` and never asks which.
 //!
 //! The methods are the ones the proxy path uses: readiness and non-blocking reads and
 //! writes, so the common case costs one system call and no waker ([`super`]'s module
-//! doc), plus `AsyncRead`/`AsyncWrite` for the upgrade tunnel. A TLS variant serves them
+//! doc), plus `AsyncRead`/`AsyncWrite` for the upgrade tunnel. The TLS variant serves them
 //! from its session's buffers, and answers readiness from the socket below it when its
 //! buffers are empty.
 
@@ -13,14 +12,21 @@ use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::net::Shutdown;
+
+use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+
+use super::tls::TlsStream;
 
 /// A connection's byte stream.
 #[derive(Debug)]
 pub enum Stream {
     /// Cleartext TCP.
     Tcp(TcpStream),
+    /// A TLS session over TCP, handshake done.
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -30,7 +36,26 @@ impl Stream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Tcp(s) => s,
+            Stream::Tls(s) => s.tcp(),
         }
+    }
+
+    /// The TLS session, if the stream has one.
+    #[inline]
+    pub fn tls(&self) -> Option<&TlsStream> {
+        match self {
+            Stream::Tcp(_) => None,
+            Stream::Tls(s) => Some(s),
+        }
+    }
+
+    /// Ends the sending direction: `close_notify` first on TLS (best effort), then
+    /// TCP's FIN.
+    pub fn shutdown_write(&self) {
+        if let Stream::Tls(s) = self {
+            let _ = s.close_notify();
+        }
+        let _ = SockRef::from(self.tcp()).shutdown(Shutdown::Write);
     }
 
     /// Waits until a read may find bytes (or the end of the stream).
@@ -38,6 +63,8 @@ impl Stream {
     pub async fn readable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.readable().await,
+            Stream::Tls(s) if s.has_buffered() => Ok(()),
+            Stream::Tls(s) => s.tcp().readable().await,
         }
     }
 
@@ -46,6 +73,7 @@ impl Stream {
     pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_read(buf),
+            Stream::Tls(s) => s.try_read(buf),
         }
     }
 
@@ -54,6 +82,7 @@ impl Stream {
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Tls(s) => s.poll_read_ready(cx),
         }
     }
 
@@ -62,6 +91,7 @@ impl Stream {
     pub async fn writable(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.writable().await,
+            Stream::Tls(s) => s.tcp().writable().await,
         }
     }
 
@@ -70,6 +100,7 @@ impl Stream {
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write(buf),
+            Stream::Tls(s) => s.try_write(buf),
         }
     }
 
@@ -78,6 +109,7 @@ impl Stream {
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.try_write_vectored(bufs),
+            Stream::Tls(s) => s.try_write_vectored(bufs),
         }
     }
 }
@@ -98,6 +130,15 @@ impl AsyncRead for Stream {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => poll_io(
+                cx,
+                |cx| s.tcp().poll_read_ready(cx),
+                || {
+                    let n = s.try_read(buf.initialize_unfilled())?;
+                    buf.advance(n);
+                    Ok(())
+                },
+            ),
         }
     }
 }
@@ -111,6 +152,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => poll_io(cx, |cx| s.tcp().poll_write_ready(cx), || s.try_write(buf)),
         }
     }
 
@@ -122,6 +164,9 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => {
+                poll_io(cx, |cx| s.tcp().poll_write_ready(cx), || s.try_write_vectored(bufs))
+            }
         }
     }
 
@@ -129,6 +174,7 @@ impl AsyncWrite for Stream {
     fn is_write_vectored(&self) -> bool {
         match self {
             Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Tls(_) => true,
         }
     }
 
@@ -136,6 +182,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => poll_io(cx, |cx| s.tcp().poll_write_ready(cx), || s.try_flush()),
         }
     }
 
@@ -143,6 +190,34 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => {
+                let sent = poll_io(cx, |cx| s.tcp().poll_write_ready(cx), || s.close_notify());
+                if let Poll::Ready(Ok(())) = sent {
+                    let _ = SockRef::from(s.tcp()).shutdown(Shutdown::Write);
+                }
+                sent
+            }
+        }
+    }
+}
+
+/// Runs `op` until it does not say `WouldBlock`, waiting on `ready` between tries: a
+/// `WouldBlock` comes from the socket, which tokio then marks not ready, so `ready`
+/// registers the waker for the next event.
+fn poll_io<T>(
+    cx: &mut Context<'_>,
+    mut ready: impl FnMut(&mut Context<'_>) -> Poll<io::Result<()>>,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> Poll<io::Result<T>> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            done => return Poll::Ready(done),
+        }
+        match ready(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
         }
     }
 }

@@ -46,6 +46,10 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Done {
+        if let Some(local) = out.route.local.take() {
+            let (status, reason, text, extra) = local.response();
+            return self.answer_with(out, status, reason, &text, extra.as_bytes(), wire).await;
+        }
         if out.backend.is_none() {
             return self.answer_unserved(out, wire).await;
         }
@@ -352,17 +356,33 @@ impl Proxy {
     /// for `reason`; keeps the client connection when the request was read in full.
     async fn answer<W: Wire>(
         &self,
-        mut out: Outbound,
+        out: Outbound,
         status: u16,
         reason: &'static str,
         text: &str,
         wire: &mut W,
     ) -> Done {
-        out.record.failed(reason);
+        self.answer_with(out, status, reason, text, b"", wire).await
+    }
+
+    /// [`Proxy::answer`] with `extra` header lines; a status below 400 is an answer,
+    /// not a failure, in the access log.
+    async fn answer_with<W: Wire>(
+        &self,
+        mut out: Outbound,
+        status: u16,
+        reason: &'static str,
+        text: &str,
+        extra: &[u8],
+        wire: &mut W,
+    ) -> Done {
+        if status >= 400 {
+            out.record.failed(reason);
+        }
         self.answers.record(out.route.upstream.as_ref().map(|u| &u.name), reason, status);
         // Unread body bytes would be taken for the next request: close instead.
         let keep = out.request.keep_alive && out.progress.body_consumed;
-        let sent = wire.answer_local(&out, status, text, keep).await;
+        let sent = wire.answer_local(&out, status, text, extra, keep).await;
         let at = Instant::now();
         let ended = sent.then_some(at);
         out.record.finish(

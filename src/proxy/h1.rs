@@ -172,10 +172,19 @@ impl Wire for H1Wire<'_> {
         });
     }
 
-    async fn answer_local(&mut self, out: &Outbound, status: u16, text: &str, keep: bool) -> bool {
+    async fn answer_local(
+        &mut self,
+        out: &Outbound,
+        status: u16,
+        text: &str,
+        extra: &[u8],
+        keep: bool,
+    ) -> bool {
         let connection = ConnectionOut::for_client(keep, out.request.version);
         let mut response = Vec::with_capacity(text.len().saturating_add(256));
-        encode::local_response(status, text, connection, &mut response);
+        let hsts = out.hsts(|| false);
+        let extra = [extra, hsts].concat();
+        encode::local_response_with(status, text, &extra, connection, &mut response);
         let stall = out.route.site.timeouts.read;
         net::write_all(self.client.stream, &[&response], stall).await.is_ok()
     }
@@ -262,7 +271,11 @@ fn parse_response(
             ConnectionOut::for_client(!close, out.request.version)
         };
         response_head.clear();
-        encode::client_response(&resp, body_out, connection, response_head);
+        // The origin's own policy is looked for only where holdfast would add one.
+        let hsts = out.hsts(|| {
+            resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("strict-transport-security"))
+        });
+        encode::client_response(&resp, body_out, connection, hsts, response_head);
         let start = ResponseStart {
             status: resp.status,
             framing: resp.framing,

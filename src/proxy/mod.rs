@@ -29,6 +29,7 @@ pub mod error;
 mod exchange;
 pub mod forwarded;
 mod h1;
+pub mod local;
 pub mod pace;
 pub mod record;
 pub mod retry;
@@ -57,10 +58,12 @@ use transfer::UploadLimits;
 use crate::http1::encode::{self, Forwarding, PeerText};
 use crate::http1::request::Request;
 use crate::http1::{Framing, Version};
-use crate::net::{self, InBuf, Stream, Timer};
+use crate::net::{self, InBuf, Stream, Timer, TlsFacts};
 use crate::route::Router;
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{Assigned, Backend, Upstream};
+use local::LocalAnswer;
+pub use local::LocalRules;
 
 /// Serves requests for one listener, by the routes and settings of the config in force.
 pub struct Proxy {
@@ -81,6 +84,8 @@ pub struct Site {
     pub timeouts: Timeouts,
     pub limits: ClientLimits,
     pub trusted: TrustedProxies,
+    /// ACME challenges, the redirect to HTTPS and HSTS.
+    pub local: LocalRules,
 }
 
 /// Where a route sends requests, and the limits that go with the route.
@@ -138,6 +143,9 @@ struct RouteChoice {
     upstream: Option<Arc<Upstream>>,
     /// Request body bytes allowed on its route.
     max_body: Option<u64>,
+    /// The listener answers the request itself (no route is looked up). Boxed: rare,
+    /// and every request's `Outbound` is moved a few times.
+    local: Option<Box<LocalAnswer>>,
 }
 
 /// How far the exchange got with the client's side of it.
@@ -185,16 +193,19 @@ impl Proxy {
         req: &Request<'_, '_>,
         client: SocketAddr,
         peer: &PeerText,
+        tls: Option<TlsFacts>,
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
+        let local = site.local.answer(req).map(Box::new);
         let destination = match site.router.only() {
+            _ if local.is_some() => None,
             Some(only) => Some(only),
             None => site.router.find(req.host, req.path.route_path()),
         };
         let upstream = destination.map(|d| Arc::clone(&d.upstream));
         let max_body = destination.map_or(site.limits.max_body, |d| d.max_body);
-        let mut record = Record::begin(req, client, self.access_log.as_ref());
+        let mut record = Record::begin(req, client, tls, self.access_log.as_ref());
         let backend = upstream.as_ref().and_then(|u| pick(u, &[], record.started()));
         if head.capacity() == 0 {
             *head = net::scratch();
@@ -223,7 +234,7 @@ impl Proxy {
                 upgrade: req.upgrade.is_some(),
                 keep_alive: req.keep_alive(),
             },
-            route: RouteChoice { upstream, site, max_body },
+            route: RouteChoice { upstream, site, max_body, local },
             backend,
             progress: Progress {
                 expect_continue: req.expect_continue,
@@ -251,6 +262,12 @@ impl Proxy {
 }
 
 impl Outbound {
+    /// The `Strict-Transport-Security` line for the response, unless the origin's has
+    /// one (`origin_has`, asked only when the listener has a line to add).
+    fn hsts(&self, origin_has: impl FnOnce() -> bool) -> &[u8] {
+        self.route.site.local.hsts_line(origin_has)
+    }
+
     /// The backend the request goes to; only called once one was picked.
     fn backend(&self) -> &Arc<Backend> {
         self.backend.as_ref().expect("the request has a backend").backend()

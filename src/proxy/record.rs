@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::http1::request::Request;
 use crate::http1::Version;
+use crate::net::TlsFacts;
 use crate::telemetry::access_log::{AccessEntry, AccessLog};
 use crate::upstream::{Backend, BackendMetrics, Upstream};
 
@@ -41,6 +42,8 @@ struct LogFields {
     host: Option<String>,
     referer: Option<String>,
     user_agent: Option<String>,
+    /// The client's TLS session (`None`: cleartext).
+    tls: Option<TlsFacts>,
 }
 
 /// How a response to the client ended.
@@ -57,7 +60,12 @@ pub struct Delivery {
 
 impl Record {
     /// Starts the record of `req`, which has just arrived from `client`.
-    pub fn begin(req: &Request<'_, '_>, client: SocketAddr, log: Option<&AccessLog>) -> Record {
+    pub fn begin(
+        req: &Request<'_, '_>,
+        client: SocketAddr,
+        tls: Option<TlsFacts>,
+        log: Option<&AccessLog>,
+    ) -> Record {
         let log = log.map(|sink| {
             let text =
                 |value: Option<&[u8]>| value.map(|v| String::from_utf8_lossy(v).into_owned());
@@ -71,6 +79,7 @@ impl Record {
                 host: text(req.host),
                 referer: text(req.header("referer")),
                 user_agent: text(req.header("user-agent")),
+                tls,
             })
         });
         Record::start(log)
@@ -89,6 +98,7 @@ impl Record {
                 host: None,
                 referer: None,
                 user_agent: None,
+                tls: None,
             })
         });
         Record::start(log)
@@ -213,6 +223,8 @@ impl Record {
             request_time,
             completed: ended.is_some(),
             error: self.error,
+            tls_version: log.tls.map(|t| t.version),
+            alpn: log.tls.map(|t| t.alpn),
         };
         log.sink.log(&entry);
     }

@@ -80,6 +80,7 @@ pub(crate) trait Wire {
         out: &Outbound,
         status: u16,
         text: &str,
+        extra: &[u8],
         keep: bool,
     ) -> impl Future<Output = bool> + Send;
 }

@@ -101,6 +101,10 @@ pub struct AccessEntry<'a> {
     pub reused: Option<bool>,
     /// A pooled connection failed under the request and it was sent again.
     pub retried: bool,
+    /// The client's TLS version (`TLSv1.3`), `None` for cleartext.
+    pub tls_version: Option<&'a str>,
+    /// The ALPN protocol the client's TLS session negotiated (`-`: none offered).
+    pub alpn: Option<&'a str>,
     /// Time to get a connection (queue and TCP connect; near zero when reused).
     pub upstream_connect_time: Option<Duration>,
     /// From asking for a connection to the upstream's response head.
@@ -319,6 +323,8 @@ struct JsonLine<'a> {
     request_time: f64,
     completed: bool,
     error: Option<&'a str>,
+    tls_version: Option<&'a str>,
+    alpn: Option<&'a str>,
 }
 
 fn json_line(e: &AccessEntry<'_>) -> Option<Vec<u8>> {
@@ -343,6 +349,8 @@ fn json_line(e: &AccessEntry<'_>) -> Option<Vec<u8>> {
         upstream_header_time: e.upstream_header_time.map(secs),
         upstream_response_time: e.upstream_response_time.map(secs),
         request_time: secs(e.request_time),
+        tls_version: e.tls_version,
+        alpn: e.alpn,
         completed: e.completed,
         error: e.error,
     };
@@ -436,6 +444,10 @@ fn write_text(out: &mut String, e: &AccessEntry<'_>) -> fmt::Result {
         option(out, time.map(Seconds))?;
     }
     write!(out, " completed={}", u8::from(e.completed))?;
+    // Only requests over TLS have these.
+    if let Some(version) = e.tls_version {
+        write!(out, " tls={version} alpn={}", e.alpn.unwrap_or("-"))?;
+    }
     if let Some(error) = e.error {
         out.push_str(" error=");
         escape(out, error, true);

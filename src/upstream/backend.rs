@@ -16,6 +16,7 @@ use holdfast_pool::IdleBudget;
 use tokio::time::Instant;
 
 use super::backend_health::BackendHealth;
+use super::connect::Dial;
 use super::lease::OriginPool;
 use super::load::Load;
 use super::metrics::BackendMetrics;
@@ -35,24 +36,28 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// A backend at `addr`, which the group's servers list as `host` (the name TLS
+    /// verifies and sends).
     pub(super) fn new(
         addr: SocketAddr,
+        host: &str,
         config: &UpstreamConfig,
         budget: &Arc<IdleBudget>,
     ) -> Arc<Self> {
         Arc::new(Backend {
             addr,
-            conns: OriginPool::new(addr, config.pool.clone(), config.source_address, budget),
+            conns: OriginPool::new(Dial::new(addr, host, config), config.pool.clone(), budget),
             load: Load::new(Instant::now()),
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
         })
     }
 
-    /// Whether this backend can stay in a group configured as `config` (same pool
-    /// settings and source address), keeping its pool, health and latency.
-    pub(super) fn fits(&self, config: &UpstreamConfig) -> bool {
-        self.conns.fits(&config.pool, config.source_address)
+    /// Whether this backend can stay in a group configured as `config`, listed as
+    /// `host` (same pool settings, and connections made the same way: source address,
+    /// TLS settings and name), keeping its pool, health and latency.
+    pub(super) fn fits(&self, config: &UpstreamConfig, host: &str) -> bool {
+        self.conns.fits(&config.pool, &Dial::new(self.addr, host, config))
     }
 }
 

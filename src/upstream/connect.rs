@@ -1,17 +1,53 @@
 //! Opens one connection to a backend (TCP connect from a chosen source address, if
-//! configured, and socket options), and checks a pooled one before it is reused.
+//! configured, socket options, and the TLS handshake of a TLS upstream), and checks a
+//! pooled one before it is reused.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use std::mem::MaybeUninit;
 
+use rustls::pki_types::ServerName;
+use rustls::HandshakeKind;
 use socket2::SockRef;
 
-use crate::net::Stream;
+use super::UpstreamConfig;
+use crate::metrics::Histogram;
+use crate::net::{Stream, TlsStream};
+use crate::tls::origin::OriginTls;
 use tokio::io::Interest;
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+
+/// How connections to one backend are made. Connections made the same way are
+/// interchangeable, so a pool holds connections of one `Dial` only, and a reload that
+/// changes any part of it gives the backend a new pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dial {
+    pub addr: SocketAddr,
+    /// Local address connections are made from (`None`: the kernel picks).
+    pub source: Option<IpAddr>,
+    /// TLS settings and the name verified and sent as SNI (`None`: cleartext).
+    pub tls: Option<(OriginTls, Result<ServerName<'static>, String>)>,
+}
+
+impl Dial {
+    /// How `config`'s group connects to `addr`, which its servers list as `host`.
+    pub fn new(addr: SocketAddr, host: &str, config: &UpstreamConfig) -> Dial {
+        let tls = config.tls.as_ref().map(|tls| (tls.clone(), tls.name_for(host)));
+        Dial { addr, source: config.source_address, tls }
+    }
+}
+
+/// TLS handshakes to one backend: full or resumed, and how long they took.
+#[derive(Debug, Default)]
+pub struct TlsCounts {
+    pub full: AtomicU64,
+    pub resumed: AtomicU64,
+    pub time: Histogram,
+}
 
 /// Why a connection to a backend could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +68,10 @@ pub enum ConnectError {
     Unreachable(io::Error),
     #[error("connect failed: {0}")]
     Io(io::Error),
+    /// The TLS handshake failed: the origin's certificate was not trusted for the
+    /// name, it asked for a client certificate, or it does not speak TLS.
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
 }
 
 impl ConnectError {
@@ -52,6 +92,7 @@ impl ConnectError {
             ConnectError::SourceAddress { .. } => "source_address",
             ConnectError::Unreachable(_) => "unreachable",
             ConnectError::Io(_) => "connect_failed",
+            ConnectError::Tls(_) => "tls_handshake",
         }
     }
 }
@@ -70,10 +111,24 @@ impl OriginConn {
     /// neither end of stream nor stray bytes (nginx does the same on its idle
     /// connections). A FIN already received is caught here; one still in flight is
     /// the race `proxy::retry` handles.
+    ///
+    /// On TLS, bytes may be session housekeeping (a session ticket the origin sent
+    /// after the last response): the probe reads and processes them, and the
+    /// connection is kept only if no plaintext and no end of stream came with them.
     pub fn probe(&self) -> bool {
+        if let Some(tls) = self.stream.tls() {
+            return tls_quiet(tls);
+        }
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
         nothing_arrived(SockRef::from(self.stream.tcp()).peek(&mut byte))
     }
+}
+
+/// Whether reading an idle TLS connection finds nothing for the application and no
+/// end: records that arrived were processed and carried no plaintext.
+fn tls_quiet(tls: &TlsStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(tls.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// Whether a peek at an idle connection found it open: no end of stream and no bytes
@@ -88,24 +143,62 @@ impl holdfast_pool::Poolable for OriginConn {
     fn is_open(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
         let tcp = self.stream.tcp();
+        if let Some(tls) = self.stream.tls() {
+            // Nothing arrived: open. Something did: only reading it can tell.
+            let quiet = !tls.has_buffered()
+                && nothing_arrived(
+                    tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte)),
+                );
+            return quiet || tls_quiet(tls);
+        }
         nothing_arrived(tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte)))
     }
 }
 
-/// Connects to `addr` within `timeout`, from `source` if given (else the kernel picks
-/// the local address).
+/// Connects as `dial` says within `timeout` (TCP, and the TLS handshake of a TLS
+/// upstream, counted in `tls`).
 pub async fn connect(
-    addr: SocketAddr,
-    source: Option<IpAddr>,
+    dial: &Dial,
     timeout: Duration,
+    tls: &TlsCounts,
 ) -> Result<OriginConn, ConnectError> {
-    let stream = match tokio::time::timeout(timeout, open(addr, source)).await {
-        Err(_) => return Err(ConnectError::Timeout(timeout)),
-        Ok(result) => result?,
-    };
+    match tokio::time::timeout(timeout, connect_within(dial, tls)).await {
+        Err(_) => Err(ConnectError::Timeout(timeout)),
+        Ok(result) => result,
+    }
+}
+
+async fn connect_within(dial: &Dial, counts: &TlsCounts) -> Result<OriginConn, ConnectError> {
+    let stream = open(dial.addr, dial.source).await?;
     // Requests and responses are written whole; Nagle would only delay the last segment.
     stream.set_nodelay(true).map_err(ConnectError::Io)?;
-    Ok(OriginConn { stream: Stream::from(stream) })
+    let Some((tls, name)) = &dial.tls else {
+        return Ok(OriginConn { stream: Stream::from(stream) });
+    };
+    let name = name.clone().map_err(ConnectError::Tls)?;
+    let started = Instant::now();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&tls.config));
+    let session =
+        connector.connect(name, stream).await.map_err(|e| ConnectError::Tls(tls_error(&e)))?;
+    counts.time.observe(started.elapsed());
+    let (tcp, conn) = session.into_inner();
+    let counter = match conn.handshake_kind() {
+        Some(HandshakeKind::Resumed) => &counts.resumed,
+        _ => &counts.full,
+    };
+    counter.fetch_add(1, Relaxed);
+    Ok(OriginConn { stream: Stream::Tls(Box::new(TlsStream::new(tcp, conn.into()))) })
+}
+
+/// The TLS library's words for why a handshake failed.
+fn tls_error(e: &io::Error) -> String {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(tls) => tls.to_string(),
+        None if e.kind() == io::ErrorKind::UnexpectedEof => {
+            "the origin closed the connection during the handshake (does it speak TLS?)".into()
+        }
+        None => e.to_string(),
+    }
 }
 
 /// The TCP connection, before any socket options.

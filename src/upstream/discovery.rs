@@ -32,12 +32,15 @@ pub struct Resolved {
 }
 
 impl Resolution {
-    /// Every address once, in config order.
-    pub fn addrs(&self) -> Vec<SocketAddr> {
-        let mut out: Vec<SocketAddr> = Vec::new();
-        for addr in self.entries.iter().flat_map(|e| &e.addrs) {
-            if !out.contains(addr) {
-                out.push(*addr);
+    /// Every address once, in config order, with the host of the first server that
+    /// gave it as written (a name, or the IP address as text): the name TLS verifies.
+    pub fn targets(&self) -> Vec<(SocketAddr, String)> {
+        let mut out: Vec<(SocketAddr, String)> = Vec::new();
+        for entry in &self.entries {
+            for addr in &entry.addrs {
+                if !out.iter().any(|(a, _)| a == addr) {
+                    out.push((*addr, entry.server.host()));
+                }
             }
         }
         out

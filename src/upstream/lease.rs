@@ -6,7 +6,6 @@
 //! It knows one address and its pool; whether the backend is healthy, and which
 //! backend a request goes to, are decided elsewhere.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use holdfast_pool::{
 };
 use tokio::time::Instant;
 
-use super::connect::{self, ConnectError, OriginConn};
+use super::connect::{self, ConnectError, Dial, OriginConn, TlsCounts};
 use crate::metrics::Histogram;
 
 /// A connection ready to carry one request; back to the pool when released, closed
@@ -40,35 +39,30 @@ pub enum LeaseError {
 /// `addr` when the pool has none.
 pub struct OriginPool {
     pool: Pool<OriginConn>,
-    addr: SocketAddr,
-    /// Local address connections are made from (`None`: the kernel picks).
-    source_address: Option<IpAddr>,
-    /// TCP connect (and HTTP/1.1 handshake) of each new connection.
+    /// How connections are made: every connection in the pool was made this way.
+    dial: Dial,
+    /// TCP connect (and TLS handshake) of each new connection.
     connect_time: Histogram,
+    /// TLS handshakes of new connections: full or resumed, and their time.
+    tls: TlsCounts,
 }
 
 impl OriginPool {
-    /// An empty pool for `addr`; its idle connections count against `budget`.
-    pub(super) fn new(
-        addr: SocketAddr,
-        config: PoolConfig,
-        source_address: Option<IpAddr>,
-        budget: &Arc<IdleBudget>,
-    ) -> OriginPool {
+    /// An empty pool of connections made as `dial` says; its idle connections count
+    /// against `budget`.
+    pub(super) fn new(dial: Dial, config: PoolConfig, budget: &Arc<IdleBudget>) -> OriginPool {
         OriginPool {
             pool: Pool::with_budget(config, Some(Arc::clone(budget))),
-            addr,
-            source_address,
+            dial,
             connect_time: Histogram::default(),
+            tls: TlsCounts::default(),
         }
     }
 
-    /// Whether these connections can serve a group with pool settings `config` and
-    /// `source_address` unchanged (and the pool still serves).
-    pub(super) fn fits(&self, config: &PoolConfig, source_address: Option<IpAddr>) -> bool {
-        *self.pool.config() == *config
-            && self.source_address == source_address
-            && !self.pool.is_retired()
+    /// Whether these connections can serve a group with pool settings `config` whose
+    /// connections are made as `dial` says (and the pool still serves).
+    pub(super) fn fits(&self, config: &PoolConfig, dial: &Dial) -> bool {
+        *self.pool.config() == *config && self.dial == *dial && !self.pool.is_retired()
     }
 
     /// The most recently used idle connection that is ready for a request, if there is
@@ -120,7 +114,7 @@ impl OriginPool {
     /// closed at once and never pooled (a probe of a backend ejected for failed
     /// connects).
     pub async fn can_connect(&self, timeout: Duration) -> bool {
-        connect::connect(self.addr, self.source_address, timeout).await.is_ok()
+        connect::connect(&self.dial, timeout, &self.tls).await.is_ok()
     }
 
     async fn open(
@@ -129,7 +123,7 @@ impl OriginPool {
         connect_timeout: Duration,
     ) -> Result<Lease, LeaseError> {
         let started = Instant::now();
-        let conn = connect::connect(self.addr, self.source_address, connect_timeout).await?;
+        let conn = connect::connect(&self.dial, connect_timeout, &self.tls).await?;
         let now = Instant::now();
         self.connect_time.observe(now - started);
         Ok(self.pool.adopt(conn, permit, now))
@@ -148,6 +142,16 @@ impl OriginPool {
     /// Time to open each new connection.
     pub fn connect_time(&self) -> &Histogram {
         &self.connect_time
+    }
+
+    /// Whether connections to the backend speak TLS.
+    pub fn is_tls(&self) -> bool {
+        self.dial.tls.is_some()
+    }
+
+    /// TLS handshakes of new connections (none for a cleartext backend).
+    pub fn tls_counts(&self) -> &TlsCounts {
+        &self.tls
     }
 
     /// The pool's counters (opened, reused, closed by reason, idle and active now).

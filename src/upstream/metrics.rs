@@ -109,6 +109,14 @@ const CONNECT_DURATION: Family = Family {
     name: "holdfast_backend_connect_duration",
     help: "Time to open a new upstream connection.",
 };
+const TLS_HANDSHAKES: Family = Family {
+    name: "holdfast_backend_tls_handshakes",
+    help: "TLS handshakes of new upstream connections, by session: full, or resumed from an earlier connection's.",
+};
+const TLS_HANDSHAKE_DURATION: Family = Family {
+    name: "holdfast_backend_tls_handshake_duration",
+    help: "Time of the TLS handshake of a new upstream connection (part of the connect time).",
+};
 const HEADER_DURATION: Family = Family {
     name: "holdfast_backend_header_duration",
     help: "From asking for an upstream connection to the response head.",
@@ -158,6 +166,12 @@ pub struct BackendSnapshot {
     /// Requests holdfast answered itself, by reason, sorted.
     pub errors: Vec<(&'static str, u64)>,
     pub connect: HistogramSnapshot,
+    /// Whether connections to it speak TLS.
+    pub tls: bool,
+    /// TLS handshakes of new connections: full, resumed, and their time.
+    pub tls_full: u64,
+    pub tls_resumed: u64,
+    pub tls_handshake: HistogramSnapshot,
     pub header: HistogramSnapshot,
     pub response: HistogramSnapshot,
     /// Share of traffic health allows now (0 to 100).
@@ -181,6 +195,10 @@ impl BackendSnapshot {
             ejections: load(&m.ejections),
             errors: m.errors.snapshot(),
             connect: backend.conns.connect_time().snapshot(),
+            tls: backend.conns.is_tls(),
+            tls_full: load(&backend.conns.tls_counts().full),
+            tls_resumed: load(&backend.conns.tls_counts().resumed),
+            tls_handshake: backend.conns.tls_counts().time.snapshot(),
             header: m.header.snapshot(),
             response: m.response.snapshot(),
             weight: backend.health.weight(now),
@@ -243,6 +261,10 @@ impl<'a> Row<'a> {
         [("upstream", &self.snapshot.upstream), ("backend", &self.backend)]
     }
 
+    fn is_tls(&self) -> bool {
+        self.snapshot.tls
+    }
+
     fn labels_with<'b>(&'b self, key: &'b str, value: &'b str) -> [(&'b str, &'b str); 3] {
         [("upstream", &self.snapshot.upstream), ("backend", &self.backend), (key, value)]
     }
@@ -268,9 +290,19 @@ fn traffic(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
     )
 }
 
-/// The pool: connections opened, closed by reason, open now, and the queue for them.
+/// The pool: connections opened (and their TLS handshakes), closed by reason, open
+/// now, and the queue for them.
 fn connections(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
     out.counter(&CONNECTIONS_OPENED, rows.iter().map(|r| (r.labels(), r.snapshot.pool.opened)))?;
+    out.counter(
+        &TLS_HANDSHAKES,
+        rows.iter().filter(|r| r.is_tls()).flat_map(|r| {
+            [
+                (r.labels_with("session", "full"), r.snapshot.tls_full),
+                (r.labels_with("session", "resumed"), r.snapshot.tls_resumed),
+            ]
+        }),
+    )?;
     out.counter(
         &CONNECTIONS_CLOSED,
         rows.iter().flat_map(|r| {
@@ -316,6 +348,10 @@ fn failures(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
 /// Connect, response head and whole response times.
 fn durations(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
     out.histogram(&CONNECT_DURATION, rows.iter().map(|r| (r.labels(), &r.snapshot.connect)))?;
+    out.histogram(
+        &TLS_HANDSHAKE_DURATION,
+        rows.iter().filter(|r| r.is_tls()).map(|r| (r.labels(), &r.snapshot.tls_handshake)),
+    )?;
     out.histogram(&HEADER_DURATION, rows.iter().map(|r| (r.labels(), &r.snapshot.header)))?;
     out.histogram(&RESPONSE_DURATION, rows.iter().map(|r| (r.labels(), &r.snapshot.response)))
 }

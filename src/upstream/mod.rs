@@ -143,9 +143,9 @@ impl Upstream {
     /// against `budget`, shared by all groups.
     pub fn new(config: UpstreamConfig, resolution: Resolution, budget: &Arc<IdleBudget>) -> Self {
         let backends: Vec<Arc<Backend>> = resolution
-            .addrs()
+            .targets()
             .into_iter()
-            .map(|addr| Backend::new(addr, &config, budget))
+            .map(|(addr, host)| Backend::new(addr, &host, &config, budget))
             .collect();
         mark_alone(&backends);
         let state =
@@ -195,15 +195,17 @@ impl Upstream {
         let old = self.state.load_full();
         let mut kept = Vec::new();
         let backends: Vec<Arc<Backend>> = resolution
-            .addrs()
+            .targets()
             .into_iter()
-            .map(|addr| match old.backends.iter().find(|b| b.addr == addr && b.fits(&config)) {
-                Some(b) => {
-                    b.health.set_passive(config.health.clone());
-                    kept.push(addr);
-                    Arc::clone(b)
+            .map(|(addr, host)| {
+                match old.backends.iter().find(|b| b.addr == addr && b.fits(&config, &host)) {
+                    Some(b) => {
+                        b.health.set_passive(config.health.clone());
+                        kept.push(addr);
+                        Arc::clone(b)
+                    }
+                    None => Backend::new(addr, &host, &config, &self.budget),
                 }
-                None => Backend::new(addr, &config, &self.budget),
             })
             .collect();
         mark_alone(&backends);

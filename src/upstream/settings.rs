@@ -11,6 +11,7 @@ use holdfast_pool::PoolConfig;
 use super::check::CheckConfig;
 use super::health::PassiveHealth;
 use crate::balance::Policy;
+use crate::tls::origin::OriginTls;
 
 /// A named group of servers with one pool configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +27,8 @@ pub struct UpstreamConfig {
     pub check: Option<CheckConfig>,
     /// How often names in `servers` are resolved again.
     pub resolve_interval: Duration,
+    /// TLS to the servers (`None`: cleartext).
+    pub tls: Option<OriginTls>,
 }
 
 /// Default [`UpstreamConfig::resolve_interval`]. Container platforms replace a
@@ -45,6 +48,7 @@ impl UpstreamConfig {
             health: PassiveHealth::default(),
             check: None,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            tls: None,
         }
     }
 }
@@ -85,6 +89,38 @@ impl std::str::FromStr for Server {
         }
         Ok(Server::Name { host: host.to_ascii_lowercase(), port })
     }
+}
+
+impl Server {
+    /// The host as written: a name, or the IP address as text.
+    pub fn host(&self) -> String {
+        match self {
+            Server::Ip(addr) => addr.ip().to_string(),
+            Server::Name { host, .. } => host.clone(),
+        }
+    }
+}
+
+/// How a server entry says to speak to the server: `https://` asks for TLS, `http://`
+/// or no scheme for cleartext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+/// A server entry with an optional scheme: `"https://10.0.0.5:443"`, `"app:3000"`.
+pub fn parse_server_url(text: &str) -> Result<(Server, Scheme), String> {
+    if let Some(rest) = text.strip_prefix("https://") {
+        return Ok((rest.trim_end_matches('/').parse()?, Scheme::Https));
+    }
+    if let Some(rest) = text.strip_prefix("http://") {
+        return Ok((rest.trim_end_matches('/').parse()?, Scheme::Http));
+    }
+    if let Some((scheme, _)) = text.split_once("://") {
+        return Err(format!("{text:?}: unknown scheme {scheme:?} (use http:// or https://)"));
+    }
+    Ok((text.parse()?, Scheme::Http))
 }
 
 impl fmt::Display for Server {

@@ -83,6 +83,8 @@ async fn json_lines_name_the_server_and_say_whether_the_connection_was_reused() 
         "request_time",
         "completed",
         "error",
+        "tls_version",
+        "alpn",
     ];
     for field in fields {
         assert!(first.get(field).is_some(), "{field} missing from {first}");

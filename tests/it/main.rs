@@ -5,6 +5,8 @@ mod support;
 
 // Upstream reuse across requests, clients and client connection styles.
 mod keepalive;
+// Around HTTPS: redirect_https, HSTS, the HTTPS example config.
+mod https;
 // HTTP/1.0 clients, pipelining, HEAD/204/304, Expect: 100-continue.
 mod http1;
 // Chunked uploads, trailers, and 100 MB streamed each way through the binary.

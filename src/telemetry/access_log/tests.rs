@@ -36,6 +36,8 @@ fn entry() -> AccessEntry<'static> {
         request_time: Duration::from_micros(3_100),
         completed: true,
         error: None,
+        tls_version: None,
+        alpn: None,
     }
 }
 
@@ -68,7 +70,7 @@ fn text(entry: &AccessEntry<'_>) -> String {
     String::from_utf8(super::text_line(entry).expect("formats")).expect("text is ASCII")
 }
 
-const JSON_FIELDS: [&str; 21] = [
+const JSON_FIELDS: [&str; 23] = [
     "time",
     "client",
     "method",
@@ -90,6 +92,8 @@ const JSON_FIELDS: [&str; 21] = [
     "request_time",
     "completed",
     "error",
+    "tls_version",
+    "alpn",
 ];
 
 #[test]
@@ -378,4 +382,18 @@ fn write_errors_count_lines_as_dropped() {
     drop(log);
     writer.join().expect("a failing disk does not stop the writer");
     assert_eq!(shared.dropped.load(std::sync::atomic::Ordering::Relaxed), 3);
+}
+
+#[test]
+fn tls_requests_say_their_version_and_alpn() {
+    let tls = AccessEntry { tls_version: Some("TLSv1.3"), alpn: Some("http/1.1"), ..entry() };
+    let v: serde_json::Value = serde_json::from_str(&json(&tls)).expect("JSON");
+    assert_eq!(
+        (v["tls_version"].as_str(), v["alpn"].as_str()),
+        (Some("TLSv1.3"), Some("http/1.1"))
+    );
+    assert!(text(&tls).ends_with(" completed=1 tls=TLSv1.3 alpn=http/1.1\n"), "{}", text(&tls));
+    let plain: serde_json::Value = serde_json::from_str(&json(&entry())).expect("JSON");
+    assert!(plain["tls_version"].is_null() && plain["alpn"].is_null());
+    assert!(!text(&entry()).contains(" tls="));
 }

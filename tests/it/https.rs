@@ -1,0 +1,165 @@
+//! What a listener answers for itself around HTTPS: the redirect of a cleartext
+//! listener to HTTPS, HSTS on an HTTPS listener's responses, and the HTTPS example
+//! config with the certificates it names.
+
+use std::path::Path;
+use std::process::Command;
+
+use holdfast::Config;
+
+use crate::support::{Origin, Proxy, RawClient, RawOrigin, TempDir};
+
+/// A config with one listener (`listener` is written into its table) in front of
+/// `origin`.
+fn config(origin: std::net::SocketAddr, listener: &str, dir: &TempDir) -> Config {
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\nupstream = \"app\"\n{listener}\n\n\
+         [upstream.app]\nservers = [\"{origin}\"]\n"
+    );
+    let path = dir.write("holdfast.toml", &text);
+    Config::load(&path).expect("a valid config")
+}
+
+/// A CA and a certificate for `localhost` and 127.0.0.1, as PEM files in `dir`:
+/// (CA, certificate, key).
+fn certificates(dir: &TempDir, names: &[&str]) -> (std::path::PathBuf, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "holdfast test CA");
+    let ca_key = KeyPair::generate().expect("key");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA");
+    let issuer = Issuer::new(ca, ca_key);
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let leaf_key = KeyPair::generate().expect("key");
+    let leaf = CertificateParams::new(names).expect("params").signed_by(&leaf_key, &issuer);
+    let ca_path = dir.write("ca.pem", &ca_cert.pem());
+    dir.write("cert.pem", &leaf.expect("leaf").pem());
+    dir.write("key.pem", &leaf_key.serialize_pem());
+    (ca_path, "cert.pem".into(), "key.pem".into())
+}
+
+/// `curl` is there, or the test skips (fails under CI=true).
+fn have_curl() -> bool {
+    let ok = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        crate::support::skip_or_fail("curl is not installed");
+    }
+    ok
+}
+
+/// The response head curl saw for `url`, lowercase, trusting `ca`.
+async fn curl_head(url: String, ca: &Path) -> String {
+    let ca = ca.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10", "--cacert"])
+            .arg(&ca)
+            .arg(&url)
+            .output()
+            .expect("curl runs")
+    })
+    .await
+    .expect("curl finished");
+    assert!(out.status.success(), "curl failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn redirect_https_sends_clients_to_the_same_url_over_https() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("redirect");
+    let proxy = Proxy::start(config(origin.addr(), "redirect_https = 8443", &dir)).await;
+    let mut client = RawClient::connect(proxy.addr()).await;
+    client.send("GET /shop/cart?item=7&n=2 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n").await;
+    let reply = client.response().await;
+    assert_eq!(reply.status, 308);
+    assert_eq!(reply.header("location"), Some("https://example.com:8443/shop/cart?item=7&n=2"));
+    // The connection stays open for the next request, and OPTIONS * goes to /.
+    client.send("OPTIONS * HTTP/1.1\r\nHost: example.com\r\n\r\n").await;
+    let reply = client.response().await;
+    assert_eq!(reply.header("location"), Some("https://example.com:8443/"));
+    assert_eq!(origin.request_count(), 0, "a redirected request never reaches the origin");
+}
+
+#[tokio::test]
+async fn redirect_to_443_leaves_the_port_out_and_needs_a_host() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("redirect-443");
+    let proxy = Proxy::start(config(origin.addr(), "redirect_https = true", &dir)).await;
+    let mut client = RawClient::connect(proxy.addr()).await;
+    client.send("GET /a HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n").await;
+    assert_eq!(client.response().await.header("location"), Some("https://[::1]/a"));
+    // HTTP/1.0 without Host: nowhere to redirect to, and never forwarded in cleartext.
+    let mut client = RawClient::connect(proxy.addr()).await;
+    client.send("GET /a HTTP/1.0\r\n\r\n").await;
+    let reply = client.response().await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.body_text().contains("cannot redirect to HTTPS"), "{}", reply.body_text());
+    assert_eq!(origin.request_count(), 0);
+}
+
+#[tokio::test]
+async fn hsts_goes_on_https_responses_unless_the_origin_sent_its_own() {
+    if !have_curl() {
+        return;
+    }
+    let dir = TempDir::new("hsts");
+    let (ca, cert, key) = certificates(&dir, &["localhost"]);
+    let tls = format!("hsts = \"365d\"\n[listener.tls]\ncert = \"{cert}\"\nkey = \"{key}\"");
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config(origin.addr(), &tls, &dir)).await;
+    let url = format!("https://localhost:{}/", proxy.addr().port());
+    let head = curl_head(url, &ca).await;
+    assert!(head.contains("strict-transport-security: max-age=31536000\r\n"), "{head}");
+    let seen = origin.requests();
+    assert_eq!(seen[0].header("x-forwarded-proto"), Some("https"));
+    assert!(seen[0].header("forwarded").is_some_and(|f| f.ends_with(";proto=https")));
+
+    // An origin with its own policy keeps it, alone.
+    let own = RawOrigin::start(
+        b"HTTP/1.1 200 OK\r\nstrict-transport-security: max-age=60\r\ncontent-length: 0\r\n\r\n",
+    )
+    .await;
+    let dir2 = TempDir::new("hsts-own");
+    std::fs::copy(dir.path().join("cert.pem"), dir2.path().join("cert.pem")).unwrap();
+    std::fs::copy(dir.path().join("key.pem"), dir2.path().join("key.pem")).unwrap();
+    let proxy = Proxy::start(config(own.addr(), &tls, &dir2)).await;
+    let head = curl_head(format!("https://localhost:{}/", proxy.addr().port()), &ca).await;
+    assert_eq!(head.matches("strict-transport-security").count(), 1, "{head}");
+    assert!(head.contains("max-age=60"), "{head}");
+}
+
+#[tokio::test]
+async fn no_hsts_on_cleartext() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("hsts-cleartext");
+    let proxy = Proxy::start(config(origin.addr(), "hsts = \"1d\"", &dir)).await;
+    let reply = proxy.client().await.get("/").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("strict-transport-security"), None);
+}
+
+#[test]
+fn the_https_example_passes_check_with_the_certificates_it_names() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tls/https.toml");
+    let dir = TempDir::new("example-https");
+    std::fs::create_dir_all(dir.path().join("certs")).unwrap();
+    let (ca, cert, key) = certificates(&dir, &["example.com", "*.example.com"]);
+    let certs = dir.path().join("certs");
+    for name in ["example.com", "wildcard.example.com", "holdfast-client"] {
+        std::fs::copy(dir.path().join(&cert), certs.join(format!("{name}.pem"))).unwrap();
+        std::fs::copy(dir.path().join(&key), certs.join(format!("{name}.key"))).unwrap();
+    }
+    std::fs::copy(&ca, certs.join("internal-ca.pem")).unwrap();
+    let copy = dir.path().join("https.toml");
+    std::fs::copy(&example, &copy).unwrap();
+    if let Err(e) = Config::load(&copy) {
+        panic!("examples/tls/https.toml: {e}");
+    }
+    // Without the files, check names the file, line and key.
+    std::fs::remove_file(certs.join("example.com.pem")).unwrap();
+    let error = Config::load(&copy).expect_err("a missing certificate file").to_string();
+    assert!(error.contains("listener[1].tls.certificates[0].cert"), "{error}");
+    assert!(error.contains("example.com.pem"), "{error}");
+}
