@@ -346,9 +346,16 @@ impl Shared {
         result
     }
 
-    /// Serves a new certificate for `name` and stores it.
+    /// Serves a new certificate for `name`, then stores it.
     async fn serve(&self, name: &str, issued: Issued, next: SystemTime) {
         self.certs.set_issued(name, Some(Arc::clone(&issued.key)));
+        self.update(name, |s| {
+            s.serving = Serving::Issued;
+            s.not_after = Some(issued.validity.not_after);
+            s.next_order = Some(next);
+            s.failures = 0;
+            s.last_error = None;
+        });
         tracing::info!(
             name,
             expires = %humantime::format_rfc3339_seconds(issued.validity.not_after),
@@ -363,17 +370,11 @@ impl Shared {
             .unwrap_or_else(|e| {
                 Err(StorageError::Write { path: "certs".into(), source: e.into() })
             });
-        let last_error = saved.err().map(|error| {
+        if let Err(error) = saved {
             tracing::error!(name, %error, "cannot store the issued certificate; a restart orders it again");
-            format!("{name}: issued, but not stored: {error}")
-        });
-        self.update(name, |s| {
-            s.serving = Serving::Issued;
-            s.not_after = Some(issued.validity.not_after);
-            s.next_order = Some(next);
-            s.failures = 0;
-            s.last_error = last_error;
-        });
+            let message = format!("{name}: issued, but not stored: {error}");
+            self.update(name, |s| s.last_error = Some(message));
+        }
     }
 
     /// Records and logs a failed order.

@@ -161,6 +161,14 @@ impl Harness {
         wait_until(&format!("{name} is issued"), ORDER_DEADLINE, self.log(), issued).await;
     }
 
+    /// Waits until the certificate served for `name` is stored too (storing follows
+    /// serving).
+    async fn wait_stored(&self, config: &AcmeConfig, name: &str) {
+        let served = Harness::served(&self.certs, name).expect("a served certificate");
+        let stored = || stored_leaf(config, name).as_ref() == Some(&served);
+        wait_until(&format!("{name} is stored"), ORDER_DEADLINE, self.log(), stored).await;
+    }
+
     /// The end-entity certificate `certs` serves for `name`.
     fn served(certs: &DynamicCerts, name: &str) -> Option<CertificateDer<'static>> {
         certs.issued(name).and_then(|k| k.cert.first().cloned())
@@ -174,6 +182,13 @@ fn is_self_signed(cert: &[u8]) -> bool {
 
 fn stored_chain_path(config: &AcmeConfig, name: &str) -> PathBuf {
     config.storage.join(folder_name(&config.directory)).join("certs").join(format!("{name}.pem"))
+}
+
+/// The end-entity certificate stored for `name`, if a readable one is.
+fn stored_leaf(config: &AcmeConfig, name: &str) -> Option<CertificateDer<'static>> {
+    use rustls_pki_types::pem::PemObject;
+    let pem = std::fs::read(stored_chain_path(config, name)).ok()?;
+    CertificateDer::pem_slice_iter(&pem).next()?.ok()
 }
 
 #[tokio::test]
@@ -211,6 +226,7 @@ async fn http01_order_issues_a_certificate_that_chains_to_pebble_root() {
     assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
 
     // Stored for the next start, readable by the owner only.
+    h.wait_stored(&config, name).await;
     let chain_file = stored_chain_path(&config, name);
     let stored = std::fs::read_to_string(&chain_file).unwrap();
     assert!(stored.contains("BEGIN CERTIFICATE"), "{stored}");
@@ -256,6 +272,7 @@ async fn restart_reuses_the_stored_certificate_and_orders_nothing() {
     let config = h.config(Challenge::Http01, name);
     let first = h.start_acme(&config, &h.certs);
     h.wait_issued(&first, name).await;
+    h.wait_stored(&config, name).await;
     let issued = Harness::served(&h.certs, name).unwrap();
     drop(first);
     assert_eq!(h.pebble.orders_created(), 1, "{}", h.pebble.log());
@@ -284,11 +301,11 @@ async fn restart_reuses_the_stored_certificate_and_orders_nothing() {
     let names = vec![name.to_string()];
     let third = Acme::start_with_clock(config.clone(), names, Arc::clone(&h.certs), clock).unwrap();
     assert_eq!(Harness::served(&h.certs, name), Some(issued.clone()));
-    let old_expiry = status.not_after;
-    // The status changes once the new certificate is stored as well as served.
-    let renewed = || third.status(name).is_some_and(|s| s.not_after != old_expiry);
+    let renewed = || Harness::served(&h.certs, name).is_some_and(|c| c != issued);
     wait_until("the certificate is renewed", ORDER_DEADLINE, h.log(), renewed).await;
-    assert_ne!(Harness::served(&h.certs, name), Some(issued.clone()));
+    // Stored after it is served: wait for that too, or the store lands after the
+    // file is broken below.
+    h.wait_stored(&config, name).await;
     drop(third);
 
     // A broken stored certificate is ignored: a placeholder, then a new order.
@@ -318,10 +335,11 @@ async fn short_lived_certificate_is_renewed_and_replaced() {
     assert!(lifetime <= Duration::from_secs(7), "pebble issued for {lifetime:?}");
 
     let mut gaps = 0;
+    let first_expiry = Some(first_validity.not_after);
+    // The status changes right after the new certificate is served.
     let renewed = || {
-        let served = Harness::served(&h.certs, name);
-        gaps += usize::from(served.is_none());
-        served.is_some_and(|c| c != first)
+        gaps += usize::from(h.certs.issued(name).is_none());
+        acme.status(name).is_some_and(|s| s.not_after != first_expiry)
     };
     wait_until("the certificate is renewed", ORDER_DEADLINE, h.log(), renewed).await;
     assert_eq!(gaps, 0, "nothing was served for a while during renewal");
