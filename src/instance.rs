@@ -614,6 +614,8 @@ fn scrape(
             reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
             reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
             draining: draining.load(Ordering::Acquire),
+            // Set from the certificate manager once the TLS listeners start it.
+            acme: None,
         },
         tls: shared.tls_metrics.snapshot(),
     }

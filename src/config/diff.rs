@@ -8,6 +8,7 @@ use std::time::Duration;
 use holdfast_pool::PoolConfig;
 
 use super::{Config, RouteConfig};
+use crate::acme::AcmeNames;
 use crate::listener::ListenerConfig;
 use crate::route::HostPattern;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
@@ -278,6 +279,27 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
     at_restart("access_log", access_log(old), access_log(new), changes);
     let (o, n) = (or_none(&old.max_idle_total), or_none(&new.max_idle_total));
     at_restart("pool.max_idle_total", o, n, changes);
+    if old.acme != new.acme {
+        let (o, n) = (acme(old), acme(new));
+        let details = if o == n {
+            // A change the summary does not show (contact, storage, ca, renew_at).
+            vec![format!("changed{AT_RESTART}")]
+        } else {
+            vec![format!("changed {o} -> {n}{AT_RESTART}")]
+        };
+        changes.push(Change { subject: "acme".into(), details });
+    }
+}
+
+/// `off`, or the CA, the challenge and the names: `https://ca/dir tls-alpn-01 for
+/// a.example, b.example`.
+fn acme(config: &Config) -> String {
+    let Some(acme) = &config.acme else { return "off".to_string() };
+    let names = match &acme.names {
+        AcmeNames::Listed(names) => names.join(", "),
+        AcmeNames::Routes => "the routes' hosts".to_string(),
+    };
+    format!("{} {} for {names}", acme.directory, acme.challenge)
 }
 
 /// `off`, or where the lines go and their format: `stdout (json)`.

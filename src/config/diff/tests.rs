@@ -128,3 +128,17 @@ fn settings_for_everything_and_those_read_only_at_start() {
          pool.max_idle_total: changed none -> 10 (takes effect at restart)"
     );
 }
+
+#[test]
+fn acme_changes_take_effect_at_restart() {
+    let off = config(ONE, "");
+    let on = config(ONE, "[acme]\nnames = [\"a.example\"]\n");
+    assert_eq!(
+        lines(&off, &on),
+        ["acme: changed off -> https://acme-v02.api.letsencrypt.org/directory tls-alpn-01 for \
+          a.example (takes effect at restart)"]
+    );
+    let contact = config(ONE, "[acme]\nnames = [\"a.example\"]\ncontact = \"ops@example.com\"\n");
+    assert_eq!(lines(&on, &contact), ["acme: changed (takes effect at restart)"]);
+    assert!(ConfigDiff::between(&on, &on.clone()).is_empty());
+}
