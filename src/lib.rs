@@ -42,14 +42,11 @@
 //! reads and writes streams with bounded waits. Each part owns its settings types and
 //! their defaults; `config` turns the file into them (it depends on the parts, never the
 //! reverse); `instance` wires them together and applies a reloaded config; `admin`,
-//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says where TLS
-//! and HTTP/2 plug in.
+//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says how TLS
+//! works and where HTTP/2 plugs in.
 
 // Only the binary's entry (`cli`) and what the integration tests build and read are
 // public; every module is otherwise the crate's own, so rustc reports dead code.
-// Certificates from an ACME CA. Until the TLS listeners start it (the instance's
-// wiring), only its tests and the config do, so its items are not dead code.
-#[cfg_attr(not(test), allow(dead_code))]
 mod acme;
 mod admin;
 mod balance;
@@ -68,9 +65,6 @@ mod proxy;
 mod resources;
 mod route;
 mod telemetry;
-// `DynamicCerts`' readers are for the TLS listener, which is wired separately; until
-// then only the acme tests read them.
-#[cfg_attr(not(test), allow(dead_code))]
 mod tls;
 mod upstream;
 

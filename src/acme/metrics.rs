@@ -52,6 +52,17 @@ pub enum Serving {
     Nothing,
 }
 
+impl Serving {
+    /// A stable snake_case name for `/status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Serving::Issued => "issued",
+            Serving::Placeholder => "placeholder",
+            Serving::Nothing => "nothing",
+        }
+    }
+}
+
 /// One name's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NameStatus {
@@ -107,10 +118,12 @@ impl AcmeSnapshot {
         }
     }
 
+    #[cfg(test)]
     pub fn challenge_failures(&self, challenge: Challenge) -> u64 {
         self.challenge_failures.iter().find(|(c, _)| *c == challenge).map_or(0, |(_, n)| *n)
     }
 
+    #[cfg(test)]
     pub fn name(&self, name: &str) -> Option<&NameStatus> {
         self.names.iter().find(|s| s.name == name)
     }

@@ -165,6 +165,7 @@ impl Acme {
     }
 
     /// The state of one name, if it is one of the manager's.
+    #[cfg(test)]
     pub fn status(&self, name: &str) -> Option<NameStatus> {
         self.shared.statuses().into_iter().find(|s| s.name == name)
     }

@@ -19,6 +19,7 @@ impl Clock {
     }
 
     /// A clock that reads `now`, for tests.
+    #[cfg(test)]
     pub fn from_fn(now: impl Fn() -> SystemTime + Send + Sync + 'static) -> Clock {
         Clock(Arc::new(now))
     }

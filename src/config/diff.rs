@@ -12,6 +12,8 @@ use crate::acme::AcmeNames;
 use crate::listener::ListenerConfig;
 use crate::route::HostPattern;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
+use crate::tls::origin::OriginTls;
+use crate::tls::server::ListenerTls;
 use crate::upstream::check::CheckConfig;
 use crate::upstream::health::PassiveHealth;
 use crate::upstream::UpstreamConfig;
@@ -125,6 +127,10 @@ fn listeners(old: &[ListenerConfig], new: &[ListenerConfig], changes: &mut Vec<C
         d.field("upstream", or_none(&o.upstream), or_none(&l.upstream));
         d.field("client_max_body", or_none(&o.client_max_body), or_none(&l.client_max_body));
         d.at_restart("backlog", o.backlog, l.backlog);
+        d.field("tls", listener_tls(o.tls.as_ref()), listener_tls(l.tls.as_ref()));
+        d.field("redirect_https", or_none(&o.redirect_https), or_none(&l.redirect_https));
+        let hsts = |h: Option<Duration>| h.map_or_else(|| "none".to_string(), duration);
+        d.field("hsts", hsts(o.hsts), hsts(l.hsts));
         d.push_to(subject, changes);
     }
     for o in unmatched {
@@ -152,6 +158,12 @@ fn upstreams(old: &[UpstreamConfig], new: &[UpstreamConfig], changes: &mut Vec<C
         d.field("balance", o.balance.as_str(), u.balance.as_str());
         d.field("resolve_interval", duration(o.resolve_interval), duration(u.resolve_interval));
         d.field("source_address", or_none(&o.source_address), or_none(&u.source_address));
+        d.field("tls", origin_tls(o.tls.as_ref()), origin_tls(u.tls.as_ref()));
+        if let (Some(a), Some(b)) = (&o.tls, &u.tls) {
+            if a.settings == b.settings && a != b {
+                d.0.push("changed tls files (new connections)".into());
+            }
+        }
         pool(&mut d, &o.pool, &u.pool);
         health(&mut d, &o.health, &u.health);
         check(&mut d, o.check.as_ref(), u.check.as_ref());
@@ -321,6 +333,38 @@ fn duration(d: Duration) -> String {
 }
 
 /// The value, or `none`.
+/// A listener's TLS in a few words: its certificate files and whether ACME's serve.
+fn listener_tls(tls: Option<&ListenerTls>) -> String {
+    let Some(tls) = tls else { return "off".into() };
+    let files: Vec<String> =
+        tls.certificates.iter().map(|p| p.cert.display().to_string()).collect();
+    match (files.is_empty(), tls.acme) {
+        (true, _) => "acme".into(),
+        (false, false) => files.join(", "),
+        (false, true) => format!("{} and acme", files.join(", ")),
+    }
+}
+
+/// An upstream's TLS settings in a few words.
+fn origin_tls(tls: Option<&OriginTls>) -> String {
+    let Some(tls) = tls else { return "off".into() };
+    let s = &tls.settings;
+    let mut words = vec!["on".to_string()];
+    if let Some(name) = &s.server_name {
+        words.push(format!("server_name {name}"));
+    }
+    if let Some(ca) = &s.ca {
+        words.push(format!("ca {}", ca.display()));
+    }
+    if s.insecure_skip_verify {
+        words.push("insecure_skip_verify".into());
+    }
+    if let Some(pair) = &s.client_cert {
+        words.push(format!("client_cert {}", pair.cert.display()));
+    }
+    words.join(" ")
+}
+
 fn or_none<T: fmt::Display>(value: &Option<T>) -> String {
     value.as_ref().map_or_else(|| "none".to_string(), ToString::to_string)
 }

@@ -226,6 +226,7 @@ impl Validator<'_> {
         let routes = self.routes(&raw, &upstreams);
         let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes));
         let listeners = self.listeners(&raw, &upstreams);
+        self.acme_listeners(&raw, &listeners);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
             .pool

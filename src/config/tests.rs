@@ -120,6 +120,16 @@ fn with(extra: &str) -> String {
     format!("{base}{extra}")
 }
 
+/// [`with`] `extra` (an `[acme]` table), then an HTTPS listener that serves its
+/// certificates.
+fn with_acme(extra: &str) -> String {
+    with(&format!("{extra}\n{ACME_LISTENER}"))
+}
+
+/// An HTTPS listener with ACME's certificates.
+const ACME_LISTENER: &str =
+    "[[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\n[listener.tls]\nacme = true\n";
+
 #[test]
 fn admin_and_access_log_are_off_without_their_sections() {
     let config = parse(GOOD).unwrap();
@@ -531,7 +541,7 @@ fn bad_log_format_names_line_and_key() {
 #[test]
 fn acme_is_off_without_its_section_and_defaults_with_an_empty_one() {
     assert_eq!(parse(&with("")).unwrap().acme, None);
-    let text = with("[[route]]\nhost = \"www.example.com\"\nupstream = \"app\"\n[acme]\n");
+    let text = with_acme("[[route]]\nhost = \"www.example.com\"\nupstream = \"app\"\n[acme]\n");
     let config = parse(&text).unwrap();
     let acme = config.acme.clone().unwrap();
     assert_eq!(acme, crate::acme::AcmeConfig::new());
@@ -540,7 +550,7 @@ fn acme_is_off_without_its_section_and_defaults_with_an_empty_one() {
 
 #[test]
 fn acme_values_apply_with_paths_relative_to_the_file() {
-    let text = with(
+    let text = with_acme(
         "[acme]\n\
          directory = \"letsencrypt-staging\"\n\
          contact = \"ops@example.com\"\n\
@@ -565,7 +575,7 @@ fn acme_values_apply_with_paths_relative_to_the_file() {
 
 #[test]
 fn each_bad_acme_value_names_its_line_and_key() {
-    let message = errors(&with(
+    let message = errors(&with_acme(
         "[acme]\n\
          directory = \"http://ca.example/dir\"\n\
          contact = \"ops\"\n\
@@ -601,7 +611,7 @@ fn each_bad_acme_value_names_its_line_and_key() {
 
 #[test]
 fn acme_without_names_needs_a_route_with_an_exact_host() {
-    let text = with("[[route]]\nhost = \"*.example.com\"\nupstream = \"app\"\n[acme]\n");
+    let text = with_acme("[[route]]\nhost = \"*.example.com\"\nupstream = \"app\"\n[acme]\n");
     let message = errors(&text);
     assert_eq!(
         message,
@@ -626,11 +636,22 @@ fn example_acme_keys_parse_when_uncommented() {
     };
     let uncommented: Vec<&str> = section.lines().filter(is_setting).map(|l| &l[2..]).collect();
     assert_eq!(uncommented.len(), 9, "{uncommented:?}");
-    let config = parse(&with(&uncommented.join("\n"))).unwrap();
+    let config = parse(&with_acme(&uncommented.join("\n"))).unwrap();
     let acme = config.acme.unwrap();
     assert_eq!(acme.directory, crate::acme::AcmeConfig::new().directory);
     assert_eq!(
         acme.names,
         crate::acme::AcmeNames::Listed(vec!["example.com".into(), "www.example.com".into()])
+    );
+}
+
+#[test]
+fn acme_and_its_listeners_need_each_other() {
+    let message = errors(&with("[acme]\nnames = [\"a.example\"]\n"));
+    assert!(message.contains("acme: no listener serves its certificates"), "{message}");
+    let message = errors(&with(ACME_LISTENER));
+    assert!(
+        message.contains("holdfast.toml:10: listener[1].tls.acme: needs an [acme] section"),
+        "{message}"
     );
 }

@@ -8,6 +8,7 @@
 //! Tests that need pebble skip without it, except under `CI=true`, where they fail.
 
 mod dns;
+mod e2e;
 mod pebble;
 mod responder;
 
