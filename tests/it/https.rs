@@ -212,3 +212,15 @@ async fn websocket_over_https_echoes_both_ways() {
     }
     crate::support::within("close", ws.close(None)).await.expect("close");
 }
+
+#[test]
+fn the_acme_example_passes_check() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tls/acme.toml");
+    let dir = TempDir::new("example-acme");
+    let copy = dir.path().join("acme.toml");
+    std::fs::copy(&example, &copy).unwrap();
+    let config = Config::load(&copy).unwrap_or_else(|e| panic!("examples/tls/acme.toml: {e}"));
+    assert!(config.listeners[0].tls.as_ref().is_some_and(|t| t.acme));
+    assert_eq!(config.listeners[1].redirect_https, Some(443));
+    assert_eq!(config.acme_names(), ["shop.example.com", "blog.example.com"]);
+}
