@@ -6,6 +6,7 @@
 
 pub mod client;
 
+use crate::acme::{Acme, AcmeSnapshot};
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,8 @@ pub struct AdminState {
     pub budget: Arc<IdleBudget>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
+    /// The certificate manager, for each name's certificate in `/status`.
+    pub acme: Option<Arc<Acme>>,
     pub started: Instant,
     pub reload: mpsc::Sender<ReloadRequest>,
 }
@@ -158,7 +161,28 @@ pub fn status(state: &AdminState) -> Value {
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
         "limits": state.resources.status(&state.budget),
         "upstreams": upstreams,
+        "certificates": state.acme.as_ref().map(|a| certificates_status(&a.snapshot())),
     })
+}
+
+/// Each ACME name: what is served, until when, the next order and the last error.
+fn certificates_status(acme: &AcmeSnapshot) -> Vec<Value> {
+    let time = |t: Option<std::time::SystemTime>| {
+        t.map(|t| humantime::format_rfc3339_seconds(t).to_string())
+    };
+    acme.names
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "serving": n.serving.as_str(),
+                "not_after": time(n.not_after),
+                "next_order": time(n.next_order),
+                "failures": n.failures,
+                "last_error": n.last_error,
+            })
+        })
+        .collect()
 }
 
 /// What each server name resolved to, and the last lookup error.

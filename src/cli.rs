@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::acme::{self, AcmeConfig, AcmeNames};
 use crate::admin::client::AdminClient;
 use crate::config::Config;
 use crate::instance::signals::ShutdownSignal;
@@ -55,6 +56,25 @@ pub struct RunArgs {
     /// PEM CA bundle trusted for https:// upstreams, besides the system roots.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     pub upstream_ca: Option<PathBuf>,
+    /// Get a certificate for NAME from an ACME CA (Let's Encrypt by default) and make the
+    /// --listen listener HTTPS with it; repeat for several names. TLS-ALPN-01, on the
+    /// listener itself: it must be reachable on port 443 under each name.
+    #[arg(long = "acme", value_name = "NAME", conflicts_with_all = ["config", "tls_cert"], value_parser = parse_acme_name)]
+    pub acme_names: Vec<String>,
+    /// Email address the CA may write to about the certificates (with --acme).
+    #[arg(long, value_name = "EMAIL", requires = "acme_names", value_parser = parse_acme_contact)]
+    pub acme_email: Option<String>,
+    /// Where the ACME account and certificates are kept (with --acme; default
+    /// /var/lib/holdfast/acme).
+    #[arg(long, value_name = "DIR", requires = "acme_names")]
+    pub acme_storage: Option<PathBuf>,
+    /// The CA's ACME directory URL, or `letsencrypt-staging` (with --acme).
+    #[arg(long, value_name = "URL", requires = "acme_names", value_parser = parse_acme_directory)]
+    pub acme_directory: Option<String>,
+    /// PEM root certificate to trust for the ACME directory, besides the system roots
+    /// (a private CA, or pebble's for testing; with --acme).
+    #[arg(long, value_name = "FILE", requires = "acme_names")]
+    pub acme_ca: Option<PathBuf>,
     /// Config file (TOML); see examples/holdfast.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -105,6 +125,18 @@ impl From<LogFormatArg> for LogFormat {
 pub struct UpstreamArg {
     pub server: Server,
     pub scheme: Scheme,
+}
+
+fn parse_acme_name(text: &str) -> Result<String, String> {
+    acme::parse_name(text)
+}
+
+fn parse_acme_contact(text: &str) -> Result<String, String> {
+    acme::parse_contact(text)
+}
+
+fn parse_acme_directory(text: &str) -> Result<String, String> {
+    acme::parse_directory(text)
 }
 
 /// An `--upstream` value. The one place its syntax is decided.
@@ -214,6 +246,22 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
         crate::tls::certs::load(&pair)?;
         for l in &mut config.listeners {
             l.tls = Some(ListenerTls { certificates: vec![pair.clone()], acme: false });
+        }
+    }
+    if !args.acme_names.is_empty() {
+        let mut settings = AcmeConfig::new();
+        settings.names = AcmeNames::Listed(args.acme_names.clone());
+        settings.contact = args.acme_email.clone();
+        if let Some(dir) = &args.acme_storage {
+            settings.storage = dir.clone();
+        }
+        if let Some(directory) = &args.acme_directory {
+            settings.directory = directory.clone();
+        }
+        settings.ca = args.acme_ca.clone();
+        config.acme = Some(settings);
+        for l in &mut config.listeners {
+            l.tls = Some(ListenerTls { certificates: Vec::new(), acme: true });
         }
     }
     let https = args.upstreams.iter().filter(|u| u.scheme == Scheme::Https).count();

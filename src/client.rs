@@ -171,7 +171,20 @@ async fn serve_requests(
         idle_since: accepted,
     };
     let phase = Phase::default();
-    let mut served = pin!(conn.run(&settings, &phase));
+    serve_until_stopped(&mut conn, &settings, &phase, &mut open).await;
+    // A TLS client learns the close was meant (close_notify); TCP's FIN follows on drop.
+    conn.stream.close_notify();
+}
+
+/// Runs the connection until it ends, or until holdfast stops: at once if it is idle,
+/// else after its request in flight.
+async fn serve_until_stopped(
+    conn: &mut Conn,
+    settings: &ClientSettings,
+    phase: &Phase,
+    open: &mut OpenConnection,
+) {
+    let mut served = pin!(conn.run(settings, phase));
     poll_fn(|cx| {
         if served.as_mut().poll(cx).is_ready() {
             return Poll::Ready(());

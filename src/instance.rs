@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use crate::acme::{self, Acme};
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError};
 use crate::connections::Connections;
@@ -51,6 +52,8 @@ pub enum StartError {
     AccessLog(std::io::Error),
     #[error("listener {addr}: {source}")]
     Certificate { addr: SocketAddr, source: CertError },
+    #[error("[acme]: {0}")]
+    Acme(#[from] acme::StartError),
 }
 
 /// Where reloads read the config: a file, adjusted the way the command line adjusted
@@ -110,6 +113,8 @@ struct Shared {
     /// Certificates and challenge answers from `[acme]`, for the listeners that serve
     /// them.
     acme_certs: Arc<DynamicCerts>,
+    /// The certificate manager, when `[acme]` is on (its settings apply at start).
+    acme: Option<Arc<Acme>>,
 }
 
 /// Each listener's certificate files, read before a config is applied (in config
@@ -184,6 +189,15 @@ impl Instance {
         let certs = read_certs(config)
             .map_err(|(addr, source)| StartError::Certificate { addr, source })?;
         let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
+        let acme_certs = Arc::new(DynamicCerts::default());
+        let acme = match &config.acme {
+            Some(settings) => {
+                let names = config.acme_names();
+                let acme = Acme::start(settings.clone(), names, Arc::clone(&acme_certs))?;
+                Some(Arc::new(acme))
+            }
+            None => None,
+        };
         let resources = Resources::read();
         let shared = Arc::new(Shared {
             source,
@@ -201,7 +215,8 @@ impl Instance {
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             tls_metrics: Arc::default(),
-            acme_certs: Arc::default(),
+            acme_certs,
+            acme,
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -234,6 +249,7 @@ impl Instance {
                 resources: shared.resources.clone(),
                 budget: Arc::clone(&shared.budget),
                 draining: Arc::clone(&draining),
+                acme: shared.acme.clone(),
                 started: Instant::now(),
                 reload: reload_tx,
             };
@@ -411,7 +427,8 @@ impl Shared {
 
         let mut listeners = Vec::new();
         for (l, files) in config.listeners.iter().zip(certs) {
-            let site = site(&config, l, &upstreams, Some(&self.acme_certs));
+            let acme = self.acme.as_ref().map(|_| &self.acme_certs);
+            let site = site(&config, l, &upstreams, acme);
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
@@ -614,6 +631,7 @@ fn scrape(
             reloads_ok: shared.reloads_ok.load(Ordering::Relaxed),
             reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
             draining: draining.load(Ordering::Acquire),
+            acme: shared.acme.as_ref().map(|a| a.snapshot()),
         },
         tls: shared.tls_metrics.snapshot(),
     }

@@ -42,11 +42,12 @@
 //! reads and writes streams with bounded waits. Each part owns its settings types and
 //! their defaults; `config` turns the file into them (it depends on the parts, never the
 //! reverse); `instance` wires them together and applies a reloaded config; `admin`,
-//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says where TLS
-//! and HTTP/2 plug in.
+//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says how TLS
+//! works and where HTTP/2 plugs in.
 
 // Only the binary's entry (`cli`) and what the integration tests build and read are
 // public; every module is otherwise the crate's own, so rustc reports dead code.
+mod acme;
 mod admin;
 mod balance;
 pub mod cli;

@@ -8,9 +8,12 @@ use std::time::Duration;
 use holdfast_pool::PoolConfig;
 
 use super::{Config, RouteConfig};
+use crate::acme::AcmeNames;
 use crate::listener::ListenerConfig;
 use crate::route::HostPattern;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
+use crate::tls::origin::OriginTls;
+use crate::tls::server::ListenerTls;
 use crate::upstream::check::CheckConfig;
 use crate::upstream::health::PassiveHealth;
 use crate::upstream::UpstreamConfig;
@@ -124,6 +127,10 @@ fn listeners(old: &[ListenerConfig], new: &[ListenerConfig], changes: &mut Vec<C
         d.field("upstream", or_none(&o.upstream), or_none(&l.upstream));
         d.field("client_max_body", or_none(&o.client_max_body), or_none(&l.client_max_body));
         d.at_restart("backlog", o.backlog, l.backlog);
+        d.field("tls", listener_tls(o.tls.as_ref()), listener_tls(l.tls.as_ref()));
+        d.field("redirect_https", or_none(&o.redirect_https), or_none(&l.redirect_https));
+        let hsts = |h: Option<Duration>| h.map_or_else(|| "none".to_string(), duration);
+        d.field("hsts", hsts(o.hsts), hsts(l.hsts));
         d.push_to(subject, changes);
     }
     for o in unmatched {
@@ -151,6 +158,12 @@ fn upstreams(old: &[UpstreamConfig], new: &[UpstreamConfig], changes: &mut Vec<C
         d.field("balance", o.balance.as_str(), u.balance.as_str());
         d.field("resolve_interval", duration(o.resolve_interval), duration(u.resolve_interval));
         d.field("source_address", or_none(&o.source_address), or_none(&u.source_address));
+        d.field("tls", origin_tls(o.tls.as_ref()), origin_tls(u.tls.as_ref()));
+        if let (Some(a), Some(b)) = (&o.tls, &u.tls) {
+            if a.settings == b.settings && a != b {
+                d.0.push("changed tls files (new connections)".into());
+            }
+        }
         pool(&mut d, &o.pool, &u.pool);
         health(&mut d, &o.health, &u.health);
         check(&mut d, o.check.as_ref(), u.check.as_ref());
@@ -278,6 +291,27 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
     at_restart("access_log", access_log(old), access_log(new), changes);
     let (o, n) = (or_none(&old.max_idle_total), or_none(&new.max_idle_total));
     at_restart("pool.max_idle_total", o, n, changes);
+    if old.acme != new.acme {
+        let (o, n) = (acme(old), acme(new));
+        let details = if o == n {
+            // A change the summary does not show (contact, storage, ca, renew_at).
+            vec![format!("changed{AT_RESTART}")]
+        } else {
+            vec![format!("changed {o} -> {n}{AT_RESTART}")]
+        };
+        changes.push(Change { subject: "acme".into(), details });
+    }
+}
+
+/// `off`, or the CA, the challenge and the names: `https://ca/dir tls-alpn-01 for
+/// a.example, b.example`.
+fn acme(config: &Config) -> String {
+    let Some(acme) = &config.acme else { return "off".to_string() };
+    let names = match &acme.names {
+        AcmeNames::Listed(names) => names.join(", "),
+        AcmeNames::Routes => "the routes' hosts".to_string(),
+    };
+    format!("{} {} for {names}", acme.directory, acme.challenge)
 }
 
 /// `off`, or where the lines go and their format: `stdout (json)`.
@@ -299,6 +333,38 @@ fn duration(d: Duration) -> String {
 }
 
 /// The value, or `none`.
+/// A listener's TLS in a few words: its certificate files and whether ACME's serve.
+fn listener_tls(tls: Option<&ListenerTls>) -> String {
+    let Some(tls) = tls else { return "off".into() };
+    let files: Vec<String> =
+        tls.certificates.iter().map(|p| p.cert.display().to_string()).collect();
+    match (files.is_empty(), tls.acme) {
+        (true, _) => "acme".into(),
+        (false, false) => files.join(", "),
+        (false, true) => format!("{} and acme", files.join(", ")),
+    }
+}
+
+/// An upstream's TLS settings in a few words.
+fn origin_tls(tls: Option<&OriginTls>) -> String {
+    let Some(tls) = tls else { return "off".into() };
+    let s = &tls.settings;
+    let mut words = vec!["on".to_string()];
+    if let Some(name) = &s.server_name {
+        words.push(format!("server_name {name}"));
+    }
+    if let Some(ca) = &s.ca {
+        words.push(format!("ca {}", ca.display()));
+    }
+    if s.insecure_skip_verify {
+        words.push("insecure_skip_verify".into());
+    }
+    if let Some(pair) = &s.client_cert {
+        words.push(format!("client_cert {}", pair.cert.display()));
+    }
+    words.join(" ")
+}
+
 fn or_none<T: fmt::Display>(value: &Option<T>) -> String {
     value.as_ref().map_or_else(|| "none".to_string(), ToString::to_string)
 }

@@ -26,6 +26,8 @@ pub struct FileConfig {
     pub log_format: Option<Spanned<String>>,
     /// Networks (`"10.0.0.0/8"`) whose forwarding headers are believed.
     pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Present (even empty): certificates from an ACME CA.
+    pub acme: Option<FileAcme>,
 }
 
 /// A byte size as written: a number of bytes, or text with a unit (`"10MB"`).
@@ -229,4 +231,26 @@ pub struct FileAccessLog {
     pub target: Option<Spanned<String>>,
     /// `"json"` or `"text"`.
     pub format: Option<Spanned<String>>,
+}
+
+/// Certificates from an ACME CA.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAcme {
+    /// An `https://` directory URL, `"letsencrypt"` or `"letsencrypt-staging"`.
+    pub directory: Option<Spanned<String>>,
+    /// An email address for the CA.
+    pub contact: Option<Spanned<String>>,
+    /// Where the account and certificates are kept.
+    pub storage: Option<Spanned<String>>,
+    /// The names to get certificates for; absent: the routes' exact hosts.
+    pub names: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `"tls-alpn-01"` or `"http-01"`.
+    pub challenge: Option<Spanned<String>>,
+    /// `"placeholder"` or `"refuse"`: what a name serves until issuance.
+    pub pending: Option<Spanned<String>>,
+    /// A root certificate (PEM file) to trust for the directory, besides the system's.
+    pub ca: Option<Spanned<String>>,
+    /// The fraction of a certificate's lifetime after which it is renewed.
+    pub renew_at: Option<Spanned<f64>>,
 }

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
 
+use crate::acme::{self, AcmeConfig, AcmeNames, Challenge, Pending, RenewAt};
 use crate::admin::DEFAULT_ADMIN_ADDR;
 use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
@@ -43,7 +44,7 @@ use toml::Spanned;
 
 pub use diff::ConfigDiff;
 pub use error::{ConfigError, ConfigProblem};
-use file::{FileAccessLog, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
+use file::{FileAccessLog, FileAcme, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -67,6 +68,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Peers whose forwarding headers are extended rather than replaced.
     pub trusted_proxies: Vec<Cidr>,
+    /// Certificates from an ACME CA (`[acme]`); `None`: none.
+    pub acme: Option<AcmeConfig>,
 }
 
 /// Requests for `host` under `path` go to the group `upstream`. The router never sees
@@ -113,7 +116,18 @@ impl Config {
             access_log: AccessLogConfig::default(),
             log_format: LogFormat::default(),
             trusted_proxies: Vec::new(),
+            acme: None,
         }
+    }
+
+    /// The names `[acme]` gets certificates for: those it lists, or else every exact
+    /// DNS host the routes name. Empty without `[acme]`.
+    pub fn acme_names(&self) -> Vec<String> {
+        let Some(acme) = &self.acme else { return Vec::new() };
+        acme.names.resolve(self.routes.iter().filter_map(|r| match &r.host {
+            HostPattern::Exact(host) => Some(host.as_str()),
+            _ => None,
+        }))
     }
 
     /// Reads and validates a config file.
@@ -210,7 +224,9 @@ impl Validator<'_> {
             upstreams.push(upstream);
         }
         let routes = self.routes(&raw, &upstreams);
+        let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes));
         let listeners = self.listeners(&raw, &upstreams);
+        self.acme_listeners(&raw, &listeners);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
             .pool
@@ -229,7 +245,99 @@ impl Validator<'_> {
             access_log: raw.access_log.map(|log| self.access_log(log)).unwrap_or_default(),
             log_format: self.log_format(raw.log_format.as_ref()),
             trusted_proxies: self.trusted_proxies(raw.trusted_proxies.as_ref()),
+            acme,
         }
+    }
+
+    fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig]) -> AcmeConfig {
+        let mut out = AcmeConfig::new();
+        if let Some(v) = &raw.directory {
+            match acme::parse_directory(v.get_ref()) {
+                Ok(directory) => out.directory = directory,
+                Err(message) => self.problem(v.span(), "acme.directory", message),
+            }
+        }
+        if let Some(v) = &raw.contact {
+            match acme::parse_contact(v.get_ref()) {
+                Ok(contact) => out.contact = Some(contact),
+                Err(message) => self.problem(v.span(), "acme.contact", message),
+            }
+        }
+        if let Some(v) = &raw.storage {
+            if v.get_ref().trim().is_empty() {
+                self.problem(v.span(), "acme.storage", "is empty: use a directory path");
+            } else {
+                out.storage = self.dir.join(v.get_ref());
+            }
+        }
+        if let Some(v) = &raw.ca {
+            if v.get_ref().trim().is_empty() {
+                self.problem(v.span(), "acme.ca", "is empty: use the path of a PEM file");
+            } else {
+                out.ca = Some(self.dir.join(v.get_ref()));
+            }
+        }
+        if let Some(v) = &raw.challenge {
+            match Challenge::parse(v.get_ref()) {
+                Ok(challenge) => out.challenge = challenge,
+                Err(message) => self.problem(v.span(), "acme.challenge", message),
+            }
+        }
+        if let Some(v) = &raw.pending {
+            match Pending::parse(v.get_ref()) {
+                Ok(pending) => out.pending = pending,
+                Err(message) => self.problem(v.span(), "acme.pending", message),
+            }
+        }
+        if let Some(v) = &raw.renew_at {
+            match RenewAt::new(*v.get_ref()) {
+                Ok(renew_at) => out.renew_at = renew_at,
+                Err(message) => self.problem(v.span(), "acme.renew_at", message),
+            }
+        }
+        out.names = self.acme_names(raw.names.as_ref(), routes);
+        out
+    }
+
+    /// `[acme]`'s names as listed, or the routes' hosts when it lists none; a problem
+    /// when that leaves no name at all.
+    fn acme_names(
+        &mut self,
+        raw: Option<&Spanned<Vec<Spanned<String>>>>,
+        routes: &[RouteConfig],
+    ) -> AcmeNames {
+        let Some(raw) = raw else {
+            let hosts = routes.iter().filter_map(|r| match &r.host {
+                HostPattern::Exact(host) => Some(host.as_str()),
+                _ => None,
+            });
+            if AcmeNames::Routes.resolve(hosts).is_empty() {
+                self.problems.push(ConfigProblem {
+                    line: None,
+                    key: "acme".into(),
+                    message: "no name to get a certificate for: list them in `names`, or give \
+                              a [[route]] an exact `host` such as \"example.com\""
+                        .into(),
+                });
+            }
+            return AcmeNames::Routes;
+        };
+        if raw.get_ref().is_empty() {
+            let message = "is empty: list the names to get certificates for, or leave `names` \
+                           out to use the hosts of the [[route]]s";
+            self.problem(raw.span(), "acme.names", message);
+        }
+        let mut names: Vec<String> = Vec::new();
+        for v in raw.get_ref() {
+            match acme::parse_name(v.get_ref()) {
+                Ok(name) if names.contains(&name) => {
+                    self.problem(v.span(), "acme.names", format!("{name} is listed twice"))
+                }
+                Ok(name) => names.push(name),
+                Err(message) => self.problem(v.span(), "acme.names", message),
+            }
+        }
+        AcmeNames::Listed(names)
     }
 
     fn admin(&mut self, raw: FileAdmin) -> SocketAddr {

@@ -120,6 +120,16 @@ fn with(extra: &str) -> String {
     format!("{base}{extra}")
 }
 
+/// [`with`] `extra` (an `[acme]` table), then an HTTPS listener that serves its
+/// certificates.
+fn with_acme(extra: &str) -> String {
+    with(&format!("{extra}\n{ACME_LISTENER}"))
+}
+
+/// An HTTPS listener with ACME's certificates.
+const ACME_LISTENER: &str =
+    "[[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\n[listener.tls]\nacme = true\n";
+
 #[test]
 fn admin_and_access_log_are_off_without_their_sections() {
     let config = parse(GOOD).unwrap();
@@ -526,4 +536,122 @@ fn bad_log_format_names_line_and_key() {
     );
     let message = errors(&format!("log_format = 1\n{}", with("")));
     assert!(message.starts_with("holdfast.toml:1: log_format: "), "{message}");
+}
+
+#[test]
+fn acme_is_off_without_its_section_and_defaults_with_an_empty_one() {
+    assert_eq!(parse(&with("")).unwrap().acme, None);
+    let text = with_acme("[[route]]\nhost = \"www.example.com\"\nupstream = \"app\"\n[acme]\n");
+    let config = parse(&text).unwrap();
+    let acme = config.acme.clone().unwrap();
+    assert_eq!(acme, crate::acme::AcmeConfig::new());
+    assert_eq!(config.acme_names(), vec!["www.example.com".to_string()]);
+}
+
+#[test]
+fn acme_values_apply_with_paths_relative_to_the_file() {
+    let text = with_acme(
+        "[acme]\n\
+         directory = \"letsencrypt-staging\"\n\
+         contact = \"ops@example.com\"\n\
+         storage = \"state/acme\"\n\
+         names = [\"Example.com\", \"www.example.com.\"]\n\
+         challenge = \"http-01\"\n\
+         pending = \"refuse\"\n\
+         ca = \"private-ca.pem\"\n\
+         renew_at = 0.5\n",
+    );
+    let config = Config::parse(&text, Path::new("/etc/holdfast/holdfast.toml")).unwrap();
+    let acme = config.acme.clone().unwrap();
+    assert_eq!(acme.directory, "https://acme-staging-v02.api.letsencrypt.org/directory");
+    assert_eq!(acme.contact.as_deref(), Some("mailto:ops@example.com"));
+    assert_eq!(acme.storage, PathBuf::from("/etc/holdfast/state/acme"));
+    assert_eq!(acme.ca, Some(PathBuf::from("/etc/holdfast/private-ca.pem")));
+    assert_eq!(acme.challenge, crate::acme::Challenge::Http01);
+    assert_eq!(acme.pending, crate::acme::Pending::Refuse);
+    assert_eq!(acme.renew_at, crate::acme::RenewAt::new(0.5).unwrap());
+    assert_eq!(config.acme_names(), vec!["example.com".to_string(), "www.example.com".into()]);
+}
+
+#[test]
+fn each_bad_acme_value_names_its_line_and_key() {
+    let message = errors(&with_acme(
+        "[acme]\n\
+         directory = \"http://ca.example/dir\"\n\
+         contact = \"ops\"\n\
+         names = [\"*.example.com\", \"a.example\", \"a.example\", \"10.0.0.1\"]\n\
+         challenge = \"dns-01\"\n\
+         pending = \"wait\"\n\
+         renew_at = 1.5\n\
+         storage = \"\"\n",
+    ));
+    for expected in [
+        "holdfast.toml:7: acme.directory: \"http://ca.example/dir\" is not a directory URL: ACME needs https",
+        "holdfast.toml:8: acme.contact: \"ops\" is not an email address",
+        "holdfast.toml:9: acme.names: \"*.example.com\" cannot get a certificate: wildcard",
+        "holdfast.toml:9: acme.names: a.example is listed twice",
+        "holdfast.toml:9: acme.names: \"10.0.0.1\" cannot get a certificate: an IP address",
+        "holdfast.toml:10: acme.challenge: \"dns-01\" is not a challenge: use \"tls-alpn-01\" or \"http-01\"",
+        "holdfast.toml:11: acme.pending: \"wait\" is not a choice",
+        "holdfast.toml:12: acme.renew_at: 1.5 is not a fraction",
+        "holdfast.toml:13: acme.storage: is empty",
+    ] {
+        assert!(message.contains(expected), "no {expected:?} in\n{message}");
+    }
+    assert_eq!(message.lines().count(), 9, "{message}");
+    let message = errors(&with("[acme]\nnames = []\nchallenge = 1\n"));
+    assert!(message.contains("holdfast.toml:7: acme.names: is empty"), "{message}");
+    assert!(message.contains("holdfast.toml:8: acme.challenge: invalid type"), "{message}");
+    let message = errors(&with("[acme]\nchalenge = \"http-01\"\n"));
+    assert!(
+        message.contains("holdfast.toml:7: acme.chalenge: unknown key; did you mean `challenge`?"),
+        "{message}"
+    );
+}
+
+#[test]
+fn acme_without_names_needs_a_route_with_an_exact_host() {
+    let text = with_acme("[[route]]\nhost = \"*.example.com\"\nupstream = \"app\"\n[acme]\n");
+    let message = errors(&text);
+    assert_eq!(
+        message,
+        "holdfast.toml: acme: no name to get a certificate for: list them in `names`, or give \
+         a [[route]] an exact `host` such as \"example.com\""
+    );
+}
+
+#[test]
+fn example_acme_keys_parse_when_uncommented() {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join("holdfast.toml"),
+    )
+    .unwrap();
+    let section = &example[example.find("# [acme]\n").expect("an [acme] example")..];
+    // The commented-out table and `key = value` lines, without the prose around them.
+    let is_setting = |line: &&str| {
+        *line == "# [acme]"
+            || line.strip_prefix("# ").and_then(|l| l.split_once(" = ")).is_some_and(|(key, _)| {
+                !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+            })
+    };
+    let uncommented: Vec<&str> = section.lines().filter(is_setting).map(|l| &l[2..]).collect();
+    assert_eq!(uncommented.len(), 9, "{uncommented:?}");
+    let config = parse(&with_acme(&uncommented.join("\n"))).unwrap();
+    let acme = config.acme.unwrap();
+    assert_eq!(acme.directory, crate::acme::AcmeConfig::new().directory);
+    assert_eq!(
+        acme.names,
+        crate::acme::AcmeNames::Listed(vec!["example.com".into(), "www.example.com".into()])
+    );
+}
+
+#[test]
+fn acme_and_its_listeners_need_each_other() {
+    let message = errors(&with("[acme]\nnames = [\"a.example\"]\n"));
+    assert!(message.contains("acme: no listener serves its certificates"), "{message}");
+    let message = errors(&with(ACME_LISTENER));
+    assert!(
+        message.contains("holdfast.toml:10: listener[1].tls.acme: needs an [acme] section"),
+        "{message}"
+    );
 }

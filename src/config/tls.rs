@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::file::{FileListenerTls, FileRedirect, FileUpstreamTls};
+use super::file::{FileConfig, FileListenerTls, FileRedirect, FileUpstreamTls};
 use super::Validator;
+use crate::listener::ListenerConfig;
 use crate::tls::certs::{self, CertPair};
 use crate::tls::origin::{OriginTls, OriginTlsSettings};
 use crate::tls::server::ListenerTls;
@@ -43,6 +44,33 @@ impl Validator<'_> {
             return None;
         }
         Some(ListenerTls { certificates: pairs, acme })
+    }
+
+    /// `acme = true` on a listener needs `[acme]`, and `[acme]` needs a listener that
+    /// serves its certificates.
+    pub(super) fn acme_listeners(&mut self, raw: &FileConfig, listeners: &[ListenerConfig]) {
+        let flags = raw.listener.iter().enumerate().filter_map(|(i, l)| {
+            let flag = l.tls.as_ref()?.acme.as_ref()?;
+            Some((i, flag.span(), *flag.get_ref()))
+        });
+        let flags: Vec<_> = flags.collect();
+        if raw.acme.is_none() {
+            for (i, span, _) in flags.iter().filter(|f| f.2) {
+                let message = "needs an [acme] section (directory, contact, storage, names)";
+                self.problem(span.clone(), format!("listener[{i}].tls.acme"), message);
+            }
+            return;
+        }
+        let serves = listeners.iter().any(|l| l.tls.as_ref().is_some_and(|t| t.acme));
+        if !serves && !flags.iter().any(|f| f.2) {
+            self.problems.push(super::ConfigProblem {
+                line: None,
+                key: "acme".into(),
+                message: "no listener serves its certificates: add `acme = true` to a \
+                          listener's [listener.tls]"
+                    .into(),
+            });
+        }
     }
 
     /// A certificate and key file, read and checked now.

@@ -3,8 +3,10 @@
 //! `upstream::metrics`), then the numbers about the whole process that this instance
 //! keeps or gathers: client connections (`connections`), the access log
 //! (`telemetry::access_log`), the proxy's own answers (`proxy::answers`), each written
-//! by its owner, then reloads, draining and the build, which this instance owns.
+//! by its owner, then reloads, draining and the build, which this instance owns, and
+//! the certificate manager's orders and certificates (`acme`) when it runs.
 
+use crate::acme::AcmeSnapshot;
 use crate::connections::ConnectionsSnapshot;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::proxy::answers::AnswersSnapshot;
@@ -39,6 +41,8 @@ pub struct ProcessSnapshot {
     pub reloads_ok: u64,
     pub reloads_failed: u64,
     pub draining: bool,
+    /// The certificate manager's orders and names, when `[acme]` is configured.
+    pub acme: Option<AcmeSnapshot>,
 }
 
 const CONFIG_RELOADS: Family = Family {
@@ -61,6 +65,9 @@ impl Report for ProcessSnapshot {
             [([("result", "ok")], self.reloads_ok), ([("result", "failed")], self.reloads_failed)],
         )?;
         out.gauge(&DRAINING, [(NO_LABELS, u64::from(self.draining))])?;
+        if let Some(acme) = &self.acme {
+            acme.report(out)?;
+        }
         out.info(&BUILD, [("version", env!("CARGO_PKG_VERSION"))])
     }
 }

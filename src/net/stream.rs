@@ -49,6 +49,14 @@ impl Stream {
         }
     }
 
+    /// Before a close: on TLS, sends `close_notify` if the socket takes it now, so the
+    /// peer can tell the close from a truncation. Nothing on TCP.
+    pub fn close_notify(&self) {
+        if let Stream::Tls(s) = self {
+            let _ = s.close_notify();
+        }
+    }
+
     /// Ends the sending direction: `close_notify` first on TLS (best effort), then
     /// TCP's FIN.
     pub fn shutdown_write(&self) {

@@ -47,8 +47,6 @@ pub struct Loaded {
     pub key: Arc<CertifiedKey>,
     /// DNS names of the certificate's subjectAltName (lowercase; `*.example.com` kept).
     pub names: Vec<String>,
-    /// Its notAfter, as seconds since the Unix epoch.
-    pub not_after: i64,
 }
 
 /// Reads and checks `pair`.
@@ -75,7 +73,7 @@ pub fn load(pair: &CertPair) -> Result<Loaded, CertError> {
     if certified.keys_match().is_err() {
         return Err(CertError::Mismatch { cert: pair.cert.clone(), key: pair.key.clone() });
     }
-    Ok(Loaded { key: Arc::new(certified), names, not_after })
+    Ok(Loaded { key: Arc::new(certified), names })
 }
 
 /// The DNS names, notBefore and notAfter (Unix seconds) of a DER certificate.

@@ -163,3 +163,64 @@ fn the_https_example_passes_check_with_the_certificates_it_names() {
     assert!(error.contains("listener[1].tls.certificates[0].cert"), "{error}");
     assert!(error.contains("example.com.pem"), "{error}");
 }
+
+/// A rustls client connection to `addr` for `localhost`, trusting the CA at `ca`.
+async fn tls_connect(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).expect("CA file") {
+        roots.add(cert.expect("a CA certificate")).expect("a usable CA");
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a name");
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_over_https_echoes_both_ways() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = TempDir::new("wss");
+    let (ca, cert, key) = certificates(&dir, &["localhost"]);
+    let tls = format!("[listener.tls]\ncert = \"{cert}\"\nkey = \"{key}\"");
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config(origin.addr(), &tls, &dir)).await;
+    let stream = tls_connect(proxy.addr(), &ca).await;
+    let (mut ws, resp) = crate::support::within(
+        "websocket handshake",
+        tokio_tungstenite::client_async("ws://localhost/upgrade", stream),
+    )
+    .await
+    .expect("websocket handshake through holdfast over TLS");
+    assert_eq!(resp.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+    // Large enough to fill socket buffers midway through TLS records.
+    let blob: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    for message in [Message::text("hello"), Message::binary(blob)] {
+        crate::support::within("send", ws.send(message.clone())).await.expect("send");
+        let echoed = crate::support::within("echo", ws.next()).await.expect("a message");
+        assert!(echoed.expect("ok") == message, "the echo differs");
+    }
+    crate::support::within("close", ws.close(None)).await.expect("close");
+}
+
+#[test]
+fn the_acme_example_passes_check() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tls/acme.toml");
+    let dir = TempDir::new("example-acme");
+    let copy = dir.path().join("acme.toml");
+    std::fs::copy(&example, &copy).unwrap();
+    let config = Config::load(&copy).unwrap_or_else(|e| panic!("examples/tls/acme.toml: {e}"));
+    assert!(config.listeners[0].tls.as_ref().is_some_and(|t| t.acme));
+    assert_eq!(config.listeners[1].redirect_https, Some(443));
+    assert_eq!(config.acme_names(), ["shop.example.com", "blog.example.com"]);
+}

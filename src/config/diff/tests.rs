@@ -128,3 +128,25 @@ fn settings_for_everything_and_those_read_only_at_start() {
          pool.max_idle_total: changed none -> 10 (takes effect at restart)"
     );
 }
+
+#[test]
+fn acme_changes_take_effect_at_restart() {
+    let https = "[[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\n\
+                 [listener.tls]\nacme = true\n";
+    let off = config(ONE, "");
+    let on = config(ONE, &format!("[acme]\nnames = [\"a.example\"]\n{https}"));
+    assert_eq!(
+        lines(&off, &on),
+        [
+            "listener 127.0.0.1:8443: added (upstream app)",
+            "acme: changed off -> https://acme-v02.api.letsencrypt.org/directory tls-alpn-01 for \
+          a.example (takes effect at restart)"
+        ]
+    );
+    let contact = config(
+        ONE,
+        &format!("[acme]\nnames = [\"a.example\"]\ncontact = \"ops@example.com\"\n{https}"),
+    );
+    assert_eq!(lines(&on, &contact), ["acme: changed (takes effect at restart)"]);
+    assert!(ConfigDiff::between(&on, &on.clone()).is_empty());
+}
