@@ -847,14 +847,14 @@ def https_markdown(document, chart_files, *, image_prefix):
     if probes:
         out += ["", "What each contender negotiated with the harness's check before the "
                 "load (Python's `ssl`, OpenSSL's defaults):", "", probes]
-    out += ["", "#### Targets", "", targets_table(document["targets"]), "",
-            "#### holdfast against the best peer", "",
+    out += ["", "### Targets", "", targets_table(document["targets"]), "",
+            "### holdfast against the best peer", "",
             "Best peer: the better of nginx-tuned and HAProxy on each metric, from the "
             "medians.", "", https_ratio_table(medians), ""]
     for name in scenarios.HTTPS:
         if name not in medians:
             continue
-        out += [f"#### {name}", "", scenarios.BY_NAME[name].about + ".", ""]
+        out += [f"### {name}", "", scenarios.BY_NAME[name].about + ".", ""]
         if name == "https-handshakes":
             for window in scenarios.HANDSHAKE_WINDOWS:
                 out += [f"{window.capitalize()} handshakes:", "",
@@ -863,10 +863,10 @@ def https_markdown(document, chart_files, *, image_prefix):
             out += [scenario_table(name, medians[name], order), ""]
         if name in chart_files:
             out += [f"![{name}]({image_prefix}{chart_files[name]})", ""]
-    out += ["#### Commands", "", "```sh"] + document["commands"] + ["```", ""]
+    out += ["### Commands", "", "```sh"] + document["commands"] + ["```", ""]
     failures = [r for r in document["runs"] if not r["ok"]]
     if failures:
-        out += ["#### Failed runs", ""]
+        out += ["### Failed runs", ""]
         for r in failures:
             out.append(f"- round {r['round']}, {r['scenario']}, {r['contender']}: "
                        f"{r['error'].splitlines()[0] if r['error'] else 'unknown'}")
