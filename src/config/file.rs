@@ -82,14 +82,42 @@ pub enum FileRedirect {
 }
 
 /// An upstream's `tls`: `true` (verify against the system roots), or a table.
-#[derive(Debug, Deserialize)]
-#[serde(
-    untagged,
-    expecting = "true, or a table with server_name, ca, insecure_skip_verify, client_cert, client_key"
-)]
+///
+/// Not `#[serde(untagged)]`: an untagged enum reads the value into a buffer first, and
+/// the table's `Spanned` fields cannot be read from that buffer, so every table was
+/// refused. The visitor takes the table straight from the TOML reader instead.
+#[derive(Debug)]
 pub enum FileUpstreamTls {
     On(bool),
     Table(FileUpstreamTlsTable),
+}
+
+impl<'de> Deserialize<'de> for FileUpstreamTls {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = FileUpstreamTls;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "true, or a table with server_name, ca, insecure_skip_verify, client_cert, client_key",
+                )
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<FileUpstreamTls, E> {
+                Ok(FileUpstreamTls::On(on))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<FileUpstreamTls, A::Error> {
+                let table = serde::de::value::MapAccessDeserializer::new(map);
+                FileUpstreamTlsTable::deserialize(table).map(FileUpstreamTls::Table)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
