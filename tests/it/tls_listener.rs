@@ -8,7 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
 use rustls::version::{TLS12, TLS13};
 use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,10 +17,12 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::support::tls::{
-    have_tool, parse_config, presented, replace_file, run_tool, s_client, Ca, HttpsClient, Pki,
+    have_tool, parse_config, presented, replace_file, run_tool, s_client, toml_path, Ca,
+    HttpsClient, Pki, TlsOrigin, TlsOriginOptions,
 };
 use crate::support::{
-    wait_for_count, wait_until, within, ChildProxy, Origin, Proxy, RawClient, ReservedPort,
+    wait_for_count, wait_until, within, ChildProxy, Generated, Origin, Proxy, RawClient,
+    ReservedPort,
 };
 
 /// How long a certificate file change may take to be served: the watch interval (5 s)
@@ -95,6 +98,37 @@ async fn https_listener_proxies_and_tells_the_origin_the_client_used_https() {
     assert_eq!(by_ip.get("/by-ip").await.status, StatusCode::OK);
     // The upstream connection is still the one.
     assert_eq!(origin.accepted(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_through_tls_on_both_sides() {
+    const DOWN: u64 = 16 << 20;
+    const UP: u64 = 8 << 20;
+    let pki = Pki::new("tls-bodies");
+    let (_, files) = pki.localhost("server", "server");
+    let leaf = pki.ca.leaf("origin", &["127.0.0.1"]);
+    let origin = TlsOrigin::start(&leaf, TlsOriginOptions::default()).await;
+    let group = format!("[upstream.app.tls]\nca = {}", toml_path(&pki.ca_file));
+    let servers = format!("\"https://{}\"", origin.addr());
+    let proxy = Proxy::start(parse_config(&https_listener(&files.toml(), &servers, &group))).await;
+    let mut client = HttpsClient::connect(proxy.addr(), &pki.ca.client_config(), "localhost").await;
+
+    // Far more than the sockets hold: writes on both TLS sessions fill them and resume.
+    let reply = client.get(&format!("/bytes/{DOWN}")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.body.len() as u64, DOWN);
+    assert!(reply.body.iter().all(|b| *b == b'x'), "the body is not all x");
+    for (framing, body) in [("sized", Generated::sized(UP)), ("chunked", Generated::chunked(UP))] {
+        let body = body.map_err(Into::into).boxed();
+        let reply = client.request(Method::POST, "/upload", body).await;
+        assert_eq!(reply.status, StatusCode::OK, "{framing}: {}", reply.text());
+        assert_eq!(reply.header("x-received-bytes"), Some(UP.to_string().as_str()), "{framing}");
+    }
+    // Both sessions are still in step: one more exchange on the same connections.
+    assert_eq!(client.get("/after").await.text(), "tls origin: /after\n");
+    assert_eq!(origin.accepted(), 1);
+    let metrics = proxy.metrics().await;
+    assert_eq!(metrics.count_or_zero(HANDSHAKES, &[]), 1, "{}", metrics.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,6 +81,27 @@ async fn quick_mode_https_upstream_keeps_one_tls_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_update_on_an_idle_pooled_connection_does_not_discard_it() {
+    let pki = Pki::new("origin-key-update");
+    let leaf = pki.ca.leaf("origin", &["127.0.0.1"]);
+    let options = TlsOriginOptions { key_update_when_idle: true, ..Default::default() };
+    let origin = TlsOrigin::start(&leaf, options).await;
+    let tls = format!("[upstream.app.tls]\nca = {}", toml_path(&pki.ca_file));
+    let proxy = Proxy::start(to_tls_origin(origin.addr(), &tls)).await;
+    let mut client = proxy.client().await;
+    for i in 1..=5 {
+        let reply = client.get(&format!("/{i}")).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        assert_eq!(reply.header("x-conn"), Some("1"), "request {i}");
+        // The origin's KeyUpdate is in holdfast's socket before the next request.
+        wait_until("the origin updates its keys", DEADLINE, || origin.key_updates() == i).await;
+    }
+    // Session housekeeping, not stray bytes: the pooled connection carried on.
+    assert_eq!(origin.accepted(), 1);
+    assert_eq!(origin.requests(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origin_closing_an_idle_tls_connection_gets_a_resumed_one_next() {
     let pki = Pki::new("origin-resume");
     let leaf = pki.ca.leaf("origin", &["127.0.0.1"]);

@@ -7,7 +7,6 @@
 //! A certificate's common name is its label, so a test can say which certificate a
 //! server presented ([`common_name`]).
 
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,7 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use holdfast::Config;
-use http::{header, Method, Request, Response};
+use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1 as client_http1;
@@ -35,12 +34,12 @@ use rustls::{
     ClientConfig, DigitallySignedStruct, HandshakeKind, ProtocolVersion, RootCertStore,
     ServerConfig, SignatureScheme, SupportedProtocolVersion,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use super::client::Reply;
-use super::{skip_or_fail, within, within_for, TempDir, DEADLINE};
+use super::client::{request, ClientBody, Reply};
+use super::{skip_or_fail, within, within_for, Generated, TempDir, DEADLINE};
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -299,7 +298,7 @@ pub async fn presented(addr: SocketAddr, name: &str) -> String {
 
 /// One HTTP/1.1 keep-alive connection over TLS.
 pub struct HttpsClient {
-    sender: client_http1::SendRequest<Empty<Bytes>>,
+    sender: client_http1::SendRequest<ClientBody>,
     conn: JoinHandle<()>,
     /// How the handshake went: full or resumed.
     pub kind: HandshakeKind,
@@ -334,12 +333,12 @@ impl HttpsClient {
 
     /// `GET path` with `Host: holdfast.test`, read to the end.
     pub async fn get(&mut self, path: &str) -> Reply {
-        let req = Request::builder()
-            .method(Method::GET)
-            .uri(path)
-            .header(header::HOST, "holdfast.test")
-            .body(Empty::new())
-            .expect("a request");
+        self.request(Method::GET, path, Empty::new().map_err(Into::into).boxed()).await
+    }
+
+    /// Sends a request with `Host: holdfast.test` and reads the whole response.
+    pub async fn request(&mut self, method: Method, path: &str, body: ClientBody) -> Reply {
+        let req = request(method, path, body);
         within("client ready", self.sender.ready()).await.expect("connection ready");
         let resp = within("response head", self.sender.send_request(req)).await.expect("response");
         let (parts, body) = resp.into_parts();
@@ -355,6 +354,10 @@ pub struct TlsOriginOptions {
     pub idle_close: Option<Duration>,
     /// Require a client certificate signed by one of these.
     pub client_roots: Option<RootCertStore>,
+    /// A while after each response, send a TLS 1.3 KeyUpdate on the idle connection:
+    /// session housekeeping a pooled connection receives between requests. (The origin
+    /// then reads requests by hand, heads only, instead of with hyper.)
+    pub key_update_when_idle: bool,
 }
 
 /// One finished handshake at a [`TlsOrigin`].
@@ -375,11 +378,14 @@ struct TlsOriginState {
     handshakes: Mutex<Vec<OriginHandshake>>,
     /// Why handshakes failed, in rustls' words.
     failures: Mutex<Vec<String>>,
+    /// KeyUpdates sent on idle connections.
+    key_updates: AtomicUsize,
 }
 
-/// An HTTPS origin on `127.0.0.1:0`: each request gets 200 with `x-conn` (the number of
-/// the handshake its connection made, from 1), `x-sni` (the name the connection asked
-/// for, `-` for none) and `x-path`; keep-alive on.
+/// An HTTPS origin on `127.0.0.1:0`: it reads each request's body and answers 200 with
+/// `x-conn` (the number of the handshake its connection made, from 1), `x-sni` (the name
+/// the connection asked for, `-` for none), `x-path` and `x-received-bytes`; the body is
+/// N bytes of `x` for `/bytes/N`, a line naming the path otherwise. Keep-alive on.
 pub struct TlsOrigin {
     addr: SocketAddr,
     state: Arc<TlsOriginState>,
@@ -416,6 +422,7 @@ impl TlsOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the TLS origin");
         let addr = listener.local_addr().expect("TLS origin address");
         let state = Arc::new(TlsOriginState::default());
+        let key_update_when_idle = options.key_update_when_idle;
         let mut http = server_http1::Builder::new();
         if let Some(idle) = options.idle_close {
             http.timer(TokioTimer::new()).header_read_timeout(idle);
@@ -428,7 +435,7 @@ impl TlsOrigin {
                     let _ = tcp.set_nodelay(true);
                     let (acceptor, state, http) =
                         (acceptor.clone(), Arc::clone(&state), http.clone());
-                    tokio::spawn(serve_tls(tcp, acceptor, state, http));
+                    tokio::spawn(serve_tls(tcp, acceptor, state, http, key_update_when_idle));
                 }
             })
         };
@@ -459,6 +466,11 @@ impl TlsOrigin {
         self.state.handshakes.lock().unwrap().clone()
     }
 
+    /// KeyUpdates sent on idle connections ([`TlsOriginOptions::key_update_when_idle`]).
+    pub fn key_updates(&self) -> usize {
+        self.state.key_updates.load(Ordering::SeqCst)
+    }
+
     /// Why handshakes failed, in order.
     pub fn failures(&self) -> Vec<String> {
         self.state.failures.lock().unwrap().clone()
@@ -470,6 +482,7 @@ async fn serve_tls(
     acceptor: tokio_rustls::TlsAcceptor,
     state: Arc<TlsOriginState>,
     http: server_http1::Builder,
+    key_update_when_idle: bool,
 ) {
     let tls = match acceptor.accept(tcp).await {
         Ok(tls) => tls,
@@ -491,24 +504,83 @@ async fn serve_tls(
         handshakes.push(handshake);
         handshakes.len()
     };
+    if key_update_when_idle {
+        serve_by_hand(tls, number, &state).await;
+        state.closed.fetch_add(1, Ordering::SeqCst);
+        return;
+    }
     let service_state = Arc::clone(&state);
     let service = service_fn(move |req: Request<Incoming>| {
-        service_state.requests.fetch_add(1, Ordering::SeqCst);
-        let path = req.uri().path().to_string();
-        let resp = Response::builder()
-            .header("x-conn", number)
-            .header("x-sni", sni.as_str())
-            .header("x-path", path.as_str())
-            .body(Full::new(Bytes::from(format!("tls origin: {path}\n"))))
-            .expect("a response");
+        let state = Arc::clone(&service_state);
+        let sni = sni.clone();
         async move {
-            // The request has no body worth reading; hyper drains it.
-            drop(req);
-            Ok::<_, Infallible>(resp)
+            state.requests.fetch_add(1, Ordering::SeqCst);
+            let path = req.uri().path().to_string();
+            let mut body = req.into_body();
+            let mut received = 0u64;
+            // Bounded by the request body; each round takes one frame.
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(io::Error::other)?;
+                received += frame.data_ref().map_or(0, |d| d.len() as u64);
+            }
+            let body = match path.strip_prefix("/bytes/").and_then(|n| n.parse().ok()) {
+                Some(n) => Generated::sized(n).boxed(),
+                None => Full::new(Bytes::from(format!("tls origin: {path}\n"))).boxed(),
+            };
+            let resp = Response::builder()
+                .header("x-conn", number)
+                .header("x-sni", sni.as_str())
+                .header("x-path", path.as_str())
+                .header("x-received-bytes", received)
+                .body(body)
+                .expect("a response");
+            Ok::<_, io::Error>(resp)
         }
     });
     let _ = http.serve_connection(TokioIo::new(tls), service).await;
     state.closed.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How long after a response [`serve_by_hand`] sends its KeyUpdate: long enough for
+/// the peer to have read the response and put the connection back in its pool.
+const KEY_UPDATE_AFTER: Duration = Duration::from_millis(100);
+
+/// Answers each request head on `tls` with a 200 carrying `x-conn: number`, then sends
+/// a KeyUpdate while the connection sits idle; ends when the peer closes.
+async fn serve_by_hand(
+    mut tls: tokio_rustls::server::TlsStream<TcpStream>,
+    number: usize,
+    state: &TlsOriginState,
+) {
+    let mut pending = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // Each round reads at least one byte or ends.
+    loop {
+        let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") else {
+            match tls.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            }
+            continue;
+        };
+        pending.drain(..end + 4);
+        state.requests.fetch_add(1, Ordering::SeqCst);
+        let body = "tls origin: by hand\n";
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-conn: {number}\r\n\r\n{body}",
+            body.len()
+        );
+        if tls.write_all(resp.as_bytes()).await.is_err() || tls.flush().await.is_err() {
+            return;
+        }
+        tokio::time::sleep(KEY_UPDATE_AFTER).await;
+        let (_, conn) = tls.get_mut();
+        conn.refresh_traffic_keys().expect("a TLS 1.3 connection can update its keys");
+        if tls.flush().await.is_err() {
+            return;
+        }
+        state.key_updates.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Whether the command-line tool `name` runs here (`openssl version`, `curl
