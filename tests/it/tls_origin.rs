@@ -352,9 +352,9 @@ async fn groups_with_different_server_names_never_share_a_connection() {
 
 // Config errors.
 
-/// The 1-based number of the line of `text` that contains `marker`.
-fn line_of(text: &str, marker: &str) -> usize {
-    text.lines().position(|l| l.contains(marker)).expect("the marker is in the text") + 1
+/// The 1-based number of the line of `text` that is `line`.
+fn line_of(text: &str, line: &str) -> usize {
+    text.lines().position(|l| l == line).expect("the line is in the text") + 1
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,6 +395,16 @@ servers = [
 servers = ["https://127.0.0.1:9444"]
 [upstream.other.tls]
 server_nme = "other.test"
+
+[upstream.mtls]
+servers = ["https://127.0.0.1:9445"]
+[upstream.mtls.tls]
+client_cert = "server.pem"
+client_key = "other.key"
+
+[upstream.absent]
+servers = ["https://127.0.0.1:9446"]
+tls = { client_cert = "absent.pem", client_key = "server.key" }
 "#;
     let path = pki.dir.write("holdfast.toml", text);
     let out =
@@ -404,19 +414,41 @@ server_nme = "other.test"
     let stderr = String::from_utf8_lossy(&out.stderr);
     let file = path.display();
     let dir = pki.dir.path().display();
+    let at = |line: &str| line_of(text, line);
     let expect = [
-        format!("{file}:{}: listener[0].tls.cert: {dir}/missing.pem: ", line_of(text, "missing.pem")),
-        format!("{file}:{}: listener[1].tls.key: {dir}/other.key does not belong to the certificate in {dir}/server.pem", line_of(text, "other.key")),
-        format!("{file}:{}: listener[2].tls.cert: {dir}/expired.pem: the certificate expired ", line_of(text, "expired.pem")),
-        format!("{file}:{}: upstream.app.servers: mixes https:// and cleartext servers", line_of(text, "127.0.0.1:9000")),
-        format!("{file}:{}: upstream.other.tls.server_nme: unknown key; did you mean `server_name`?", line_of(text, "server_nme")),
+        format!("{file}:{}: listener[0].tls.cert: {dir}/missing.pem: ", at(r#"cert = "missing.pem""#)),
+        format!(
+            "{file}:{}: listener[1].tls.key: {dir}/other.key does not belong to the certificate in {dir}/server.pem",
+            at(r#"key = "other.key""#)
+        ),
+        format!(
+            "{file}:{}: listener[2].tls.cert: {dir}/expired.pem: the certificate expired ",
+            at(r#"cert = "expired.pem""#)
+        ),
+        format!(
+            "{file}:{}: upstream.app.servers: mixes https:// and cleartext servers",
+            at(r#"  "127.0.0.1:9000","#)
+        ),
+        format!(
+            "{file}:{}: upstream.other.tls.server_nme: unknown key; did you mean `server_name`?",
+            at(r#"server_nme = "other.test""#)
+        ),
+        // The client certificate's problems name its own keys.
+        format!(
+            "{file}:{}: upstream.mtls.tls.client_key: {dir}/other.key does not belong to the certificate in {dir}/server.pem",
+            at(r#"client_key = "other.key""#)
+        ),
+        format!(
+            "{file}:{}: upstream.absent.tls.client_cert: {dir}/absent.pem: ",
+            at(r#"tls = { client_cert = "absent.pem", client_key = "server.key" }"#)
+        ),
     ];
     for line in &expect {
         assert!(stderr.contains(line.as_str()), "expected {line:?} in:\n{stderr}");
     }
     // The same problems from the library's parse, one each.
-    let e = Config::load(&path).expect_err("a config with five problems");
-    assert_eq!(e.problems.len(), 5, "{e}");
+    let e = Config::load(&path).expect_err("a config with seven problems");
+    assert_eq!(e.problems.len(), expect.len(), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
