@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use rustls::version::{TLS12, TLS13};
@@ -15,10 +16,11 @@ use rustls::{HandshakeKind, ProtocolVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::tls::{
-    have_tool, parse_config, presented, replace_file, run_tool, s_client, toml_path, Ca,
-    HttpsClient, Pki, TlsOrigin, TlsOriginOptions,
+    have_tool, parse_config, presented, replace_file, run_tool, s_client, tls_connect, toml_path,
+    Ca, HttpsClient, Pki, TlsOrigin, TlsOriginOptions,
 };
 use crate::support::{
     wait_for_count, wait_until, within, ChildProxy, Generated, Origin, Proxy, RawClient,
@@ -129,6 +131,38 @@ async fn large_bodies_stream_through_tls_on_both_sides() {
     assert_eq!(origin.accepted(), 1);
     let metrics = proxy.metrics().await;
     assert_eq!(metrics.count_or_zero(HANDSHAKES, &[]), 1, "{}", metrics.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_echoes_through_the_https_listener() {
+    let pki = Pki::new("tls-websocket");
+    let (_, files) = pki.localhost("server", "server");
+    let origin = Origin::start().await;
+    let text = https_listener(&files.toml(), &format!("\"{}\"", origin.addr()), "");
+    let proxy = Proxy::start(parse_config(&text)).await;
+    let tls = tls_connect(proxy.addr(), &pki.ca.client_config(), "localhost")
+        .await
+        .expect("TLS handshake with holdfast");
+    let (mut ws, resp) = within(
+        "websocket handshake",
+        tokio_tungstenite::client_async("wss://localhost/upgrade", tls),
+    )
+    .await
+    .expect("websocket handshake through holdfast");
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    for text in ["hello", "second message"] {
+        within("websocket send", ws.send(Message::text(text))).await.expect("send");
+        let echoed = within("websocket echo", ws.next()).await.expect("a message").expect("ok");
+        assert_eq!(echoed, Message::text(text));
+    }
+    // Many TLS records each way, through the tunnel.
+    let blob = vec![7u8; 1 << 20];
+    within("websocket send", ws.send(Message::binary(blob.clone()))).await.expect("send");
+    let echoed = within("websocket echo", ws.next()).await.expect("a message").expect("ok");
+    assert_eq!(echoed, Message::binary(blob));
+    within("websocket close", ws.close(None)).await.expect("close");
+    let upgrade = origin.requests().first().cloned().expect("the upgrade request");
+    assert_eq!(upgrade.header("x-forwarded-proto"), Some("https"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,6 +319,26 @@ async fn a_second_connection_resumes_the_first_ones_session() {
         let resumed = [("version", label), ("session", "resumed")];
         wait_for_count(proxy.admin(), HANDSHAKES, &resumed, 1).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_resume_across_a_reload() {
+    let pki = Pki::new("resume-reload");
+    let (_, files) = pki.localhost("server", "server");
+    let origin = Origin::start().await;
+    let path = pki.dir.write(
+        "holdfast.toml",
+        &https_listener(&files.toml(), &format!("\"{}\"", origin.addr()), ""),
+    );
+    let proxy = Proxy::start_file(&path).await;
+    let config = pki.ca.client_config();
+    let mut first = HttpsClient::connect(proxy.addr(), &config, "localhost").await;
+    assert_eq!(first.get("/first").await.status, StatusCode::OK);
+    // The listener's server (its ticket keys and session cache) outlives the reload.
+    proxy.reload().await.expect("reload");
+    let mut second = HttpsClient::connect(proxy.addr(), &config, "localhost").await;
+    assert_eq!(second.kind, HandshakeKind::Resumed);
+    assert_eq!(second.get("/second").await.status, StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,9 +502,16 @@ async fn failed_handshakes_are_counted_by_reason() {
 
     // A client that does not trust the certificate says so with an alert.
     let stranger = Ca::new("another CA").client_config();
-    let refused = crate::support::tls::tls_connect(proxy.addr(), &stranger, "localhost").await;
+    let refused = tls_connect(proxy.addr(), &stranger, "localhost").await;
     assert!(refused.is_err(), "a client trusting another CA finished the handshake");
     wait_for_count(admin, FAILURES, &[("reason", "client_alert")], 1).await;
+
+    // A client that speaks only HTTP/2: no protocol in common.
+    let mut h2_only = (*pki.ca.client_config()).clone();
+    h2_only.alpn_protocols = vec![b"h2".to_vec()];
+    let refused = tls_connect(proxy.addr(), &std::sync::Arc::new(h2_only), "localhost").await;
+    assert!(refused.is_err(), "an HTTP/2-only client finished the handshake");
+    wait_for_count(admin, FAILURES, &[("reason", "no_alpn")], 1).await;
 
     // Connected and silent past `client_header`.
     send_and_wait_close(proxy.addr(), b"").await;
@@ -458,7 +519,7 @@ async fn failed_handshakes_are_counted_by_reason() {
 
     // Nothing else was counted, and no handshake finished.
     let metrics = proxy.metrics().await;
-    assert_eq!(metrics.count_or_zero(FAILURES, &[]), 5, "{}", metrics.text);
+    assert_eq!(metrics.count_or_zero(FAILURES, &[]), 6, "{}", metrics.text);
     assert_eq!(metrics.count_or_zero(HANDSHAKES, &[]), 0, "{}", metrics.text);
     assert_eq!(origin.request_count(), 0);
 }
