@@ -23,8 +23,8 @@ use crate::support::tls::{
     Ca, HttpsClient, Pki, TlsOrigin, TlsOriginOptions,
 };
 use crate::support::{
-    wait_for_count, wait_until, within, ChildProxy, Generated, Origin, Proxy, RawClient,
-    ReservedPort,
+    wait_for_count, wait_until, within, ChildProxy, Generated, HttpClient, Origin, Proxy,
+    RawClient, ReservedPort,
 };
 
 /// How long a certificate file change may take to be served: the watch interval (5 s)
@@ -419,6 +419,38 @@ async fn reload_serves_replaced_certificate_files_and_refuses_broken_ones() {
     assert_eq!(after.get("/after").await.status, StatusCode::OK);
     // The connection made before the change carries on.
     assert_eq!(before.get("/before-again").await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_turns_tls_on_and_off_on_a_listener() {
+    let pki = Pki::new("tls-on-off");
+    let (_, files) = pki.localhost("server", "server");
+    let origin = Origin::start().await;
+    let https = https_listener(&files.toml(), &format!("\"{}\"", origin.addr()), "");
+    // The same listener without its [listener.tls].
+    let cleartext = https.replace(&format!("[listener.tls]\n{}\n", files.toml()), "");
+    assert_ne!(https, cleartext);
+    let path = pki.dir.write("holdfast.toml", &cleartext);
+    let proxy = Proxy::start_file(&path).await;
+    let mut plain = HttpClient::connect(proxy.addr()).await;
+    assert_eq!(plain.get("/plain").await.status, StatusCode::OK);
+
+    pki.dir.write("holdfast.toml", &https);
+    proxy.reload().await.expect("reload turning TLS on");
+    let mut client = HttpsClient::connect(proxy.addr(), &pki.ca.client_config(), "localhost").await;
+    assert_eq!(client.get("/tls").await.status, StatusCode::OK);
+    let mut raw = RawClient::connect(proxy.addr()).await;
+    raw.send("GET /plain-again HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let resp = raw.response().await;
+    assert_eq!(resp.status, 400, "{}", resp.body_text());
+    // A connection accepted before the change stays as it was.
+    assert_eq!(plain.get("/plain-kept").await.status, StatusCode::OK);
+
+    pki.dir.write("holdfast.toml", &cleartext);
+    proxy.reload().await.expect("reload turning TLS off");
+    let mut plain = HttpClient::connect(proxy.addr()).await;
+    assert_eq!(plain.get("/plain-after").await.status, StatusCode::OK);
+    assert_eq!(client.get("/tls-kept").await.status, StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
