@@ -24,7 +24,7 @@ use crate::support::tls::{
 };
 use crate::support::{
     wait_for_count, wait_until, within, ChildProxy, Generated, HttpClient, Origin, Proxy,
-    RawClient, ReservedPort,
+    RawClient, ReservedPort, DEADLINE,
 };
 
 /// How long a certificate file change may take to be served: the watch interval (5 s)
@@ -451,6 +451,29 @@ async fn a_reload_turns_tls_on_and_off_on_a_listener() {
     let mut plain = HttpClient::connect(proxy.addr()).await;
     assert_eq!(plain.get("/plain-after").await.status, StatusCode::OK);
     assert_eq!(client.get("/tls-kept").await.status, StatusCode::OK);
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_serves_replaced_certificate_files() {
+    let pki = Pki::new("cert-sighup");
+    let (_, files) = pki.localhost("old", "server");
+    let origin = Origin::start().await;
+    let proxy = ChildProxy::launch(|listen| {
+        let text = https_listener(&files.toml(), &format!("\"{}\"", origin.addr()), "")
+            .replace("127.0.0.1:0\"\nupstream", &format!("{listen}\"\nupstream"))
+            .replace("[admin]\naddress = \"127.0.0.1:0\"\n\n", "");
+        let path = pki.dir.write("holdfast.toml", &text);
+        vec!["--config".to_string(), path.display().to_string()]
+    })
+    .await;
+    assert_eq!(presented(proxy.addr(), "localhost").await, "old");
+    pki.ca.leaf("new", &["localhost"]).replace(&files);
+    proxy.signal(nix::sys::signal::Signal::SIGHUP);
+    wait_until("the reload is logged", DEADLINE, || proxy.stderr().contains("config reloaded"))
+        .await;
+    // Served once the reload is done, not a watch interval later.
+    assert_eq!(presented(proxy.addr(), "localhost").await, "new");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
