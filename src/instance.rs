@@ -468,7 +468,11 @@ impl Shared {
             return;
         };
         match slot.load_full() {
-            Some(server) if server.serves_acme() == tls.acme => server.install(tls, files),
+            Some(server) if server.serves_acme() == tls.acme => {
+                server.install(tls, files);
+                let files = tls.certificates.len();
+                tracing::info!(listen = %l.addr, files, "certificate files read again");
+            }
             _ => {
                 let server =
                     Arc::new(TlsServer::new(tls, files, &self.acme_certs, &self.tls_metrics));

@@ -21,7 +21,7 @@ impl Validator<'_> {
         let key = format!("{key}.tls");
         let mut pairs = Vec::new();
         match (&raw.cert, &raw.key) {
-            (Some(cert), Some(k)) => pairs.push(self.cert_pair(&key, cert, k)?),
+            (Some(cert), Some(k)) => pairs.push(self.cert_pair(&key, ["cert", "key"], cert, k)?),
             (Some(v), None) => self.problem(v.span(), format!("{key}.key"), "`cert` needs `key`"),
             (None, Some(v)) => self.problem(v.span(), format!("{key}.cert"), "`key` needs `cert`"),
             (None, None) => {}
@@ -29,6 +29,7 @@ impl Validator<'_> {
         for (i, pair) in raw.certificates.iter().enumerate() {
             pairs.push(self.cert_pair(
                 &format!("{key}.certificates[{i}]"),
+                ["cert", "key"],
                 &pair.cert,
                 &pair.key,
             )?);
@@ -73,10 +74,13 @@ impl Validator<'_> {
         }
     }
 
-    /// A certificate and key file, read and checked now.
+    /// A certificate and key file, read and checked now. `names` are the keys the two
+    /// files are given under in `key`'s table (`cert` and `key`, or `client_cert` and
+    /// `client_key`), which a problem names.
     fn cert_pair(
         &mut self,
         key: &str,
+        names: [&str; 2],
         cert: &Spanned<String>,
         private: &Spanned<String>,
     ) -> Option<CertPair> {
@@ -84,14 +88,15 @@ impl Validator<'_> {
         match certs::load(&pair) {
             Ok(_) => Some(pair),
             Err(e) => {
+                let [cert_name, key_name] = names;
                 let which = match e {
                     certs::CertError::BadKey { .. } | certs::CertError::Mismatch { .. } => {
-                        (private.span(), format!("{key}.key"))
+                        (private.span(), format!("{key}.{key_name}"))
                     }
                     certs::CertError::Read { ref path, .. } if *path == pair.key => {
-                        (private.span(), format!("{key}.key"))
+                        (private.span(), format!("{key}.{key_name}"))
                     }
-                    _ => (cert.span(), format!("{key}.cert")),
+                    _ => (cert.span(), format!("{key}.{cert_name}")),
                 };
                 self.problem(which.0, which.1, e.to_string());
                 None
@@ -148,7 +153,9 @@ impl Validator<'_> {
             }
             Some(FileUpstreamTls::Table(t)) => {
                 let client_cert = match (&t.client_cert, &t.client_key) {
-                    (Some(cert), Some(k)) => Some(self.cert_pair(&key, cert, k)?),
+                    (Some(cert), Some(k)) => {
+                        Some(self.cert_pair(&key, ["client_cert", "client_key"], cert, k)?)
+                    }
                     (None, None) => None,
                     (Some(v), None) | (None, Some(v)) => {
                         let message = "`client_cert` and `client_key` go together";

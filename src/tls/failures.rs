@@ -93,11 +93,17 @@ impl HandshakeFailure {
     pub fn of_tls(e: &rustls::Error) -> HandshakeFailure {
         use rustls::{Error, PeerIncompatible};
         match e {
+            // rustls requires signature_algorithms (a TLS 1.2 extension, which TLS 1.2
+            // clients send and TLS 1.3 requires) before it looks at the versions offered,
+            // so a TLS 1.0/1.1 ClientHello fails there; one that has it fails with
+            // `Tls12NotOffered`.
             Error::PeerIncompatible(
                 PeerIncompatible::ServerDoesNotSupportTls12Or13
                 | PeerIncompatible::SupportedVersionsExtensionRequired
+                | PeerIncompatible::Tls12NotOffered
                 | PeerIncompatible::Tls12NotOfferedOrEnabled
-                | PeerIncompatible::Tls13RequiredForQuic,
+                | PeerIncompatible::Tls13RequiredForQuic
+                | PeerIncompatible::SignatureAlgorithmsExtensionRequired,
             ) => HandshakeFailure::ProtocolVersion,
             Error::PeerIncompatible(_) => HandshakeFailure::Incompatible,
             Error::NoApplicationProtocol => HandshakeFailure::NoAlpn,
@@ -247,6 +253,12 @@ mod tests {
                 Error::PeerIncompatible(PeerIncompatible::SupportedVersionsExtensionRequired),
                 "protocol_version",
             ),
+            // A TLS 1.0/1.1 ClientHello, without and with signature_algorithms.
+            (
+                Error::PeerIncompatible(PeerIncompatible::SignatureAlgorithmsExtensionRequired),
+                "protocol_version",
+            ),
+            (Error::PeerIncompatible(PeerIncompatible::Tls12NotOffered), "protocol_version"),
             (Error::NoApplicationProtocol, "no_alpn"),
             (Error::AlertReceived(AlertDescription::BadCertificate), "client_alert"),
             (Error::General("no server certificate chain resolved".into()), "no_certificate"),

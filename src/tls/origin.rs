@@ -148,7 +148,7 @@ fn fingerprint(settings: &OriginTlsSettings) -> u64 {
 /// `insecure_skip_verify`: any certificate is taken, but the handshake's signatures
 /// are still checked, so the peer holds the key of the certificate it sent.
 #[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
+pub struct AnyCertificate(pub Arc<CryptoProvider>);
 
 impl ServerCertVerifier for AnyCertificate {
     fn verify_server_cert(

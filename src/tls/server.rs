@@ -162,31 +162,34 @@ impl TlsServer {
     }
 
     /// Runs the handshake on `tcp` within `timeout`. Plain HTTP sent to the port is
-    /// answered with a 400 that says to use https:// (and counted as a failure).
+    /// answered with a 400 that says to use https:// (and counted as a failure); the
+    /// answer has a time limit of its own, `PLAIN_HTTP_LINGER`, so a `timeout` shorter
+    /// than that neither cuts it off nor counts the client as timed out.
     pub async fn accept(
         &self,
         tcp: TcpStream,
         peer: SocketAddr,
         timeout: Duration,
     ) -> Option<Accepted> {
-        match tokio::time::timeout(timeout, self.handshake(tcp)).await {
-            Ok(Ok(accepted)) => Some(accepted),
-            Ok(Err(failure)) => {
-                self.metrics.failed(failure, peer);
-                None
+        let deadline = crate::net::later(tokio::time::Instant::now(), timeout);
+        let failure = match tokio::time::timeout_at(deadline, looks_like_plain_http(&tcp)).await {
+            Ok(Ok(false)) => match tokio::time::timeout_at(deadline, self.handshake(tcp)).await {
+                Ok(Ok(accepted)) => return Some(accepted),
+                Ok(Err(failure)) => failure,
+                Err(_) => HandshakeFailure::Timeout,
+            },
+            Ok(Ok(true)) => {
+                answer_plain_http(Stream::Tcp(tcp)).await;
+                HandshakeFailure::PlainHttp
             }
-            Err(_) => {
-                self.metrics.failed(HandshakeFailure::Timeout, peer);
-                None
-            }
-        }
+            Ok(Err(failure)) => failure,
+            Err(_) => HandshakeFailure::Timeout,
+        };
+        self.metrics.failed(failure, peer);
+        None
     }
 
     async fn handshake(&self, tcp: TcpStream) -> Result<Accepted, HandshakeFailure> {
-        if looks_like_plain_http(&tcp).await? {
-            answer_plain_http(Stream::Tcp(tcp)).await;
-            return Err(HandshakeFailure::PlainHttp);
-        }
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&self.config));
         let tls = acceptor.accept(tcp).await.map_err(|e| HandshakeFailure::of_io(&e))?;
         let (tcp, conn) = tls.into_inner();

@@ -7,7 +7,16 @@ use std::process::Command;
 
 use holdfast::Config;
 
+use crate::support::tls::{have_tool, Ca, PemFiles};
 use crate::support::{Origin, Proxy, RawClient, RawOrigin, TempDir};
+
+/// A CA and a certificate it signed for `localhost`, written to `dir`: the CA's file,
+/// and the certificate's.
+fn certificates(dir: &TempDir) -> (std::path::PathBuf, PemFiles) {
+    let ca = Ca::new("holdfast test CA");
+    let files = ca.leaf("localhost", &["localhost"]).write(dir, "cert");
+    (ca.write(dir, "ca.pem"), files)
+}
 
 /// A config with one listener (`listener` is written into its table) in front of
 /// `origin`.
@@ -18,34 +27,6 @@ fn config(origin: std::net::SocketAddr, listener: &str, dir: &TempDir) -> Config
     );
     let path = dir.write("holdfast.toml", &text);
     Config::load(&path).expect("a valid config")
-}
-
-/// A CA and a certificate for `localhost` and 127.0.0.1, as PEM files in `dir`:
-/// (CA, certificate, key).
-fn certificates(dir: &TempDir, names: &[&str]) -> (std::path::PathBuf, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, "holdfast test CA");
-    let ca_key = KeyPair::generate().expect("key");
-    let ca_cert = ca.self_signed(&ca_key).expect("CA");
-    let issuer = Issuer::new(ca, ca_key);
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let leaf_key = KeyPair::generate().expect("key");
-    let leaf = CertificateParams::new(names).expect("params").signed_by(&leaf_key, &issuer);
-    let ca_path = dir.write("ca.pem", &ca_cert.pem());
-    dir.write("cert.pem", &leaf.expect("leaf").pem());
-    dir.write("key.pem", &leaf_key.serialize_pem());
-    (ca_path, "cert.pem".into(), "key.pem".into())
-}
-
-/// `curl` is there, or the test skips (fails under CI=true).
-fn have_curl() -> bool {
-    let ok = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        crate::support::skip_or_fail("curl is not installed");
-    }
-    ok
 }
 
 /// The response head curl saw for `url`, lowercase, trusting `ca`.
@@ -101,12 +82,12 @@ async fn redirect_to_443_leaves_the_port_out_and_needs_a_host() {
 
 #[tokio::test]
 async fn hsts_goes_on_https_responses_unless_the_origin_sent_its_own() {
-    if !have_curl() {
+    if !have_tool("curl") {
         return;
     }
     let dir = TempDir::new("hsts");
-    let (ca, cert, key) = certificates(&dir, &["localhost"]);
-    let tls = format!("hsts = \"365d\"\n[listener.tls]\ncert = \"{cert}\"\nkey = \"{key}\"");
+    let (ca, files) = certificates(&dir);
+    let tls = format!("hsts = \"365d\"\n[listener.tls]\n{}", files.toml());
     let origin = Origin::start().await;
     let proxy = Proxy::start(config(origin.addr(), &tls, &dir)).await;
     let url = format!("https://localhost:{}/", proxy.addr().port());
@@ -122,8 +103,6 @@ async fn hsts_goes_on_https_responses_unless_the_origin_sent_its_own() {
     )
     .await;
     let dir2 = TempDir::new("hsts-own");
-    std::fs::copy(dir.path().join("cert.pem"), dir2.path().join("cert.pem")).unwrap();
-    std::fs::copy(dir.path().join("key.pem"), dir2.path().join("key.pem")).unwrap();
     let proxy = Proxy::start(config(own.addr(), &tls, &dir2)).await;
     let head = curl_head(format!("https://localhost:{}/", proxy.addr().port()), &ca).await;
     assert_eq!(head.matches("strict-transport-security").count(), 1, "{head}");
@@ -145,13 +124,17 @@ fn the_https_example_passes_check_with_the_certificates_it_names() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tls/https.toml");
     let dir = TempDir::new("example-https");
     std::fs::create_dir_all(dir.path().join("certs")).unwrap();
-    let (ca, cert, key) = certificates(&dir, &["example.com", "*.example.com"]);
+    let ca = Ca::new("holdfast test CA");
+    let leaf = ca.leaf("example.com", &["example.com", "*.example.com"]);
     let certs = dir.path().join("certs");
     for name in ["example.com", "wildcard.example.com", "holdfast-client"] {
-        std::fs::copy(dir.path().join(&cert), certs.join(format!("{name}.pem"))).unwrap();
-        std::fs::copy(dir.path().join(&key), certs.join(format!("{name}.key"))).unwrap();
+        leaf.write(&dir, name);
+        for ext in ["pem", "key"] {
+            let file = format!("{name}.{ext}");
+            std::fs::rename(dir.path().join(&file), certs.join(&file)).unwrap();
+        }
     }
-    std::fs::copy(&ca, certs.join("internal-ca.pem")).unwrap();
+    std::fs::rename(ca.write(&dir, "internal-ca.pem"), certs.join("internal-ca.pem")).unwrap();
     let copy = dir.path().join("https.toml");
     std::fs::copy(&example, &copy).unwrap();
     if let Err(e) = Config::load(&copy) {
@@ -162,55 +145,6 @@ fn the_https_example_passes_check_with_the_certificates_it_names() {
     let error = Config::load(&copy).expect_err("a missing certificate file").to_string();
     assert!(error.contains("listener[1].tls.certificates[0].cert"), "{error}");
     assert!(error.contains("example.com.pem"), "{error}");
-}
-
-/// A rustls client connection to `addr` for `localhost`, trusting the CA at `ca`.
-async fn tls_connect(
-    addr: std::net::SocketAddr,
-    ca: &Path,
-) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).expect("CA file") {
-        roots.add(cert.expect("a CA certificate")).expect("a usable CA");
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a name");
-    connector.connect(name, tcp).await.expect("TLS handshake")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websocket_over_https_echoes_both_ways() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let dir = TempDir::new("wss");
-    let (ca, cert, key) = certificates(&dir, &["localhost"]);
-    let tls = format!("[listener.tls]\ncert = \"{cert}\"\nkey = \"{key}\"");
-    let origin = Origin::start().await;
-    let proxy = Proxy::start(config(origin.addr(), &tls, &dir)).await;
-    let stream = tls_connect(proxy.addr(), &ca).await;
-    let (mut ws, resp) = crate::support::within(
-        "websocket handshake",
-        tokio_tungstenite::client_async("ws://localhost/upgrade", stream),
-    )
-    .await
-    .expect("websocket handshake through holdfast over TLS");
-    assert_eq!(resp.status(), http::StatusCode::SWITCHING_PROTOCOLS);
-    // Large enough to fill socket buffers midway through TLS records.
-    let blob: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    for message in [Message::text("hello"), Message::binary(blob)] {
-        crate::support::within("send", ws.send(message.clone())).await.expect("send");
-        let echoed = crate::support::within("echo", ws.next()).await.expect("a message");
-        assert!(echoed.expect("ok") == message, "the echo differs");
-    }
-    crate::support::within("close", ws.close(None)).await.expect("close");
 }
 
 #[test]

@@ -58,3 +58,7 @@ mod discovery;
 mod access_log;
 // holdfast's own log: plain values, colour only on a terminal, JSON, outages as counts.
 mod logs;
+// HTTPS listeners with rustls, curl and openssl: SNI, resumption, certificate reloads, failures.
+mod tls_listener;
+// TLS to origins: reuse, resumption, verification, server_name, client certificates.
+mod tls_origin;

@@ -5,6 +5,7 @@
 //! any other from `issued`. Both bind `127.0.0.1:0` and stop when dropped. And the TLS
 //! clients the tests look at served certificates with.
 
+use crate::tls::origin::AnyCertificate;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,10 +14,10 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::ServerCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::RootCertStore;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -181,7 +182,7 @@ pub async fn presented_chain(
         .with_safe_default_protocol_versions()
         .unwrap()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate))
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
         .with_no_client_auth();
     handshake(config, addr, name).await
 }
@@ -232,45 +233,4 @@ pub fn verify_chain(
         chain.split_first().ok_or(rustls::Error::NoCertificatesPresented)?;
     let name = ServerName::try_from(name.to_string()).unwrap();
     verifier.verify_server_cert(leaf, intermediates, &name, &[], UnixTime::now()).map(|_| ())
-}
-
-/// Accepts any certificate: for looking at what a server presents.
-#[derive(Debug)]
-struct AnyCertificate;
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider().signature_verification_algorithms.supported_schemes()
-    }
 }

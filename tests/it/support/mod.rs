@@ -15,6 +15,7 @@ pub mod port;
 pub mod proxy;
 pub mod scrape;
 pub mod tap;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,7 +34,7 @@ pub use load::Load;
 pub use origin::{Origin, OriginOptions, RawAnswer, RawOrigin};
 pub use port::{ClosedPort, ReservedPort};
 pub use proxy::{config_for, config_to, config_with_admin, group_config, ChildProxy, Proxy};
-pub use scrape::{admin_get, Metrics};
+pub use scrape::{admin_get, wait_for_count, Metrics};
 pub use tap::Tap;
 
 /// The longest any single step of a test may take before the test fails.

@@ -2,8 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use super::HttpClient;
+use tokio::time::Instant;
+
+use super::{HttpClient, DEADLINE};
 
 /// One scrape of `/metrics`.
 #[derive(Debug)]
@@ -66,6 +69,35 @@ impl Metrics {
     /// Like [`Metrics::sum`], as a count.
     pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         self.sum(name, labels) as u64
+    }
+
+    /// Like [`Metrics::count`], but 0 when no series matches: a counter with labels
+    /// appears only once it has counted.
+    pub fn count_or_zero(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.series_named(name)
+            .filter(|(l, _)| labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(v)))
+            .map(|(_, v)| v as u64)
+            .sum()
+    }
+}
+
+/// Scrapes `admin` until `name{labels}` counts `want` (see [`Metrics::count_or_zero`]);
+/// panics with the last scrape if it does not within [`DEADLINE`].
+pub async fn wait_for_count(admin: SocketAddr, name: &str, labels: &[(&str, &str)], want: u64) {
+    let start = Instant::now();
+    // Bounded by DEADLINE; each round scrapes once and waits 20 ms.
+    loop {
+        let metrics = Metrics::scrape(admin).await;
+        let now = metrics.count_or_zero(name, labels);
+        if now == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{name}{labels:?} is {now}, expected {want}:\n{}",
+            metrics.text
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
