@@ -26,6 +26,7 @@
 //!                          \-> upstream (balance, pool, connect) -> origin
 //!                          \-> metrics, telemetry (observe only, never decide)
 //! http1 (syntax) and net (streams, buffers, bounded waits) serve client and proxy
+//! tls (handshakes, certificates) serves client and upstream; acme keeps certificates
 //! ```
 //!
 //! `listener` accepts clients as `net::Stream`s; `client` reads each request head
@@ -39,7 +40,9 @@
 //! the bytes (`h1`: HTTP/1.1 on both sides). `upstream` also follows server names
 //! (`discovery`), checks backends (`check`) and takes failing ones out of service
 //! (`health`). `http1` parses and writes HTTP/1.1 heads and follows body framing; `net`
-//! reads and writes streams with bounded waits. Each part owns its settings types and
+//! reads and writes streams, cleartext or TLS, with bounded waits; `tls` runs the
+//! handshakes on both sides and picks a listener's certificate, from its files or from
+//! `acme`, which obtains and renews certificates from an ACME CA. Each part owns its settings types and
 //! their defaults; `config` turns the file into them (it depends on the parts, never the
 //! reverse); `instance` wires them together and applies a reloaded config; `admin`,
 //! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says how TLS
