@@ -1,10 +1,17 @@
 """The `bench/run` command: reads the flags, prepares binaries and packages, runs every
 scenario for every contender in interleaved rounds, and writes the results.
 
-Order of a session: build (cargo, release) -> find or install nginx, haproxy, wrk, node ->
-pick loopback ports -> start the origins -> rounds (each round runs every scenario, and within
-a scenario every contender, in an order rotated per round) -> medians, targets, JSON, charts,
-BENCHMARKS.md. Children and namespaces are cleaned up in `finally` whatever happens.
+Order of a session: build (cargo, release) -> find or install nginx, haproxy, wrk, node,
+openssl -> pick loopback ports -> make the HTTPS scenarios' certificates (certs.py) -> start
+the origins -> rounds (each round runs every scenario, and within a scenario every
+contender, in an order rotated per round) -> medians, targets, JSON, charts, BENCHMARKS.md.
+Children, namespaces and the session directory (certificates included) are cleaned up in
+`finally` whatever happens.
+
+Where results go: a full run writes results/latest.json and, for the HTTPS scenarios,
+results/https.json (latest.json is near the size a result file may have); a run of exactly
+the HTTPS scenarios with every contender writes https.json alone; any other subset
+results/partial.json; --smoke results/smoke.json.
 """
 
 import argparse
@@ -20,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import (build, contenders, install, machine, netns, origins, procs, report, scenarios,
-               sockets)
+from . import (build, certs, contenders, install, machine, netns, origins, procs, report,
+               scenarios, sockets)
+from .certs import Certs
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
@@ -48,6 +56,7 @@ class Context:
     nofile: int
     idle_clients: int
     pool_connections: int
+    certs: Certs | None = None  # the HTTPS scenarios' certificates, made per session
 
     def for_run(self, run_dir):
         return dataclasses.replace(self, log_dir=Path(run_dir))
@@ -60,7 +69,8 @@ def parse(argv):
     )
     p.add_argument("--smoke", action="store_true",
                    help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
-                        "rate-latency), installed contenders only; writes bench/results/smoke.json")
+                        "rate-latency, https-keepalive-tiny, https-handshakes, https-origin), "
+                        "installed contenders only; writes bench/results/smoke.json")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
     p.add_argument("--duration", type=float, default=None,
                    help="seconds per measured window (default 10; port-exhaustion runs 3x this)")
@@ -106,6 +116,10 @@ def parse(argv):
     opts.is_subset = (set(opts.scenarios) != set(scenario_names)
                       or set(opts.contenders) != set(contender_names)
                       or bool(opts.holdfast))
+    # Exactly the HTTPS scenarios, every contender: their own results file is rewritten.
+    opts.https_only = (set(opts.scenarios) == set(scenarios.HTTPS)
+                       and set(opts.contenders) == set(contender_names)
+                       and not opts.holdfast)
     return opts
 
 
@@ -202,7 +216,8 @@ def _session(opts, session, argv):
     proxy_cpu, load_cpu = procs.pin_cpus()
     if proxy_cpu == load_cpu:
         log("note: only one CPU is available; proxy and load share it")
-    names = ("origin", "node", "proxy", "admin", "pool_origin", "pool_origin_b", "proxy_b")
+    names = ("origin", "node", "proxy", "admin", "pool_origin", "pool_origin_b", "proxy_b",
+             "origin_tls")
     ports = dict(zip(names, sockets.free_ports(len(names))))
     log(f"ports: {ports}; proxy on CPU {proxy_cpu}, load and origins on CPU {load_cpu}")
 
@@ -218,20 +233,36 @@ def _session(opts, session, argv):
         exhaustion_s=3 * opts.duration, nofile=nofile, idle_clients=idle_clients,
         pool_connections=pool_connections,
     )
+    holdfast_tls = True
+    if any(s.tls for s in plan_scenarios):
+        ctx.certs = certs.make(session / "tls")
+        log(f"certificates for the HTTPS scenarios in {session / 'tls'}")
+        holdfast_tls = contenders.holdfast_speaks_tls(bins["holdfast"])
+        if not holdfast_tls and any(c.name == "holdfast" for c in plan_contenders):
+            log("note: this holdfast has no TLS flags ("
+                + ", ".join(contenders.HOLDFAST_TLS_FLAGS) + " in --help): the HTTPS "
+                "scenarios run without it")
     ctx.origins["rust"] = origins.start("rust", port=ports["origin"], bins=bins, log_dir=session)
     if any(s.origin == "node" and s.name not in scenarios.IN_NAMESPACE for s in plan_scenarios):
         ctx.origins["node"] = origins.start("node", port=ports["node"], bins=bins,
                                             log_dir=session)
+    if any(s.origin == "rust-tls" or (s.tls == "client" and any(
+            c.name == "direct" for c in scenarios.contenders_for(s, plan_contenders)))
+           for s in plan_scenarios):
+        ctx.origins["rust-tls"] = _start_origin("rust-tls", ports, bins, session, ctx.certs)
 
     info = machine.describe(bins)
     commit = machine.git_commit(REPO) if not opts.holdfast else f"binary {opts.holdfast}"
     records = []
-    total = opts.runs * sum(len(scenarios.contenders_for(s, plan_contenders))
-                            for s in plan_scenarios)
+
+    def runs_of(scenario):
+        return scenarios.contenders_for(scenario, plan_contenders, holdfast_tls=holdfast_tls)
+
+    total = opts.runs * sum(len(runs_of(s)) for s in plan_scenarios)
     done = 0
     for round_no in range(1, opts.runs + 1):
         for scenario in plan_scenarios:
-            order = scenarios.contenders_for(scenario, plan_contenders)
+            order = runs_of(scenario)
             shift = (round_no - 1) % max(1, len(order))
             order = order[shift:] + order[:shift]
             for contender in order:
@@ -239,52 +270,91 @@ def _session(opts, session, argv):
                 _revive_origins(ctx, ports, bins, session)
                 record = scenarios.run(ctx, scenario, contender, round_no)
                 records.append(record)
-                log(f"[{done}/{total}] round {round_no} {scenario.name:15} "
-                    f"{contender.name:13} {_one_line(record)}")
+                log(f"[{done}/{total}] round {round_no} {scenario.name:20} "
+                    f"{contender.name:14} {_one_line(record)}")
 
     origin_argvs = [origin.child.argv for origin in ctx.origins.values()]
     for origin in ctx.origins.values():
         origin.stop()
-    medians = report.aggregate(records)
-    checks = report.targets(medians, records)
-    document = {
-        "generated_by": "bench/run",
-        "command": "bench/run" + ("" if not argv else " " + shlex.join(argv)),
-        "mode": "smoke" if opts.smoke else ("partial" if opts.is_subset else "full"),
-        "options": {"runs": opts.runs, "duration_s": opts.duration, "warmup_s": opts.warmup,
-                    "rate": opts.rate, "exhaustion_s": ctx.exhaustion_s,
-                    "scenarios": [s.name for s in plan_scenarios],
-                    "contenders": [c.name for c in plan_contenders],
-                    "proxy_cpu": proxy_cpu, "load_cpu": load_cpu, "nofile": nofile,
-                    "idle_clients": idle_clients, "pool_connections": pool_connections},
-        "machine": info,
-        "holdfast_commit": commit,
-        "ports": ports,
-        "commands": _commands(records, origin_argvs, session, argv),
-        "medians": medians,
-        "targets": checks,
-        "runs": records,
-    }
-    RESULTS.mkdir(parents=True, exist_ok=True)
+
+    def document(mode, recs):
+        """The results file's content for the records `recs`."""
+        names = {r["scenario"] for r in recs}
+        medians = report.aggregate(recs)
+        if mode == "https":
+            checks = report.https_targets(medians)
+        elif mode == "full":
+            checks = report.targets(medians, recs)
+        else:  # a subset: the targets of the scenarios it ran
+            checks = [c for c in report.targets(medians, recs) + report.https_targets(medians)
+                      if c["scenario"] in names]
+        return {
+            "generated_by": "bench/run",
+            "command": "bench/run" + ("" if not argv else " " + shlex.join(argv)),
+            "mode": mode,
+            "options": {"runs": opts.runs, "duration_s": opts.duration,
+                        "warmup_s": opts.warmup, "rate": opts.rate,
+                        "exhaustion_s": ctx.exhaustion_s,
+                        "scenarios": [s.name for s in plan_scenarios if s.name in names],
+                        "contenders": [c.name for c in plan_contenders],
+                        "proxy_cpu": proxy_cpu, "load_cpu": load_cpu, "nofile": nofile,
+                        "idle_clients": idle_clients, "pool_connections": pool_connections,
+                        "holdfast_tls": holdfast_tls},
+            "machine": info,
+            "holdfast_commit": commit,
+            "ports": ports,
+            "tls": ctx.certs.describe() if ctx.certs and names & set(scenarios.HTTPS) else None,
+            "commands": _commands(recs, origin_argvs, session, argv),
+            "medians": medians,
+            "targets": checks,
+            "runs": recs,
+        }
+
+    https_records = [r for r in records if r["scenario"] in scenarios.HTTPS]
+    other_records = [r for r in records if r["scenario"] not in scenarios.HTTPS]
     if opts.smoke:
-        out = RESULTS / "smoke.json"
-    elif opts.is_subset:
-        out = RESULTS / "partial.json"
+        outputs = [("smoke", "smoke.json", records)]
+    elif not opts.is_subset:
+        outputs = [("full", "latest.json", other_records), ("https", "https.json", https_records)]
+    elif opts.https_only:
+        outputs = [("https", "https.json", records)]
     else:
-        out = RESULTS / "latest.json"
-    report.write_json(out, document)
-    log(f"wrote {out.relative_to(REPO)}")
-    if document["mode"] == "full":
-        subtitle = (f"{info['cpu_model']}, {info['cores']} cores; holdfast {commit or '?'}; "
-                    f"median of {opts.runs} runs of {opts.duration:g} s")
-        files = report.charts(RESULTS, medians, records, [c.name for c in plan_contenders],
-                              subtitle)
-        generated = report.markdown(document, files, image_prefix="bench/results/")
-        report.splice(REPO / "BENCHMARKS.md", generated)
-        log("wrote BENCHMARKS.md and bench/results/*.svg")
+        outputs = [("partial", "partial.json", records)]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    subtitle = (f"{info['cpu_model']}, {info['cores']} cores; holdfast {commit or '?'}; "
+                f"median of {opts.runs} runs of {opts.duration:g} s")
+    contender_names = [c.name for c in plan_contenders]
+    checks = []
+    for mode, file_name, recs in outputs:
+        doc = document(mode, recs)
+        checks += doc["targets"]
+        out = RESULTS / file_name
+        report.write_json(out, doc)
+        log(f"wrote {out.relative_to(REPO)} ({out.stat().st_size / 1000:,.0f} kB)")
+        if mode == "full":
+            files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
+            generated = report.markdown(doc, files, image_prefix="bench/results/")
+            report.splice(REPO / "BENCHMARKS.md", generated)
+            log("wrote BENCHMARKS.md's results section and bench/results/*.svg")
+        elif mode == "https":
+            files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
+            generated = report.https_markdown(doc, files, image_prefix="bench/results/")
+            report.splice(REPO / "BENCHMARKS.md", generated, marks=report.HTTPS_MARKS)
+            log("wrote BENCHMARKS.md's HTTPS results section and bench/results/https-*.svg")
     log("")
     log(report.targets_table(checks))
     return _exit_status(opts, records, plan_contenders)
+
+
+# Which port each shared origin listens on.
+ORIGIN_PORTS = {"rust": "origin", "rust-tls": "origin_tls", "node": "node"}
+
+
+def _start_origin(kind, ports, bins, session, session_certs):
+    """Starts shared origin `kind`: "rust", "node", or "rust-tls" (bench-origin over HTTPS)."""
+    program = "node" if kind == "node" else "rust"
+    return origins.start(program, port=ports[ORIGIN_PORTS[kind]], bins=bins, log_dir=session,
+                         certs=session_certs if kind == "rust-tls" else None)
 
 
 def _revive_origins(ctx, ports, bins, session):
@@ -293,8 +363,7 @@ def _revive_origins(ctx, ports, bins, session):
         if not origin.child.is_alive():
             log(f"{kind} origin died (exit status {origin.child.popen.returncode}); "
                 "restarting it")
-            port = ports["origin" if kind == "rust" else "node"]
-            ctx.origins[kind] = origins.start(kind, port=port, bins=bins, log_dir=session)
+            ctx.origins[kind] = _start_origin(kind, ports, bins, session, ctx.certs)
 
 
 def _one_line(record):
@@ -309,6 +378,15 @@ def _one_line(record):
                 f"after burst 1, {m.get('rss_kb_two_pools')} kB after burst 2: "
                 f"{per:,.0f} B per idle connection (upper bound "
                 f"{m.get('bytes_per_idle_connection_upper') or 0:,.0f} B)")
+    if record["scenario"] == "https-handshakes":
+        parts = []
+        for window in scenarios.HANDSHAKE_WINDOWS:
+            cpu = m.get(f"cpu_us_per_request_{window}")
+            share = m.get(f"resumed_share_{window}")
+            parts.append(f"{window}: {m.get(f'rps_{window}') or 0:>7,.0f}/s"
+                         + (f" {cpu:7.1f} µs/handshake" if cpu is not None else "")
+                         + (f" ({share * 100:.1f}% resumed)" if share is not None else ""))
+        return "  ".join(parts) + f"  errors {m.get('errors')}"
     if record["scenario"] == "silent-clients":
         ok = m.get("bytes_per_silent_connection") is not None
         return (f"{m.get('silent_connections') or 0:,} silent connections held; RSS "
@@ -325,6 +403,10 @@ def _one_line(record):
         parts.append(f"{m['cpu_us_per_request']:6.2f} µs/req{split}")
     if m.get("reuse") is not None:
         parts.append(f"reuse {m['reuse'] * 100:6.2f}%")
+    if m.get("upstream_tls_per_request") is not None:
+        parts.append(f"upstream TLS handshakes {m['upstream_tls_handshakes']:,} "
+                     f"({m['upstream_tls_full']:,} full, {m['upstream_tls_resumed']:,} resumed; "
+                     f"{m['upstream_tls_per_request'] * 100:.3f}% of requests)")
     lat = m.get("latency_us") or {}
     if lat.get("p99") is not None:
         parts.append(f"p99 {lat['p99']:,} µs")
@@ -364,14 +446,18 @@ def _commands(records, origin_argvs, session, argv):
 
     lines = ["bench/run" + ("" if not argv else " " + shlex.join(argv)), "", "# origins"]
     lines += [shorten(a) for a in origin_argvs]
-    lines += ["", "# contenders (config files: bench/configs/, rendered into $RUN)"]
+    lines += ["", "# contenders (config files: bench/configs/, rendered into $RUN; "
+              "certificates made into $SESSION/tls)"]
     seen = set()
     for rec in records:
         cmd = rec.get("command")
-        if (cmd and rec["scenario"] not in scenarios.IN_NAMESPACE + ("pool-memory",)
-                and rec["contender"] not in seen):
-            seen.add(rec["contender"])
-            lines.append(shorten(cmd))
+        if not cmd or rec["scenario"] in scenarios.IN_NAMESPACE + ("pool-memory",):
+            continue
+        text = shorten(cmd)
+        # one line per contender and config: the HTTPS scenarios start them differently
+        if (rec["contender"], re.sub(r"\$RUN/", "", text)) not in seen:
+            seen.add((rec["contender"], re.sub(r"\$RUN/", "", text)))
+            lines.append(text)
     pool = next((r for r in records if r["scenario"] == "pool-memory" and r.get("command")), None)
     if pool:
         lines.append(shorten(pool["command"]) + "   # pool-memory")
@@ -387,7 +473,7 @@ def _commands(records, origin_argvs, session, argv):
             lines.append("ip netns add $NS; ip -n $NS link set lo up; ip netns exec $NS sysctl "
                          f"-w net.ipv4.ip_local_port_range='{netns.PORT_RANGE}' "
                          "net.ipv4.tcp_tw_reuse=0   # origin and contender also run in $NS")
-        for key in ("warmup_argv", "hold_argv"):
+        for key in ("warmup_argv", "hold_argv", "full_argv"):
             if rec.get(key):
                 lines.append(shorten(rec[key]))
         if rec["load"].get("argv"):
@@ -411,6 +497,16 @@ def _exit_status(opts, records, plan_contenders):
     if opts.smoke:
         problems += [f"{r['scenario']}/{r['contender']}: holdfast had "
                      f"{r['metrics']['errors']} errors" for r in holdfast_errors]
+        # Over HTTPS any contender that answers with errors fails the check: a certificate,
+        # a TLS setting or a config a contender does not take shows up there first.
+        problems += [f"{r['scenario']}/{r['contender']}: {r['metrics']['errors']} errors over "
+                     "HTTPS" for r in records
+                     if r["ok"] and r["scenario"] in scenarios.HTTPS
+                     and r["contender"] != "holdfast" and r["metrics"].get("errors")]
+        problems += [f"https-handshakes/{r['contender']}: no session resumed in the resumed "
+                     "window" for r in records
+                     if r["ok"] and r["scenario"] == "https-handshakes"
+                     and not r["metrics"].get("resumed_share_resumed")]
     for problem in problems:
         log(f"problem: {problem.splitlines()[0][:300]}")
     return 1 if problems else 0

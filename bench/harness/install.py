@@ -20,6 +20,7 @@ PACKAGES = {
     "ip": "iproute2",
     "ss": "iproute2",
     "taskset": "util-linux",
+    "openssl": "openssl",
 }
 
 # Services whose package starts them on install: (name, pid file).

@@ -108,6 +108,18 @@ def mixed(ctx, name, url, *, keepalive, closing, duration_s, netns=None):
     return result
 
 
+def handshakes(ctx, name, url, *, ca, connections, duration_s, resume):
+    """bench-load handshakes: a new TLS connection (and handshake) per request, closed loop;
+    with `resume` each client offers the session it got last time."""
+    args = ["--url", url, "--ca", ca, "--connections", connections,
+            "--duration", f"{duration_s}s"]
+    if resume:
+        args.append("--resume")
+    result = _bench_load(ctx, name, "handshakes", args, timeout_s=duration_s + 30)
+    result["tool"] = "bench-load handshakes"
+    return result
+
+
 def burst(ctx, name, url, *, connections, timeout_s=180):
     """bench-load burst: `connections` clients, one request each, all at once."""
     result = _bench_load(

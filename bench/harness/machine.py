@@ -46,6 +46,7 @@ def describe(bins):
         "haproxy": [bins.get("haproxy"), "-v"],
         "wrk": [bins.get("wrk"), "-v"],
         "node": [bins.get("node"), "-v"],
+        "openssl": [bins.get("openssl"), "version"],
         "rustc": ["rustc", "-V"],
         "cargo": ["cargo", "-V"],
     }.items():

@@ -3,35 +3,56 @@
 Both answer `GET /__origin/stats` with `{"connections", "open", "requests"}`: TCP
 connections accepted so far, open now, and requests served. Upstream connections opened
 by a proxy are the difference of `connections` before and after a window.
+
+bench-origin in TLS mode (`start(..., certs=...)`, the HTTPS origin) serves the same over
+HTTPS and adds `"tls": {"full", "resumed", "failed", "tls13"}`, the handshakes it did;
+`stats()` flattens them into `tls_full`, `tls_resumed`, `tls_failed`, `tls13`, and
+`delta()` subtracts them like the rest. The harness's own stats request is a TLS
+connection too, with a full handshake; `calibrate()` measures that and every difference
+leaves it out.
 """
 
 import json
+import ssl
 import subprocess
 import urllib.request
 
 from . import procs, sockets
 
+# The handshake counts of an HTTPS origin, as `stats()` returns them.
+TLS_KEYS = ("tls_full", "tls_resumed", "tls_failed", "tls13")
+
 
 class Origin:
     """A running origin on 127.0.0.1:`port`, possibly inside a network namespace."""
 
-    def __init__(self, kind, child, port, netns=None):
+    def __init__(self, kind, child, port, netns=None, certs=None):
         self.kind = kind
         self.child = child
         self.port = port
         self.netns = netns
         self.address = f"127.0.0.1:{port}"
+        self.tls = certs is not None
+        self.base_url = f"{'https' if self.tls else 'http'}://{self.address}"
+        # Verifies the HTTPS origin's certificate, for 127.0.0.1, against the session's CA.
+        self._ssl = ssl.create_default_context(cafile=str(certs.ca)) if self.tls else None
         # What one call to stats() itself adds to the counters (its own connection and
-        # request), measured once and subtracted from every difference.
+        # request, and in TLS mode its handshake), measured once and subtracted from every
+        # difference.
         self.overhead = {"connections": 0, "requests": 0}
+        if self.tls:
+            self.overhead |= {key: 0 for key in TLS_KEYS}
         # Source ports for stats() inside a namespace (below its 40000-40999 range).
         self._source_port = 30000
 
     def stats(self):
         if self.netns is None:
-            url = f"http://{self.address}/__origin/stats"
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                return json.loads(resp.read())
+            url = f"{self.base_url}/__origin/stats"
+            with urllib.request.urlopen(url, timeout=10, context=self._ssl) as resp:
+                stats = json.loads(resp.read())
+            for key, value in (stats.pop("tls", None) or {}).items():
+                stats["tls13" if key == "tls13" else f"tls_{key}"] = value
+            return stats
         # Inside a namespace whose local ports may all be taken, so the request comes from
         # a fixed port outside the namespace's ephemeral range, a new one for every call.
         self._source_port += 1
@@ -63,26 +84,36 @@ class Origin:
         self.overhead = {k: second[k] - first[k] for k in self.overhead}
 
     def delta(self, before, after):
-        """Connections accepted and requests served between two stats() snapshots."""
+        """Connections accepted, requests served and (HTTPS origin) handshakes done between
+        two stats() snapshots."""
         return {k: max(0, after[k] - before[k] - self.overhead[k]) for k in self.overhead}
 
     def stop(self):
         self.child.stop()
 
 
-def start(kind, *, port, bins, log_dir, netns=None):
-    """Starts origin `kind` ("rust" or "node"); returns an Origin or raises RuntimeError."""
+def start(kind, *, port, bins, log_dir, netns=None, certs=None):
+    """Starts origin `kind` ("rust" or "node"); returns an Origin or raises RuntimeError.
+
+    With `certs` (rust only, not in a namespace) the origin serves HTTPS with the
+    session's server certificate.
+    """
     if kind == "rust":
         argv = [bins["bench-origin"], "--listen", f"127.0.0.1:{port}", "--threads", "1"]
+        if certs is not None:
+            argv += ["--tls-cert", certs.cert, "--tls-key", certs.key]
     elif kind == "node":
         argv = [bins["node"], bins["node-origin"], "--port", str(port)]
     else:
         raise ValueError(f"unknown origin kind {kind}")
-    child = procs.spawn(f"origin-{kind}", argv, log_dir=log_dir, cpu=procs.LOAD_CPU, netns=netns)
+    if certs is not None and (kind != "rust" or netns is not None):
+        raise ValueError("only bench-origin on the host serves HTTPS")
+    name = f"origin-{kind}" + ("-tls" if certs is not None else "")
+    child = procs.spawn(name, argv, log_dir=log_dir, cpu=procs.LOAD_CPU, netns=netns)
     if not sockets.wait_listening(port, timeout_s=15, netns=netns, child=child):
         tail = child.stderr_tail()
         child.stop()
         raise RuntimeError(f"{kind} origin did not start on port {port}: {tail}")
-    origin = Origin(kind, child, port, netns)
+    origin = Origin(kind, child, port, netns, certs)
     origin.calibrate()
     return origin

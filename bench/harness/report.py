@@ -10,6 +10,9 @@ from . import contenders, scenarios, svg
 
 MARK_START = "<!-- results:start -->"
 MARK_END = "<!-- results:end -->"
+# The HTTPS scenarios' generated section (from results/https.json), inside BENCHMARKS.md's
+# hand-written HTTPS section.
+HTTPS_MARKS = ("<!-- https-results:start -->", "<!-- https-results:end -->")
 
 # Metric keys aggregated per (scenario, contender); latency percentiles are flattened.
 METRICS = (
@@ -26,7 +29,14 @@ METRICS = (
     "connect_eaddrnotavail", "silent_connections", "rss_kb_held", "rss_kb_after", "rss_kb_left",
     "bytes_per_silent_connection", "bytes_left_per_connection", "silent_closed_by_proxy",
     "held_s", "establish_s", "listen_backlog", "failures",
-)
+    # HTTPS: the HTTPS origin's handshake counts, holdfast's own, and https-handshakes'
+    # two windows
+    "upstream_tls_full", "upstream_tls_resumed", "upstream_tls_failed",
+    "upstream_tls_handshakes", "upstream_tls_per_request", "upstream_tls_resumed_share",
+    "upstream_tls_full_warmup", "upstream_tls_resumed_warmup", "holdfast_tls_full",
+    "holdfast_tls_resumed",
+) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
+          for key in scenarios.HANDSHAKE_WINDOW_KEYS)
 
 # silent-clients targets for holdfast: RSS per silent client connection, and what is left
 # once they all closed (a tenth of that budget per connection, 2 MB for 10,000).
@@ -74,22 +84,27 @@ def _best_peer(medians, scenario, metric, lower_is_better):
     return min(found) if lower_is_better else max(found)
 
 
+def _ratio_check(medians, name, scenario, metric, lower_is_better, limit, unit):
+    """A target on holdfast's median of `metric` over the best peer's."""
+    mine = _median(medians, scenario, "holdfast", metric)
+    ref, ref_name = _best_peer(medians, scenario, metric, lower_is_better)
+    ratio = mine / ref if mine is not None and ref else None
+    if ratio is None:
+        passed = None
+    else:
+        passed = ratio <= limit if lower_is_better else ratio >= limit
+    return {"target": name, "scenario": scenario, "holdfast": mine,
+            "reference": ref, "reference_from": ref_name, "ratio": ratio,
+            "limit": (f"<= {limit:g}x" if lower_is_better else f">= {limit:g}x"),
+            "unit": unit, "pass": passed}
+
+
 def targets(medians, records):
     """The issue's targets, each with holdfast's value, the reference and pass/fail/None."""
     checks = []
 
-    def ratio_check(name, scenario, metric, lower_is_better, limit, unit):
-        mine = _median(medians, scenario, "holdfast", metric)
-        ref, ref_name = _best_peer(medians, scenario, metric, lower_is_better)
-        ratio = mine / ref if mine is not None and ref else None
-        if ratio is None:
-            passed = None
-        else:
-            passed = ratio <= limit if lower_is_better else ratio >= limit
-        checks.append({"target": name, "scenario": scenario, "holdfast": mine,
-                       "reference": ref, "reference_from": ref_name, "ratio": ratio,
-                       "limit": (f"<= {limit:g}x" if lower_is_better else f">= {limit:g}x"),
-                       "unit": unit, "pass": passed})
+    def ratio_check(*args):
+        checks.append(_ratio_check(medians, *args))
 
     ratio_check("CPU per request <= 0.75x best peer", "keepalive-tiny", "cpu_us_per_request",
                 True, 0.75, "µs/req")
@@ -166,8 +181,37 @@ def targets(medians, records):
     return checks
 
 
+# holdfast's upstream TLS handshakes per request with keep-alive clients (https-origin).
+HTTPS_HANDSHAKES_PER_REQUEST_LIMIT = 0.01
+
+
+def https_targets(medians):
+    """The HTTPS targets: in https-origin, fewer than 1% upstream TLS handshakes per
+    request for holdfast, and CPU per request at most the best peer's."""
+    per_request = _median(medians, "https-origin", "holdfast", "upstream_tls_per_request")
+    ref, ref_name = _best_peer(medians, "https-origin", "upstream_tls_per_request", True)
+    return [
+        {"target": "upstream TLS handshakes per request < 1% (keep-alive clients)",
+         "scenario": "https-origin", "holdfast": per_request, "reference": ref,
+         "reference_from": ref_name, "ratio": None,
+         "limit": f"< {HTTPS_HANDSHAKES_PER_REQUEST_LIMIT:.0%}", "unit": "share of requests",
+         "pass": (None if per_request is None
+                  else per_request < HTTPS_HANDSHAKES_PER_REQUEST_LIMIT)},
+        _ratio_check(medians, "CPU per request <= 1.0x best peer", "https-origin",
+                     "cpu_us_per_request", True, 1.0, "µs/req"),
+    ]
+
+
+# Largest results file written indented; a larger one is written without indentation
+# (about 40% smaller), so results stay small enough to keep in git.
+JSON_INDENTED_LIMIT = 600_000
+
+
 def write_json(path, document):
-    Path(path).write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
+    text = json.dumps(document, indent=1, sort_keys=False) + "\n"
+    if len(text.encode()) > JSON_INDENTED_LIMIT:
+        text = json.dumps(document, separators=(",", ":"), sort_keys=False) + "\n"
+    Path(path).write_text(text)
 
 
 # ---- markdown -------------------------------------------------------------------------------
@@ -200,6 +244,10 @@ def _mb(v):
 
 def _pct(v):
     return f"{v * 100:.2f}%"
+
+
+def _pct3(v):
+    return f"{v * 100:.3f}%"
 
 
 def _share(v):
@@ -258,7 +306,32 @@ COLUMNS = {
     "held_s": ("s held at reading", lambda v: _num(v, 1)),
     "establish_s": ("s to connect all", lambda v: _num(v, 1)),
     "listen_backlog": ("listen backlog", lambda v: _num(v)),
+    "upstream_tls_handshakes": ("upstream TLS handshakes", lambda v: _num(v)),
+    "upstream_tls_full": ("upstream TLS full", lambda v: _num(v)),
+    "upstream_tls_resumed": ("upstream TLS resumed", lambda v: _num(v)),
+    "upstream_tls_per_request": ("upstream TLS handshakes per request", _pct3),
+    "upstream_tls_full_warmup": ("full in warm-up", lambda v: _num(v)),
+    "upstream_tls_resumed_warmup": ("resumed in warm-up", lambda v: _num(v)),
+    "holdfast_tls_full": ("holdfast's count: full", lambda v: _num(v)),
+    "holdfast_tls_resumed": ("holdfast's count: resumed", lambda v: _num(v)),
 }
+# https-handshakes' two windows: the same columns, suffixed with the window's name.
+for _window in scenarios.HANDSHAKE_WINDOWS:
+    COLUMNS.update({
+        f"rps_{_window}": (f"{_window} handshakes/s", lambda v: _num(v)),
+        f"cpu_us_per_request_{_window}": ("CPU µs/handshake", lambda v: _num(v, 1)),
+        f"cpu_user_us_per_request_{_window}": ("user µs/handshake", lambda v: _num(v, 1)),
+        f"cpu_sys_us_per_request_{_window}": ("sys µs/handshake", lambda v: _num(v, 1)),
+        f"p50_us_{_window}": ("p50", _us),
+        f"p99_us_{_window}": ("p99", _us),
+        f"proxy_cpu_share_{_window}": ("proxy core busy", _share),
+        f"loadgen_cpu_share_{_window}": ("load gen CPU", _share),
+        f"origin_cpu_share_{_window}": ("origin CPU", _share),
+        f"resumed_share_{_window}": ("resumed (client's count)", _pct),
+        f"upstream_connections_{_window}": ("upstream conns opened", lambda v: _num(v)),
+        f"errors_{_window}": ("errors", lambda v: _num(v)),
+        f"proxy_core_other_{_window}": ("other load on proxy core", _share),
+    })
 
 MANY_CLIENT_COLUMNS = ("rps", "p50_us", "p99_us", "errors", "timeouts", "upstream_connections",
                        "upstream_connections_total", "upstream_connections_per_client",
@@ -292,6 +365,28 @@ SCENARIO_COLUMNS = {
                        "bytes_left_per_connection", "silent_closed_by_proxy", "establish_s",
                        "held_s", "listen_backlog"),
 }
+HANDSHAKE_COLUMNS = ("rps", "cpu_us_per_request", "cpu_user_us_per_request",
+                     "cpu_sys_us_per_request", "p50_us", "p99_us", "proxy_cpu_share",
+                     "loadgen_cpu_share", "origin_cpu_share", "resumed_share",
+                     "upstream_connections", "errors", "proxy_core_other")
+SCENARIO_COLUMNS.update({
+    "https-keepalive-tiny": ("rps", "p50_us", "p99_us", "cpu_us_per_request",
+                             "cpu_user_us_per_request", "cpu_sys_us_per_request",
+                             "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share",
+                             "rss_kb", "upstream_connections", "reuse", "errors",
+                             "proxy_core_other"),
+    "https-origin": ("rps", "p50_us", "p99_us", "cpu_us_per_request", "cpu_user_us_per_request",
+                     "cpu_sys_us_per_request", "proxy_cpu_share", "origin_cpu_share",
+                     "upstream_connections", "upstream_tls_full", "upstream_tls_resumed",
+                     "upstream_tls_per_request", "upstream_tls_full_warmup",
+                     "upstream_tls_resumed_warmup", "holdfast_tls_full",
+                     "holdfast_tls_resumed", "errors", "proxy_core_other"),
+})
+# https-handshakes has one table per window (`https_markdown`).
+for _window in scenarios.HANDSHAKE_WINDOWS:
+    SCENARIO_COLUMNS[f"https-handshakes/{_window}"] = tuple(
+        f"{key}_{_window}" for key in HANDSHAKE_COLUMNS
+        if not (key == "resumed_share" and _window == "full"))
 DEFAULT_COLUMNS = ("rps", "p50_us", "p99_us", "p999_us", "cpu_us_per_request",
                    "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
                    "hwm_kb", "upstream_connections", "requests_per_upstream_connection",
@@ -368,6 +463,8 @@ def _target_value(value, unit):
         return ", ".join(f"{k}: {_num(v)}" for k, v in value.items())
     if unit == "share":
         return _pct(value)
+    if unit == "share of requests":
+        return _pct3(value)
     if unit == "µs/req":
         return _num(value, 2)
     return _num(value)
@@ -409,6 +506,19 @@ CHART_PANELS = {
                         "RSS bytes per silent connection (lower is better)"),
                        ("rss_kb_left", "RSS MB not given back after close (lower is better)")),
 }
+CHART_PANELS.update({
+    "https-handshakes": (
+        ("rps_full", "full handshakes/s (higher is better)"),
+        ("cpu_us_per_request_full", "proxy CPU µs per full handshake (lower is better)"),
+        ("rps_resumed", "resumed handshakes/s (higher is better)"),
+        ("cpu_us_per_request_resumed", "proxy CPU µs per resumed handshake (lower is better)"),
+    ),
+    "https-origin": (
+        ("rps", "requests/s (higher is better)"),
+        ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"),
+        ("upstream_tls_per_request", "upstream TLS handshakes per request (lower is better)"),
+    ),
+})
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
 
@@ -483,15 +593,16 @@ bench/run
 """
 
 
-def splice(path, generated):
+def splice(path, generated, *, marks=(MARK_START, MARK_END)):
     """Replaces the text between the markers in BENCHMARKS.md; the rest of the file stays."""
     path = Path(path)
-    block = f"{MARK_START}\n{generated.strip()}\n{MARK_END}"
+    mark_start, mark_end = marks
+    block = f"{mark_start}\n{generated.strip()}\n{mark_end}"
     if path.exists():
         text = path.read_text()
     else:
         text = BENCHMARKS_SKELETON.format(start=MARK_START, end=MARK_END)
-    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.S)
+    pattern = re.compile(re.escape(mark_start) + r".*?" + re.escape(mark_end), re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text, count=1)
     else:
@@ -656,3 +767,108 @@ def _saturation_note(document):
         return ("These contenders fell short of the rate in at least one run, so their "
                 f"latency includes queueing: {', '.join(saturated)}.")
     return "Every contender sustained it in every run, so latency is measured below saturation."
+
+
+# ---- BENCHMARKS.md, HTTPS section -----------------------------------------------------------
+
+# Rows of the ratio table: (scenario, metric, what it is, lower is better).
+HTTPS_RATIOS = (
+    ("https-keepalive-tiny", "rps", "requests/s", False),
+    ("https-keepalive-tiny", "cpu_us_per_request", "CPU µs per request", True),
+    ("https-handshakes", "rps_full", "full handshakes/s", False),
+    ("https-handshakes", "cpu_us_per_request_full", "CPU µs per full handshake", True),
+    ("https-handshakes", "rps_resumed", "resumed handshakes/s", False),
+    ("https-handshakes", "cpu_us_per_request_resumed", "CPU µs per resumed handshake", True),
+    ("https-origin", "rps", "requests/s", False),
+    ("https-origin", "cpu_us_per_request", "CPU µs per request", True),
+    ("https-origin", "upstream_tls_per_request", "upstream TLS handshakes per request", True),
+)
+
+
+def https_ratio_table(medians):
+    """holdfast against the best peer (nginx-tuned or HAProxy, per metric) on each metric."""
+    rows = []
+    for scenario, metric, what, lower in HTTPS_RATIOS:
+        mine = _median(medians, scenario, "holdfast", metric)
+        ref, ref_name = _best_peer(medians, scenario, metric, lower)
+        fmt = _pct3 if metric == "upstream_tls_per_request" else (
+            (lambda v: _num(v, 2)) if "cpu" in metric else (lambda v: _num(v)))
+        ratio = f"{mine / ref:.2f}x" if mine is not None and ref else "–"
+        rows.append([scenario, what, fmt(mine) if mine is not None else "–",
+                     f"{fmt(ref)} ({ref_name})" if ref is not None else "–", ratio])
+    return _table(["scenario", "metric", "holdfast", "best peer", "holdfast / best peer"],
+                  rows)
+
+
+def _tls_probes(document, contender_order):
+    """What each contender negotiated with the harness's check before the load."""
+    seen = {}
+    for rec in document["runs"]:
+        probe = rec.get("tls_probe")
+        if probe and rec["contender"] not in seen:
+            seen[rec["contender"]] = probe
+    rows = [[name, seen[name]["version"], seen[name]["cipher"], seen[name].get("alpn") or "–"]
+            for name in contender_order if name in seen]
+    return _table(["contender", "version", "cipher", "ALPN"], rows) if rows else ""
+
+
+def https_markdown(document, chart_files, *, image_prefix):
+    """The generated part of BENCHMARKS.md's HTTPS section, from results/https.json."""
+    m = document["machine"]
+    opts = document["options"]
+    medians = document["medians"]
+    order = [c.name for c in contenders.CONTENDERS]
+    v = m["versions"]
+    tls = document.get("tls") or {}
+    out = [
+        f"Generated by `{document['command']}` on {m['date']} into "
+        "[bench/results/https.json](bench/results/https.json); the text between the "
+        "`https-results` markers is rewritten by every run that writes that file.",
+        "",
+        f"- **Machine:** {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+        f"Linux {m['kernel']} ({m['os']}).",
+        f"- **Versions:** holdfast `{document['holdfast_commit']}`; {v.get('nginx')}; "
+        f"{v.get('haproxy')}; {v.get('wrk')}; {v.get('openssl')}; {v.get('rustc')}; "
+        "bench-origin and bench-load with rustls 0.23 (ring).",
+        f"- **Method:** {opts['runs']} run(s) per scenario and contender, contenders "
+        "interleaved within each round (order rotated per round); "
+        f"{opts['duration_s']:g} s windows after a {opts['warmup_s']:g} s warm-up "
+        "(https-handshakes: two windows, full then resumed). Cells show the median of the "
+        f"{opts['runs']} runs and, when they differ, (min–max). Proxies run on core 0 (one "
+        "worker or thread); the load generator and the origins share core 1.",
+        f"- **Certificates:** made at run time by the harness: a CA and one server "
+        f"certificate ({tls.get('key_type', '?')}, for "
+        f"{' and '.join(tls.get('server_names', []))}), used by every TLS listener.",
+    ]
+    if not opts.get("holdfast_tls", True):
+        out.append("- **holdfast did not run:** the binary measured has no TLS flags "
+                   "(`--tls-cert`, `--tls-key`, `--upstream-ca`).")
+    probes = _tls_probes(document, order)
+    if probes:
+        out += ["", "What each contender negotiated with the harness's check before the "
+                "load (Python's `ssl`, OpenSSL's defaults):", "", probes]
+    out += ["", "### Targets", "", targets_table(document["targets"]), "",
+            "### holdfast against the best peer", "",
+            "Best peer: the better of nginx-tuned and HAProxy on each metric, from the "
+            "medians.", "", https_ratio_table(medians), ""]
+    for name in scenarios.HTTPS:
+        if name not in medians:
+            continue
+        out += [f"### {name}", "", scenarios.BY_NAME[name].about + ".", ""]
+        if name == "https-handshakes":
+            for window in scenarios.HANDSHAKE_WINDOWS:
+                out += [f"{window.capitalize()} handshakes:", "",
+                        scenario_table(f"{name}/{window}", medians[name], order), ""]
+        else:
+            out += [scenario_table(name, medians[name], order), ""]
+        if name in chart_files:
+            out += [f"![{name}]({image_prefix}{chart_files[name]})", ""]
+    out += ["### Commands", "", "```sh"] + document["commands"] + ["```", ""]
+    failures = [r for r in document["runs"] if not r["ok"]]
+    if failures:
+        out += ["### Failed runs", ""]
+        for r in failures:
+            out.append(f"- round {r['round']}, {r['scenario']}, {r['contender']}: "
+                       f"{r['error'].splitlines()[0] if r['error'] else 'unknown'}")
+        out.append("")
+    return "\n".join(out)

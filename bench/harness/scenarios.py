@@ -9,7 +9,9 @@ samples the contender's RSS; right after it the harness reads VmRSS and VmHWM an
 TIME_WAIT sockets the window left. Each scenario returns one run record (a dict).
 """
 
+import http.client
 import re
+import ssl
 import threading
 import time
 import urllib.request
@@ -23,13 +25,17 @@ from . import contenders, load, netns, origins, procs, sockets
 class Scenario:
     name: str
     about: str
-    origin: str  # "rust" or "node"
+    origin: str  # "rust", "rust-tls" (bench-origin over HTTPS) or "node"
     needs: tuple  # programs the scenario needs besides the contender's own
     clients: int = 64  # wrk's connections
     timeout_s: int | None = None  # wrk's --timeout, where the scenario counts timeouts
     # The contenders it runs, by name; None: every contender but those that only run where
     # named (see Contender.only_where_named).
     contenders: tuple | None = None
+    # HTTPS: None; "client" (clients speak TLS to the proxy, which forwards to the cleartext
+    # origin; `direct` goes to the HTTPS origin); "origin" (clients speak cleartext, the
+    # origin HTTPS).
+    tls: str | None = None
 
     @property
     def many_clients(self):
@@ -43,6 +49,10 @@ class Scenario:
 MANY_CLIENTS = ("direct", "nginx-keepalive32", "nginx-tuned", "haproxy", "holdfast")
 # Silent clients cost a proxy the same whatever it does upstream, so one nginx is enough.
 PROXIES_CLIENT_SIDE = ("nginx-tuned", "haproxy", "holdfast")
+# HTTPS: the proxies that have a TLS config, and no proxy at all (the load side's ceiling,
+# against the HTTPS origin); to an HTTPS origin, nginx without reuse as the reference line.
+HTTPS_CLIENTS = ("direct", "nginx-tuned", "haproxy", "holdfast")
+HTTPS_ORIGIN = ("nginx-tuned", "nginx-no-reuse", "haproxy", "holdfast")
 
 
 SCENARIOS = [
@@ -72,11 +82,26 @@ SCENARIOS = [
              contenders=("direct", "nginx-default") + MANY_CLIENTS[1:]),
     Scenario("pool-memory", "holdfast only: memory per idle pooled upstream connection, "
              "10,000 idle (fewer if the open-file limit is low)", "rust", ()),
+    Scenario("https-keepalive-tiny", "64 keep-alive HTTPS clients (wrk over TLS 1.3), 100 B "
+             "responses; the proxies forward to the cleartext origin over pooled "
+             "connections, direct goes to the HTTPS origin", "rust", ("wrk", "openssl"),
+             contenders=HTTPS_CLIENTS, tls="client"),
+    Scenario("https-handshakes", "64 HTTPS clients, a new TLS connection and handshake per "
+             "request (bench-load handshakes, `Connection: close`): one window of full "
+             "handshakes, then one in which every client resumes its last session",
+             "rust", ("openssl",), contenders=HTTPS_CLIENTS, tls="client"),
+    Scenario("https-origin", "64 keep-alive cleartext clients (wrk) through the proxy to an "
+             "HTTPS origin (bench-origin in TLS mode), 100 B responses; the origin counts "
+             "the TLS handshakes", "rust-tls", ("wrk", "openssl"), contenders=HTTPS_ORIGIN,
+             tls="origin"),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
 
-SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency")
+# The HTTPS scenarios; their results go to results/https.json (see cli.py).
+HTTPS = ("https-keepalive-tiny", "https-handshakes", "https-origin")
+
+SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency") + HTTPS
 
 # Scenarios that measure memory, not requests: no requests/s, CPU per request or errors.
 NO_REQUESTS = ("pool-memory", "silent-clients")
@@ -84,8 +109,11 @@ NO_REQUESTS = ("pool-memory", "silent-clients")
 IN_NAMESPACE = ("port-exhaustion", "c500-netns")
 
 
-def contenders_for(scenario, plan_contenders):
-    """The contenders of `plan_contenders` that run `scenario`, in their order."""
+def contenders_for(scenario, plan_contenders, *, holdfast_tls=True):
+    """The contenders of `plan_contenders` that run `scenario`, in their order; holdfast
+    sits out the HTTPS scenarios when its binary has no TLS flags (`holdfast_tls`)."""
+    if scenario.tls is not None and not holdfast_tls:
+        plan_contenders = [c for c in plan_contenders if c.name != "holdfast"]
     if scenario.name == "pool-memory":
         return [c for c in plan_contenders if c.name == "holdfast"]
     if scenario.contenders is not None:
@@ -128,11 +156,15 @@ def run(ctx, scenario, contender, round_no):
             _pool_memory(ctx, run_dir, record)
         elif scenario.name == "silent-clients":
             _silent_clients(ctx, scenario, contender, run_dir, record)
+        elif scenario.name == "https-handshakes":
+            _handshakes(ctx, scenario, contender, run_dir, record)
         else:
-            origin = ctx.origins[scenario.origin]
-            running = _start(ctx, contender, origin, run_dir)
+            origin = _origin_for(ctx, scenario, contender)
+            running = _start(ctx, contender, origin, run_dir, tls=scenario.tls)
             record["command"] = running.child.argv if running.child else None
             try:
+                if scenario.tls is not None:
+                    record["tls_probe"] = _probe(ctx, running, tls=scenario.tls)
                 _on_host(ctx, scenario, running, origin, run_dir, record)
             finally:
                 running.stop()
@@ -143,7 +175,8 @@ def run(ctx, scenario, contender, round_no):
     return record
 
 
-def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=None):
+def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=None,
+           tls=None):
     port = ctx.ports["proxy"]
     deadline = time.monotonic() + 10
     while contender.name != "direct" and sockets.is_listening(port, netns_name):
@@ -152,7 +185,45 @@ def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=
         time.sleep(0.1)
     return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
                             run_dir=run_dir, nofile=ctx.nofile, netns=netns_name,
-                            holdfast_config=holdfast_config)
+                            holdfast_config=holdfast_config, tls=tls, certs=ctx.certs)
+
+
+def _origin_for(ctx, scenario, contender):
+    """The origin a contender forwards to in `scenario`; with HTTPS clients, `direct` has
+    no proxy to end TLS, so its clients go to the HTTPS origin."""
+    if scenario.tls == "client" and contender.name == "direct":
+        return ctx.origins["rust-tls"]
+    return ctx.origins[scenario.origin]
+
+
+def _probe(ctx, running, *, tls):
+    """One GET /tiny before the load: over HTTPS, verifying the certificate for 127.0.0.1
+    against the session's CA, when the clients speak TLS (returns the negotiated version
+    and cipher, so a reader can see every contender offered the same); cleartext through
+    to the HTTPS origin otherwise. Raises RunFailed unless it answers 200, so a contender
+    that cannot serve HTTPS fails its run with the reason."""
+    if tls != "client":
+        _get_ok(running.base_url + "/tiny")
+        return None
+    host, port = running.base_url.removeprefix("https://").rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ctx.certs.ca))
+    context.set_alpn_protocols(["http/1.1"])
+    conn = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
+    try:
+        conn.request("GET", "/tiny")
+        response = conn.getresponse()
+        response.read()
+        probe = {"status": response.status, "version": conn.sock.version(),
+                 "cipher": conn.sock.cipher()[0],
+                 "alpn": conn.sock.selected_alpn_protocol()}
+    except (OSError, ssl.SSLError, http.client.HTTPException) as err:
+        raise RunFailed(f"{running.contender.name} does not serve HTTPS at "
+                        f"{running.base_url}: {err}") from err
+    finally:
+        conn.close()
+    if probe["status"] != 200:
+        raise RunFailed(f"GET {running.base_url}/tiny over HTTPS answered {probe['status']}")
+    return probe
 
 
 def _on_host(ctx, scenario, running, origin, run_dir, record):
@@ -196,14 +267,25 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
             raise
         rss, _ = procs.memory_kb(running.pids())
         record["metrics"]["idle_rss_kb"] = rss
+    holdfast_tls_before = _holdfast_tls_handshakes(running) if scenario.tls == "origin" else None
     try:
         metrics, result = measure(
             running, origin, ctx.ports, lambda: wrk("load", duration),
             sample_upstream=scenario.many_clients)
+        if holdfast_tls_before is not None:
+            # holdfast's own count of its upstream handshakes, beside the origin's
+            after = _holdfast_tls_handshakes(running)
+            if after is not None:
+                metrics["holdfast_tls_full"] = after["full"] - holdfast_tls_before["full"]
+                metrics["holdfast_tls_resumed"] = (after["resumed"]
+                                                   - holdfast_tls_before["resumed"])
         warm = origin.delta(cold, metrics["origin_stats"]["before"])
         metrics["upstream_connections_warmup"] = warm["connections"]
         metrics["upstream_connections_total"] = warm["connections"] + metrics[
             "upstream_connections"]
+        if origin.tls:
+            metrics["upstream_tls_full_warmup"] = warm["tls_full"]
+            metrics["upstream_tls_resumed_warmup"] = warm["tls_resumed"]
         if scenario.many_clients:
             _per_client(metrics, scenario.clients)
         record["metrics"].update(metrics)
@@ -323,6 +405,19 @@ def measure(running, origin, ports, drive, *, netns_name=None, sample_upstream=F
         "origin_stats": {"before": origin_before, "after": origin_after},
         "wall_s": round(wall_s, 3),
     }
+    if origin.tls:
+        # The HTTPS origin's handshakes: the proxy's upstream ones (the clients' for direct)
+        handshakes = upstream["tls_full"] + upstream["tls_resumed"]
+        metrics.update({
+            "upstream_tls_full": upstream["tls_full"],
+            "upstream_tls_resumed": upstream["tls_resumed"],
+            "upstream_tls_failed": upstream["tls_failed"],
+            "upstream_tls_handshakes": handshakes,
+            "upstream_tls_per_request": (handshakes / upstream_requests
+                                         if upstream_requests else None),
+            "upstream_tls_resumed_share": (upstream["tls_resumed"] / handshakes
+                                           if handshakes else None),
+        })
     return metrics, result
 
 
@@ -333,6 +428,98 @@ def _per_client(metrics, clients):
     that closes and reopens connections more."""
     metrics["clients"] = clients
     metrics["upstream_connections_per_client"] = metrics["upstream_connections"] / clients
+
+
+# What each window of https-handshakes records, suffixed with the window's name (`rps_full`,
+# `cpu_us_per_request_resumed`, ...).
+HANDSHAKE_WINDOWS = ("full", "resumed")
+HANDSHAKE_WINDOW_KEYS = (
+    "rps", "requests", "errors", "p50_us", "p99_us", "cpu_us_per_request",
+    "cpu_user_us_per_request", "cpu_sys_us_per_request", "cpu_us_per_request_schedstat",
+    "proxy_cpu_share", "loadgen_cpu_share", "origin_cpu_share", "proxy_core_other",
+    "upstream_connections", "upstream_tls_full", "upstream_tls_resumed", "client_full",
+    "client_resumed", "resumed_share", "rss_kb",
+)
+
+
+def _handshakes(ctx, scenario, contender, run_dir, record):
+    """https-handshakes: HTTPS clients that open a new connection per request.
+
+    After a check that the contender serves HTTPS and a warm-up (which also fills the
+    proxy's upstream pool, so the windows measure the client side), two windows, each
+    measured like any other: one where every handshake is full (bench-load keeps no
+    sessions), then one where every client offers the session it got last time. The
+    client counts what the server did with the offer (`client_full`, `client_resumed`);
+    for `direct` the HTTPS origin counts it too (`upstream_tls_*`). Proxy CPU per request
+    is CPU per handshake here: every request is one new connection with one handshake.
+    """
+    origin = _origin_for(ctx, scenario, contender)
+    running = _start(ctx, contender, origin, run_dir, tls=scenario.tls)
+    record["command"] = running.child.argv if running.child else None
+    ctx_run = ctx.for_run(run_dir)
+    url = running.base_url + "/tiny"
+
+    def drive(name, seconds, resume):
+        return load.handshakes(ctx_run, name, url, ca=ctx.certs.ca, connections=scenario.clients,
+                               duration_s=seconds, resume=resume)
+
+    metrics = record["metrics"]
+    try:
+        record["tls_probe"] = _probe(ctx, running, tls=scenario.tls)
+        record["warmup_argv"] = drive("warmup", ctx.warmup_s, True)["argv"]
+        time.sleep(ctx.settle_s)
+        for window in HANDSHAKE_WINDOWS:
+            measured, result = measure(
+                running, origin, ctx.ports,
+                lambda window=window: drive(f"load-{window}", ctx.duration_s,
+                                            window == "resumed"))
+            measured = _flat_latency(measured)
+            measured["client_full"] = result.get("handshakes_full")
+            measured["client_resumed"] = result.get("handshakes_resumed")
+            done = (measured["client_full"] or 0) + (measured["client_resumed"] or 0)
+            measured["resumed_share"] = measured["client_resumed"] / done if done else None
+            for key in HANDSHAKE_WINDOW_KEYS:
+                metrics[f"{key}_{window}"] = measured.get(key)
+            record[f"load_{window}"] = result
+        record["load"] = {"argv": record["load_resumed"]["argv"]}
+        record["full_argv"] = record["load_full"]["argv"]
+    finally:
+        running.stop()
+    metrics["requests"] = sum(metrics.get(f"requests_{w}") or 0 for w in HANDSHAKE_WINDOWS)
+    metrics["errors"] = sum(metrics.get(f"errors_{w}") or 0 for w in HANDSHAKE_WINDOWS)
+
+
+def _flat_latency(metrics):
+    """`metrics` with its latency percentiles as `p50_us`, `p99_us`, ... keys."""
+    flat = dict(metrics)
+    for key, value in (metrics.get("latency_us") or {}).items():
+        flat[f"{key}_us"] = value
+    return flat
+
+
+_TLS_METRIC = "holdfast_backend_tls_handshakes_total{"
+
+
+def _holdfast_tls_handshakes(running):
+    """holdfast's own count of its upstream TLS handshakes, {"full": n, "resumed": n}, from
+    `holdfast_backend_tls_handshakes_total{..., session="full|resumed"}` on its admin
+    listener; None when it has no admin listener or does not export the metric."""
+    if not running.admin_url:
+        return None
+    try:
+        with urllib.request.urlopen(running.admin_url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith(_TLS_METRIC):
+            session = dict(_LABEL.findall(line.split("}", 1)[0])).get("session")
+            if session in ("full", "resumed"):
+                counts[session] = counts.get(session, 0) + int(float(line.rsplit(" ", 1)[1]))
+    if not counts:
+        return None
+    return {"full": counts.get("full", 0), "resumed": counts.get("resumed", 0)}
 
 
 def _port_exhaustion(ctx, contender, run_dir, record):

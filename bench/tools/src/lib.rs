@@ -5,12 +5,16 @@
 //! they run lives here so tests start the same origin and load shapes in-process.
 //!
 //! ```text
-//! bench-load: load::{rate, mixed, hold, burst} -> load::exchange -> (proxy) -> origin
+//! bench-load: load::{rate, mixed, hold, burst, handshakes} -> load::exchange -> (proxy) -> origin
 //!                  \-> load::tally, histogram (count only, never decide)
 //! ```
+//!
+//! `tls` holds the TLS settings of both: the origin's in TLS mode and the client's of
+//! `handshakes`.
 
 pub mod fd_limit;
 pub mod histogram;
 pub mod load;
 pub mod origin;
 pub mod runtime;
+pub mod tls;

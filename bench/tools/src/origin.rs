@@ -7,13 +7,16 @@
 //! Connections are kept alive with no idle timeout: the origin never closes one first, so
 //! every close a benchmark sees comes from the proxy. Accepting, counting connections and
 //! serving them with hyper is `holdfast-origin`'s job, shared with holdfast's demo and
-//! tests; this file adds the routes and the request count.
+//! tests; this file adds the routes and the request count. [`serve_tls`] serves the same
+//! routes over TLS and also counts handshakes (see `tls.rs`).
+
+mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,6 +33,7 @@ use tokio::sync::watch;
 /// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
 /// a burst of thousands of connects is not dropped at the listen queue.
 pub use holdfast_origin::bind;
+pub use tls::{serve as serve_tls, HandshakeSnapshot, HANDSHAKE_TIMEOUT};
 
 /// Body of `/tiny`, `/slow` and unknown paths.
 pub const TINY_BODY_BYTES: usize = 100;
@@ -46,8 +50,11 @@ static LARGE_BODY: [u8; LARGE_BODY_BYTES] = [b'b'; LARGE_BODY_BYTES];
 /// What the origin counted since it started, in plain atomics.
 #[derive(Debug, Default)]
 pub struct OriginStats {
+    /// Connections of the cleartext origin, counted by holdfast-origin.
     connections: Arc<Connections>,
     requests: AtomicU64,
+    /// Connections and handshakes of the TLS origin, set when [`serve_tls`] starts.
+    tls: OnceLock<tls::TlsCounts>,
 }
 
 /// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
@@ -61,15 +68,29 @@ pub struct StatsSnapshot {
     pub requests: u64,
     /// Failed `accept` calls (EMFILE when the fd limit is reached).
     pub accept_errors: u64,
+    /// TLS handshakes, in TLS mode only (absent from the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<HandshakeSnapshot>,
 }
 
 impl OriginStats {
     pub fn snapshot(&self) -> StatsSnapshot {
-        StatsSnapshot {
-            connections: self.connections.accepted(),
-            open: self.connections.open(),
-            requests: self.requests.load(Ordering::Relaxed),
-            accept_errors: self.connections.accept_errors(),
+        let requests = self.requests.load(Ordering::Relaxed);
+        match self.tls.get() {
+            Some(tls) => StatsSnapshot {
+                connections: tls.accepted(),
+                open: tls.open(),
+                requests,
+                accept_errors: tls.accept_errors(),
+                tls: Some(tls.handshakes()),
+            },
+            None => StatsSnapshot {
+                connections: self.connections.accepted(),
+                open: self.connections.open(),
+                requests,
+                accept_errors: self.connections.accept_errors(),
+                tls: None,
+            },
         }
     }
 }

@@ -1,18 +1,19 @@
-//! `bench-load [--threads N] rate|mixed|hold|burst ...`: load shapes wrk cannot produce
+//! `bench-load [--threads N] rate|mixed|hold|burst|handshakes ...`: load shapes wrk cannot produce
 //! (logic in `holdfast_bench_tools::load`). Each prints one JSON object on stdout at the end
 //! and exits 0, failed requests included; progress and errors go to stderr. Non-zero exit
 //! only for bad arguments (2) or when the run could not start at all (1).
 
 use std::io::Write;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_bench_tools::load::exchange::ErrorKind;
 use holdfast_bench_tools::load::target::{Target, TargetError};
-use holdfast_bench_tools::load::{burst, hold, mixed, rate};
-use holdfast_bench_tools::{fd_limit, runtime};
+use holdfast_bench_tools::load::{burst, handshakes, hold, mixed, rate};
+use holdfast_bench_tools::{fd_limit, runtime, tls};
 use serde::Serialize;
 
 /// Longest `--duration`, `--warmup` or `--hold` accepted: every run is bounded.
@@ -85,10 +86,32 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
         connections: u64,
     },
+    /// Closed loop over HTTPS: a new connection and TLS handshake for every request.
+    Handshakes {
+        /// An https:// URL on loopback.
+        #[arg(long, value_parser = parse_https_target)]
+        url: Target,
+        /// CA certificates (PEM) to verify the server with; nothing else is trusted.
+        #[arg(long)]
+        ca: PathBuf,
+        /// Workers, each with one connection at a time.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        /// Keep the sessions the server hands out and offer them again (resumed
+        /// handshakes); without it every handshake is a full one.
+        #[arg(long)]
+        resume: bool,
+    },
 }
 
 fn parse_target(url: &str) -> Result<Target, TargetError> {
     Target::parse(url)
+}
+
+fn parse_https_target(url: &str) -> Result<Target, TargetError> {
+    Target::parse_https(url)
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -193,6 +216,18 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
                 deadline: burst::DEFAULT_DEADLINE,
             };
             let report = burst::run(config).await;
+            finish(&report, &report.first_errors)
+        }
+        Command::Handshakes { url, ca, connections, duration, resume } => {
+            let tls = tls::client_config(&ca).context("setting up TLS")?;
+            let config = handshakes::HandshakesConfig {
+                target: url,
+                tls,
+                resume,
+                connections: to_usize(connections),
+                duration,
+            };
+            let report = handshakes::run(config).await;
             finish(&report, &report.first_errors)
         }
     }

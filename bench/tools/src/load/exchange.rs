@@ -1,4 +1,5 @@
-//! One HTTP/1.1 exchange on one TCP connection, with any failure sorted into an [`ErrorKind`].
+//! One HTTP/1.1 exchange on one TCP connection (or one TLS session on it), with any failure
+//! sorted into an [`ErrorKind`].
 //!
 //! A [`Connection`] is a hyper client connection whose driver runs on its own task. It does
 //! no pooling and no retries: the load shapes decide when to reconnect.
@@ -11,11 +12,15 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
+use hyper::rt::{Read, Write};
 use hyper_util::rt::TokioIo;
+use rustls::HandshakeKind;
+use rustls_pki_types::ServerName;
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_rustls::TlsConnector;
 
 /// How long [`Connection::close`] waits for the socket to be shut down before giving up on it.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -34,10 +39,13 @@ pub enum ErrorKind {
     /// Reset or EOF in the middle of an exchange, or a connection that closed under us.
     Io,
     Timeout,
+    /// The TLS handshake failed: an alert, a certificate the client does not trust, or the
+    /// peer closing before it finished.
+    Tls,
 }
 
 impl ErrorKind {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::AddrNotAvailable,
         Self::ConnectRefused,
         Self::ConnectOther,
@@ -45,6 +53,7 @@ impl ErrorKind {
         Self::StatusOther,
         Self::Io,
         Self::Timeout,
+        Self::Tls,
     ];
 
     /// Position in [`ErrorKind::ALL`], for counters kept in arrays.
@@ -61,6 +70,7 @@ impl ErrorKind {
             Self::StatusOther => "status_other",
             Self::Io => "io",
             Self::Timeout => "timeout",
+            Self::Tls => "tls",
         }
     }
 
@@ -75,6 +85,8 @@ impl ErrorKind {
 pub enum ExchangeError {
     #[error("connect failed: {0}")]
     Connect(io::Error),
+    #[error("TLS handshake failed: {0}")]
+    Tls(io::Error),
     #[error("exchange failed: {0}")]
     Http(hyper::Error),
     #[error("status {0}")]
@@ -87,6 +99,7 @@ impl ExchangeError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Connect(error) => connect_error_kind(error),
+            Self::Tls(_) => ErrorKind::Tls,
             Self::Http(_) => ErrorKind::Io,
             Self::Status(status) if status.is_server_error() => ErrorKind::Status5xx,
             Self::Status(_) => ErrorKind::StatusOther,
@@ -112,11 +125,36 @@ pub struct Connection {
 
 /// Opens a TCP connection to `addr` with TCP_NODELAY and starts an HTTP/1.1 client on it.
 pub async fn connect(addr: SocketAddr) -> Result<Connection, ExchangeError> {
+    start_http1(TokioIo::new(connect_tcp(addr).await?)).await
+}
+
+/// Opens a TCP connection to `addr`, handshakes TLS for `name` with `connector` (which
+/// resumes a session if its configuration keeps them and holds one for `name`), and
+/// starts an HTTP/1.1 client on the session. Returns the connection and how the handshake
+/// went.
+pub async fn connect_tls(
+    addr: SocketAddr,
+    connector: &TlsConnector,
+    name: ServerName<'static>,
+) -> Result<(Connection, Option<HandshakeKind>), ExchangeError> {
+    let stream = connect_tcp(addr).await?;
+    let tls = connector.connect(name, stream).await.map_err(ExchangeError::Tls)?;
+    let kind = tls.get_ref().1.handshake_kind();
+    Ok((start_http1(TokioIo::new(tls)).await?, kind))
+}
+
+async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, ExchangeError> {
     let stream = TcpStream::connect(addr).await.map_err(ExchangeError::Connect)?;
     stream.set_nodelay(true).map_err(ExchangeError::Connect)?;
-    let (sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(ExchangeError::Http)?;
+    Ok(stream)
+}
+
+async fn start_http1<T>(io: T) -> Result<Connection, ExchangeError>
+where
+    T: Read + Write + Unpin + Send + 'static,
+{
+    let (sender, driver) =
+        hyper::client::conn::http1::handshake(io).await.map_err(ExchangeError::Http)?;
     // The driver ends when the peer closes or when `sender` is dropped and the
     // connection is idle; either way the socket is closed then.
     let driver = tokio::spawn(async move {
@@ -232,6 +270,13 @@ mod tests {
         assert_eq!(refused.kind(), ErrorKind::ConnectRefused);
         let other = ExchangeError::Connect(io::ErrorKind::PermissionDenied.into());
         assert_eq!(other.kind(), ErrorKind::ConnectOther);
+    }
+
+    #[test]
+    fn failed_handshakes_are_their_own_kind() {
+        let error = ExchangeError::Tls(io::ErrorKind::InvalidData.into());
+        assert_eq!(error.kind(), ErrorKind::Tls);
+        assert_eq!(error.kind().as_str(), "tls");
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! - [`rate`]: open-loop fixed rate over keep-alive connections (no coordinated omission);
 //! - [`mixed`]: closed loop, keep-alive workers next to workers that close after each request;
 //! - [`hold`]: many connections, each proxied once (or silent: no byte sent), then held idle;
-//! - [`burst`]: many requests in flight at once, each on its own new connection.
+//! - [`burst`]: many requests in flight at once, each on its own new connection;
+//! - [`handshakes`]: closed loop over HTTPS, a new connection and TLS handshake (full, or
+//!   resuming a session) for every request.
 //!
 //! They share [`target`] (where to send), [`exchange`] (one request on one connection, with
 //! its failure classified) and [`tally`] (what the workers counted).
 
 pub mod burst;
 pub mod exchange;
+pub mod handshakes;
 pub mod hold;
 pub mod mixed;
 pub mod rate;

@@ -32,6 +32,7 @@ pub struct ErrorCounts {
     pub status_other: u64,
     pub io: u64,
     pub timeout: u64,
+    pub tls: u64,
 }
 
 impl ErrorCounts {
@@ -44,6 +45,7 @@ impl ErrorCounts {
             ErrorKind::StatusOther => self.status_other,
             ErrorKind::Io => self.io,
             ErrorKind::Timeout => self.timeout,
+            ErrorKind::Tls => self.tls,
         }
     }
 
@@ -56,6 +58,7 @@ impl ErrorCounts {
             ErrorKind::StatusOther => &mut self.status_other,
             ErrorKind::Io => &mut self.io,
             ErrorKind::Timeout => &mut self.timeout,
+            ErrorKind::Tls => &mut self.tls,
         };
         *field = count;
     }
@@ -69,7 +72,7 @@ impl ErrorCounts {
         self.status_5xx + self.status_other
     }
 
-    /// Failures where no response arrived: connect, I/O and timeouts.
+    /// Failures where no response arrived: connect, TLS, I/O and timeouts.
     pub fn socket_errors(&self) -> u64 {
         self.total() - self.non_2xx()
     }

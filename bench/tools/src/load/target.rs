@@ -1,4 +1,5 @@
-//! Parses `http://IP:PORT/path` into where to connect and what to request.
+//! Parses `http://IP:PORT/path` (or `https://` for the modes that speak TLS) into where to
+//! connect and what to request.
 //!
 //! Only loopback addresses are accepted: these tools are for benchmarks on one machine and
 //! must not put load on anything else. No DNS: the host is an IP literal.
@@ -23,8 +24,8 @@ pub struct Target {
 pub enum TargetError {
     #[error("invalid URL {url:?}: {source}")]
     Syntax { url: String, source: http::uri::InvalidUri },
-    #[error("URL {url:?} must start with http://")]
-    Scheme { url: String },
+    #[error("URL {url:?} must start with {scheme}://")]
+    Scheme { url: String, scheme: &'static str },
     #[error("URL {url:?} must name an IP address (no DNS), e.g. http://127.0.0.1:8080/tiny")]
     NotAnIp { url: String },
     #[error("URL {url:?} is not a loopback address; bench-load only sends to 127.0.0.0/8 or ::1")]
@@ -32,19 +33,30 @@ pub enum TargetError {
 }
 
 impl Target {
+    /// An `http://` URL.
     pub fn parse(url: &str) -> Result<Self, TargetError> {
+        Self::parse_scheme(url, "http", 80)
+    }
+
+    /// An `https://` URL; the TLS server name is the address ([`Target::addr`]).
+    pub fn parse_https(url: &str) -> Result<Self, TargetError> {
+        Self::parse_scheme(url, "https", 443)
+    }
+
+    fn parse_scheme(url: &str, scheme: &'static str, port: u16) -> Result<Self, TargetError> {
         let uri: Uri =
             url.parse().map_err(|source| TargetError::Syntax { url: url.to_owned(), source })?;
-        if uri.scheme_str() != Some("http") {
-            return Err(TargetError::Scheme { url: url.to_owned() });
+        let wrong_scheme = || TargetError::Scheme { url: url.to_owned(), scheme };
+        if uri.scheme_str() != Some(scheme) {
+            return Err(wrong_scheme());
         }
-        let authority = uri.authority().ok_or(TargetError::Scheme { url: url.to_owned() })?;
+        let authority = uri.authority().ok_or_else(wrong_scheme)?;
         let host = authority.host().trim_start_matches('[').trim_end_matches(']');
         let ip: IpAddr = host.parse().map_err(|_| TargetError::NotAnIp { url: url.to_owned() })?;
         if !ip.is_loopback() {
             return Err(TargetError::NotLoopback { url: url.to_owned() });
         }
-        let addr = SocketAddr::new(ip, authority.port_u16().unwrap_or(80));
+        let addr = SocketAddr::new(ip, authority.port_u16().unwrap_or(port));
         let path_and_query = uri.path_and_query().map_or("/", |pq| pq.as_str());
         Ok(Self {
             addr,
@@ -98,5 +110,16 @@ mod tests {
         assert!(matches!(Target::parse("http://localhost:80/"), Err(TargetError::NotAnIp { .. })));
         assert!(matches!(Target::parse("https://127.0.0.1/"), Err(TargetError::Scheme { .. })));
         assert!(matches!(Target::parse("http://10.0.0.1/"), Err(TargetError::NotLoopback { .. })));
+    }
+
+    #[test]
+    fn https_urls_default_to_port_443_and_stay_on_loopback() {
+        let target = Target::parse_https("https://127.0.0.1/tiny").expect("valid");
+        assert_eq!(target.addr, "127.0.0.1:443".parse().expect("addr"));
+        assert_eq!(target.request(true).uri(), "/tiny");
+        let refused = Target::parse_https("http://127.0.0.1/");
+        assert!(matches!(refused, Err(TargetError::Scheme { scheme: "https", .. })));
+        let remote = Target::parse_https("https://192.0.2.1/");
+        assert!(matches!(remote, Err(TargetError::NotLoopback { .. })));
     }
 }

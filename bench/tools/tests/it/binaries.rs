@@ -6,10 +6,18 @@ use std::process::{Child, Command, Stdio};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::support::TestCerts;
+
 /// Starts `bench-origin` on port 0 and returns it with the address it printed.
 fn start_origin() -> (Child, String) {
+    start_origin_with(&[])
+}
+
+/// Like `start_origin`, with more arguments (`--tls-cert`, `--tls-key`).
+fn start_origin_with(args: &[&str]) -> (Child, String) {
     let mut origin = Command::new(env!("CARGO_BIN_EXE_bench-origin"))
         .args(["--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -37,7 +45,7 @@ fn bench_load(args: &[&str]) -> Vec<serde_json::Value> {
 
 #[test]
 fn binaries_run_as_the_harness_drives_them() {
-    let (mut origin, addr) = start_origin();
+    let (origin, addr) = start_origin();
 
     let rate = bench_load(&[
         "rate",
@@ -69,11 +77,36 @@ fn binaries_run_as_the_harness_drives_them() {
     assert_eq!(hold.len(), 2, "the holding line, then the result");
     assert_eq!(hold[0]["event"], "holding");
     assert_eq!((hold[1]["mode"].as_str(), hold[1]["failed"].as_u64()), (Some("hold"), Some(0)));
+    stop(origin);
+}
 
+/// SIGTERM, then the exit status must be 0.
+fn stop(mut origin: Child) {
     let pid = Pid::from_raw(i32::try_from(origin.id()).expect("pid fits"));
     kill(pid, Signal::SIGTERM).expect("SIGTERM");
     let status = origin.wait().expect("bench-origin exits");
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn tls_origin_and_handshakes_run_as_the_harness_drives_them() {
+    let certs = TestCerts::make();
+    let cert = certs.server_cert.to_str().expect("UTF-8 path");
+    let key = certs.server_key.to_str().expect("UTF-8 path");
+    let (origin, addr) = start_origin_with(&["--tls-cert", cert, "--tls-key", key]);
+
+    let url = format!("https://{addr}/tiny");
+    let ca = certs.ca.to_str().expect("UTF-8 path");
+    let common = ["handshakes", "--url", &url, "--ca", ca, "--connections", "2"];
+    let full = bench_load(&[&common[..], &["--duration", "200ms"]].concat());
+    assert_eq!(full.len(), 1);
+    assert_eq!(full[0]["mode"], "handshakes");
+    assert_eq!(full[0]["errors"], 0, "{}", full[0]);
+    assert_eq!(full[0]["handshakes_full"], full[0]["ok"], "{}", full[0]);
+    let resumed = bench_load(&[&common[..], &["--duration", "200ms", "--resume"]].concat());
+    assert_eq!(resumed[0]["handshakes_full"], 2, "{}", resumed[0]);
+    assert!(resumed[0]["handshakes_resumed"].as_u64() > Some(0), "{}", resumed[0]);
+    stop(origin);
 }
 
 #[test]
@@ -102,6 +135,7 @@ fn bad_arguments_exit_with_status_2() {
             "1s",
         ],
         &["burst", "--url", "http://127.0.0.1:1/", "--connections", "0"],
+        &["handshakes", "--url", "http://127.0.0.1:1/", "--ca", "ca.pem", "--connections", "1"],
     ] {
         let status = Command::new(env!("CARGO_BIN_EXE_bench-load"))
             .args(args)
@@ -111,4 +145,11 @@ fn bad_arguments_exit_with_status_2() {
             .expect("run bench-load");
         assert_eq!(status.code(), Some(2), "{args:?}");
     }
+    let status = Command::new(env!("CARGO_BIN_EXE_bench-origin"))
+        .args(["--listen", "127.0.0.1:0", "--tls-cert", "server.pem"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run bench-origin");
+    assert_eq!(status.code(), Some(2), "--tls-cert needs --tls-key");
 }

@@ -1,9 +1,10 @@
 //! Integration tests of the benchmark tools: real sockets on 127.0.0.1, no mocks.
 
-mod binaries;
+mod binaries; // bench-origin and bench-load end to end, as the harness runs them
 mod burst; // many requests in flight on new connections
 mod hold; // many idle connections held open
 mod mixed; // keep-alive and closing workers side by side
 mod origin; // routes, bodies and counters of the benchmark origin
 mod rate; // open-loop fixed rate
-mod support; // in-process origin, raw HTTP client, wait_until // bench-origin and bench-load end to end, as the harness runs them
+mod support; // in-process origin (cleartext or TLS), certificates, raw HTTP client, wait_until
+mod tls; // the origin over TLS and new TLS connections per request, full and resumed

@@ -1,6 +1,10 @@
-//! An in-process origin on 127.0.0.1:0, a raw HTTP/1.1 client and `wait_until`.
+//! An in-process origin on 127.0.0.1:0 (cleartext or TLS), certificates made with the
+//! `openssl` command, a raw HTTP/1.1 client and `wait_until`.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +33,22 @@ impl TestOrigin {
         Self { addr, stats, _stop: stop }
     }
 
+    /// The origin over TLS, with the server certificate and key of `certs`.
+    pub async fn start_tls(certs: &TestCerts) -> Self {
+        let config =
+            holdfast_bench_tools::tls::server_config(&certs.server_cert, &certs.server_key)
+                .expect("server TLS settings");
+        let listener = origin::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let stats = Arc::new(OriginStats::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(origin::serve_tls(listener, Arc::clone(&stats), config, async {
+            let _ = stopped.await;
+        }));
+        wait_until("the TLS counts are set up", || stats.snapshot().tls.is_some()).await;
+        Self { addr, stats, _stop: stop }
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
     }
@@ -40,6 +60,125 @@ impl TestOrigin {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
+
+    pub fn https_target(&self, path: &str) -> Target {
+        Target::parse_https(&format!("https://{}{path}", self.addr)).expect("valid target")
+    }
+}
+
+/// A CA and a server certificate it signed (ECDSA P-256, for IP 127.0.0.1 and
+/// `localhost`), made with the `openssl` command in a directory of their own, as
+/// bench/harness/certs.py makes them; removed when dropped.
+pub struct TestCerts {
+    dir: PathBuf,
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+}
+
+impl TestCerts {
+    pub fn make() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "bench-tools-certs-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("certificate directory");
+        let certs = Self {
+            ca: dir.join("ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            dir,
+        };
+        let ca_key = certs.dir.join("ca.key");
+        let csr = certs.dir.join("server.csr");
+        let extensions = certs.dir.join("server.ext");
+        std::fs::write(
+            &extensions,
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\n\
+             keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("extensions file");
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=bench-tools test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+            "-keyout",
+            path(&ca_key),
+            "-out",
+            path(&certs.ca),
+        ]);
+        openssl(&[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            path(&certs.server_key),
+            "-out",
+            path(&csr),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            path(&csr),
+            "-CA",
+            path(&certs.ca),
+            "-CAkey",
+            path(&ca_key),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            path(&extensions),
+            "-out",
+            path(&certs.server_cert),
+        ]);
+        certs
+    }
+}
+
+impl Drop for TestCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("temporary paths are UTF-8")
+}
+
+/// Runs `openssl` with `args`; panics with its output unless it succeeds. `.ci/run`
+/// installs it; a machine without it fails these tests rather than skipping them.
+fn openssl(args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| panic!("running openssl (is it installed?): {error}"));
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// A response as read off the wire.
@@ -92,7 +231,7 @@ pub fn keys(value: &serde_json::Value) -> Vec<&str> {
 }
 
 pub const LATENCY_KEYS: [&str; 6] = ["max", "mean", "p50", "p90", "p99", "p999"];
-pub const ERROR_KINDS: [&str; 7] = [
+pub const ERROR_KINDS: [&str; 8] = [
     "addr_not_available",
     "connect_other",
     "connect_refused",
@@ -100,4 +239,5 @@ pub const ERROR_KINDS: [&str; 7] = [
     "status_5xx",
     "status_other",
     "timeout",
+    "tls",
 ];
