@@ -70,6 +70,7 @@ impl ProxyErrorKind {
             ProxyErrorKind::Queue(LeaseError::QueueTimeout { .. }) => "queue_timeout",
             ProxyErrorKind::Queue(_) => "queue_full",
             ProxyErrorKind::HeaderTimeout(_) => "response_timeout",
+            ProxyErrorKind::Closed(e) if refused_our_side(e) => "tls_handshake",
             ProxyErrorKind::Closed(_) => "origin_closed",
             ProxyErrorKind::NotReplayed { .. } => "not_replayed",
             ProxyErrorKind::BadResponse(_) => "bad_response",
@@ -79,6 +80,30 @@ impl ProxyErrorKind {
             ProxyErrorKind::BodyTooLarge(_) => "body_too_large",
         }
     }
+}
+
+/// Whether `e` is a TLS alert in which the origin refused holdfast's side of the
+/// session: its client certificate (missing, or not trusted), or its access. Under TLS
+/// 1.3 an origin that wants a client certificate says so only after holdfast's side of
+/// the handshake is done, so the refusal arrives where the response was awaited: it is
+/// a failed handshake all the same.
+fn refused_our_side(e: &io::Error) -> bool {
+    use rustls::AlertDescription as A;
+    let alert = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    matches!(
+        alert,
+        Some(rustls::Error::AlertReceived(
+            A::CertificateRequired
+                | A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::AccessDenied
+                | A::HandshakeFailure
+        ))
+    )
 }
 
 impl ProxyErrorKind {

@@ -294,6 +294,10 @@ async fn client_certificate_is_presented_to_an_origin_that_requires_one() {
     // TLS 1.3: the origin refuses after holdfast's side of the handshake has finished,
     // so the refusal comes as an alert where the response was awaited.
     assert!(text.contains("CertificateRequired"), "{text}");
+    // Counted as the failed handshake it is, not as an origin closing.
+    let metrics = proxy.metrics().await;
+    let labels = [("upstream", "app"), ("reason", "tls_handshake"), ("status", "502")];
+    assert_eq!(metrics.count_or_zero("holdfast_errors_total", &labels), 1, "{}", metrics.text);
     assert_eq!(origin.requests(), 3);
     let failures = origin.failures();
     assert!(failures.iter().any(|f| f.contains("no certificates")), "{failures:?}");
