@@ -383,7 +383,7 @@ fn normalize_host<'b>(raw: &[u8], buf: &'b mut [u8; MAX_HOST_BYTES]) -> Option<&
 
 /// A host without its `:port`. The colons inside a bracketed IPv6 literal belong to the
 /// address, so there the port can only follow the closing bracket.
-fn strip_port(host: &[u8]) -> &[u8] {
+pub fn strip_port(host: &[u8]) -> &[u8] {
     let end = if host.starts_with(b"[") {
         host.iter().position(|&b| b == b']').map(|bracket| bracket + 1)
     } else {

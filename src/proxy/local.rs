@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use crate::http1::request::Request;
+use crate::route;
 use crate::tls::store::DynamicCerts;
 
 /// The path prefix of ACME HTTP-01 challenges (RFC 8555, 8.3).
@@ -99,8 +100,7 @@ impl LocalRules {
 /// `https://HOST[:PORT]PATH?QUERY` for `req`: the host without the port it came on,
 /// the HTTPS port unless it is 443, and the target (`/` for `OPTIONS *`).
 fn https_url(host: &[u8], port: u16, req: &Request<'_, '_>) -> String {
-    let host = String::from_utf8_lossy(host);
-    let name = strip_port(&host);
+    let name = String::from_utf8_lossy(route::strip_port(host));
     let target = if req.path.slash {
         format!("/{}", String::from_utf8_lossy(req.path.rest))
     } else if req.path.rest == b"*" {
@@ -111,26 +111,5 @@ fn https_url(host: &[u8], port: u16, req: &Request<'_, '_>) -> String {
     match port {
         443 => format!("https://{name}{target}"),
         port => format!("https://{name}:{port}{target}"),
-    }
-}
-
-/// `example.com:8080` -> `example.com`; `[::1]:8080` -> `[::1]`; no port: as it is.
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.split_inclusive(']').next().unwrap_or(host);
-    }
-    host.split(':').next().unwrap_or(host)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_come_off_hosts() {
-        assert_eq!(strip_port("example.com:8080"), "example.com");
-        assert_eq!(strip_port("example.com"), "example.com");
-        assert_eq!(strip_port("[::1]:8080"), "[::1]");
-        assert_eq!(strip_port("[::1]"), "[::1]");
     }
 }

@@ -309,3 +309,11 @@ fn parse_path_prefix_rejects_with_a_reason() {
         assert!(err.contains(reason), "{text:?}: {err:?} should say {reason:?}");
     }
 }
+
+#[test]
+fn ports_come_off_hosts() {
+    assert_eq!(strip_port(b"example.com:8080"), b"example.com");
+    assert_eq!(strip_port(b"example.com"), b"example.com");
+    assert_eq!(strip_port(b"[::1]:8080"), b"[::1]");
+    assert_eq!(strip_port(b"[::1]"), b"[::1]");
+}
