@@ -51,12 +51,21 @@ pub struct Loaded {
 
 /// Reads and checks `pair`.
 pub fn load(pair: &CertPair) -> Result<Loaded, CertError> {
+    let (cert_pem, key_pem) = read_pair(pair)?;
+    check(pair, &cert_pem, &key_pem)
+}
+
+/// The contents of `pair`'s certificate and key files.
+fn read_pair(pair: &CertPair) -> Result<(Vec<u8>, Vec<u8>), CertError> {
     let read = |path: &Path| {
         std::fs::read(path).map_err(|error| CertError::Read { path: path.to_owned(), error })
     };
-    let cert_pem = read(&pair.cert)?;
-    let key_pem = read(&pair.key)?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+    Ok((read(&pair.cert)?, read(&pair.key)?))
+}
+
+/// Checks `pair` as read: `cert_pem` and `key_pem` are its files' contents.
+fn check(pair: &CertPair, cert_pem: &[u8], key_pem: &[u8]) -> Result<Loaded, CertError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| CertError::BadCertificate { path: pair.cert.clone(), error: e.to_string() })?;
     let Some(leaf) = chain.first() else {
@@ -65,7 +74,7 @@ pub fn load(pair: &CertPair) -> Result<Loaded, CertError> {
     let (names, not_before, not_after) = describe(leaf)
         .map_err(|error| CertError::BadCertificate { path: pair.cert.clone(), error })?;
     check_validity(&pair.cert, not_before, not_after)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| CertError::BadKey { path: pair.key.clone(), error: e.to_string() })?;
     let signer = rustls::crypto::ring::sign::any_supported_type(&key)
         .map_err(|e| CertError::BadKey { path: pair.key.clone(), error: e.to_string() })?;
@@ -121,17 +130,34 @@ pub struct ServerCerts {
     exact: HashMap<String, usize>,
     /// `*.example.com` as `example.com`.
     wildcard: HashMap<String, usize>,
+    /// Of the files' contents as they were read (see [`fingerprint`]).
+    fingerprint: u64,
 }
 
 impl ServerCerts {
     /// Loads every pair; the first problem is the error.
     pub fn load(pairs: &[CertPair]) -> Result<ServerCerts, CertError> {
-        let mut certs =
-            ServerCerts { keys: Vec::new(), exact: HashMap::new(), wildcard: HashMap::new() };
+        let mut certs = ServerCerts {
+            keys: Vec::new(),
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+            fingerprint: 0,
+        };
+        let mut contents = Contents::default();
         for pair in pairs {
-            certs.add(load(pair)?);
+            let (cert_pem, key_pem) = read_pair(pair)?;
+            contents.add(Some(&cert_pem));
+            contents.add(Some(&key_pem));
+            certs.add(check(pair, &cert_pem, &key_pem)?);
         }
+        certs.fingerprint = contents.finish();
         Ok(certs)
+    }
+
+    /// The fingerprint of the contents these certificates were read from: what
+    /// [`fingerprint`] gives for the files until one of them changes.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     fn add(&mut self, loaded: Loaded) {
@@ -164,12 +190,57 @@ impl ServerCerts {
 
 /// A fingerprint of the files' contents: changes when a file is replaced or rewritten.
 pub fn fingerprint(pairs: &[CertPair]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut contents = Contents::default();
     for pair in pairs {
         for path in [&pair.cert, &pair.key] {
-            std::fs::read(path).ok().hash(&mut hasher);
+            contents.add(std::fs::read(path).ok().as_deref());
         }
     }
-    hasher.finish()
+    contents.finish()
+}
+
+/// Hashes files' contents in order (`None`: a file that could not be read), the same
+/// way for [`fingerprint`] and [`ServerCerts::load`].
+#[derive(Default)]
+struct Contents(std::collections::hash_map::DefaultHasher);
+
+impl Contents {
+    fn add(&mut self, bytes: Option<&[u8]>) {
+        std::hash::Hash::hash(&bytes, &mut self.0);
+    }
+
+    fn finish(&self) -> u64 {
+        std::hash::Hasher::finish(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed pair for `example.test`, written to a fresh folder.
+    fn pair(test: &str) -> CertPair {
+        let dir =
+            std::env::temp_dir().join(format!("holdfast-certs-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["example.test".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pair = CertPair { cert: dir.join("cert.pem"), key: dir.join("key.pem") };
+        std::fs::write(&pair.cert, cert.pem()).unwrap();
+        std::fs::write(&pair.key, key.serialize_pem()).unwrap();
+        pair
+    }
+
+    #[test]
+    fn loaded_certificates_carry_the_fingerprint_the_file_watch_computes() {
+        let pairs = [pair("fingerprint")];
+        let loaded = ServerCerts::load(&pairs).unwrap();
+        // Equal, or the watch would take unchanged files for changed ones every time.
+        assert_eq!(loaded.fingerprint(), fingerprint(&pairs));
+        assert!(loaded.named("example.test").is_some());
+        std::fs::write(&pairs[0].key, b"changed").unwrap();
+        assert_ne!(loaded.fingerprint(), fingerprint(&pairs));
+        let _ = std::fs::remove_dir_all(pairs[0].cert.parent().unwrap());
+    }
 }

@@ -103,16 +103,16 @@ impl TlsServer {
         metrics: &Arc<TlsMetrics>,
     ) -> TlsServer {
         let acme = tls.acme.then(|| Arc::clone(acme));
+        let pairs = Mutex::new((tls.certificates.clone(), files.fingerprint()));
         let resolver = Arc::new(Resolver { files: ArcSwap::from_pointee(files), acme });
         let config = server_config(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-        let pairs = Mutex::new((tls.certificates.clone(), certs::fingerprint(&tls.certificates)));
         TlsServer { config: Arc::new(config), resolver, pairs, metrics: Arc::clone(metrics) }
     }
 
     /// Serves `files`, read from `tls`'s certificate files, from the next handshake on.
     /// The server config (tickets, session cache) stays.
     pub fn install(&self, tls: &ListenerTls, files: ServerCerts) {
-        let fingerprint = certs::fingerprint(&tls.certificates);
+        let fingerprint = files.fingerprint();
         self.resolver.files.store(Arc::new(files));
         *self.lock_pairs() = (tls.certificates.clone(), fingerprint);
     }
