@@ -363,19 +363,9 @@ impl Conn {
         }
     }
 
-    /// Closes without losing the last response: stops writing, then reads and
-    /// discards what the client still sends, for up to [`LINGER`]. Closing a socket
-    /// with unread bytes sends a reset, and a reset can destroy the response before the
-    /// client has read it.
+    /// Closes without losing the last response, for up to [`LINGER`] (see
+    /// [`net::linger`]).
     async fn linger(&mut self) {
-        self.stream.shutdown_write();
-        let mut deadline = Deadline::after(LINGER);
-        loop {
-            self.buf.consume(self.buf.len());
-            match self.buf.fill(&mut self.stream, &mut deadline).await {
-                Ok(n) if n > 0 => {}
-                _ => return,
-            }
-        }
+        net::linger(&mut self.stream, &mut self.buf, LINGER).await;
     }
 }

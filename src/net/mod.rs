@@ -461,6 +461,22 @@ pub fn try_write_from(stream: &Stream, parts: &[&[u8]], mut skip: usize) -> io::
     }
 }
 
+/// Closes without losing the last response: stops writing, then reads and discards
+/// what the peer still sends (`buf`'s unread bytes first), for up to `limit`. Closing a
+/// socket with unread bytes sends a reset, and a reset can destroy the response before
+/// the peer has read it.
+pub async fn linger(stream: &mut Stream, buf: &mut InBuf, limit: Duration) {
+    stream.shutdown_write();
+    let mut deadline = Deadline::after(limit);
+    loop {
+        buf.consume(buf.len());
+        match buf.fill(stream, &mut deadline).await {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
 /// Reads and discards `remaining` body bytes within `limit`, so the connection can be
 /// reused (after a client left mid-response, after a health check). True when the body
 /// ended cleanly: no early end, nothing beyond it.

@@ -25,7 +25,8 @@ use tokio::net::TcpStream;
 use super::certs::{self, CertPair, ServerCerts};
 use super::failures::{HandshakeFailure, TlsMetrics};
 use super::store::DynamicCerts;
-use crate::net::{Stream, TlsStream};
+use crate::http1::encode::{self, ConnectionOut};
+use crate::net::{self, Stream, TlsStream};
 
 /// ALPN of a TLS-ALPN-01 validation (RFC 8737).
 pub const ACME_ALPN: &[u8] = b"acme-tls/1";
@@ -171,7 +172,7 @@ impl TlsServer {
         peer: SocketAddr,
         timeout: Duration,
     ) -> Option<Accepted> {
-        let deadline = crate::net::later(tokio::time::Instant::now(), timeout);
+        let deadline = net::later(tokio::time::Instant::now(), timeout);
         let failure = match tokio::time::timeout_at(deadline, looks_like_plain_http(&tcp)).await {
             Ok(Ok(false)) => match tokio::time::timeout_at(deadline, self.handshake(tcp)).await {
                 Ok(Ok(accepted)) => return Some(accepted),
@@ -229,26 +230,16 @@ async fn looks_like_plain_http(tcp: &TcpStream) -> Result<bool, HandshakeFailure
 }
 
 /// Tells a client that spoke HTTP to the HTTPS port what to do, then closes.
-async fn answer_plain_http(stream: Stream) {
+async fn answer_plain_http(mut stream: Stream) {
     let body = "holdfast: this port speaks HTTPS; use https:// to reach it\n";
-    let answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    if crate::net::write_all(&stream, &[answer.as_bytes()], PLAIN_HTTP_LINGER).await.is_err() {
+    let mut answer = Vec::with_capacity(256);
+    encode::local_response(400, body, ConnectionOut::Close, &mut answer);
+    if net::write_all(&stream, &[&answer], PLAIN_HTTP_LINGER).await.is_err() {
         return;
     }
-    stream.shutdown_write();
     // The request is unread: read it (briefly) so the close does not reset the answer.
-    let mut buf = crate::net::InBuf::new(crate::net::CLIENT_BUF);
-    let mut stream = stream;
-    let mut deadline = crate::net::Deadline::after(PLAIN_HTTP_LINGER);
-    while let Ok(n) = buf.fill(&mut stream, &mut deadline).await {
-        if n == 0 {
-            return;
-        }
-        buf.consume(buf.len());
-    }
+    let mut buf = net::InBuf::new(net::CLIENT_BUF);
+    net::linger(&mut stream, &mut buf, PLAIN_HTTP_LINGER).await;
 }
 
 /// How long a plain-HTTP client's answer may take to go out and its request to drain.
