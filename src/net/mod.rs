@@ -19,7 +19,7 @@ mod stream;
 mod tls;
 
 pub use stream::Stream;
-pub use tls::{TlsFacts, TlsStream};
+pub use tls::{tls_error, TlsFacts, TlsStream};
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};

@@ -60,9 +60,7 @@ impl Stream {
     /// Ends the sending direction: `close_notify` first on TLS (best effort), then
     /// TCP's FIN.
     pub fn shutdown_write(&self) {
-        if let Stream::Tls(s) = self {
-            let _ = s.close_notify();
-        }
+        self.close_notify();
         let _ = SockRef::from(self.tcp()).shutdown(Shutdown::Write);
     }
 

@@ -29,6 +29,12 @@ use std::task::{Context, Poll};
 use rustls::Connection;
 use tokio::net::TcpStream;
 
+/// The TLS library's error inside an I/O error from a TLS stream or handshake, if the
+/// failure was TLS's (an alert, a certificate refused) rather than the socket's.
+pub fn tls_error(e: &io::Error) -> Option<&rustls::Error> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+}
+
 /// What the access log says of a client's TLS session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TlsFacts {

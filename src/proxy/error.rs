@@ -89,7 +89,7 @@ impl ProxyErrorKind {
 /// a failed handshake all the same.
 fn refused_our_side(e: &io::Error) -> bool {
     use rustls::AlertDescription as A;
-    let alert = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    let alert = crate::net::tls_error(e);
     matches!(
         alert,
         Some(rustls::Error::AlertReceived(

@@ -80,7 +80,7 @@ impl HandshakeFailure {
 
     /// The reason of a handshake that `tokio-rustls` ended with `e`.
     pub fn of_io(e: &std::io::Error) -> HandshakeFailure {
-        if let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        if let Some(tls) = crate::net::tls_error(e) {
             return HandshakeFailure::of_tls(tls);
         }
         match e.kind() {

@@ -15,7 +15,7 @@ use socket2::SockRef;
 
 use super::UpstreamConfig;
 use crate::metrics::Histogram;
-use crate::net::{Stream, TlsStream};
+use crate::net::{self, Stream, TlsStream};
 use crate::tls::origin::OriginTls;
 use tokio::io::Interest;
 use tokio::net::{TcpSocket, TcpStream};
@@ -178,8 +178,10 @@ async fn connect_within(dial: &Dial, counts: &TlsCounts) -> Result<OriginConn, C
     let name = name.clone().map_err(ConnectError::Tls)?;
     let started = Instant::now();
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&tls.config));
-    let session =
-        connector.connect(name, stream).await.map_err(|e| ConnectError::Tls(tls_error(&e)))?;
+    let session = connector
+        .connect(name, stream)
+        .await
+        .map_err(|e| ConnectError::Tls(handshake_error(&e)))?;
     counts.time.observe(started.elapsed());
     let (tcp, conn) = session.into_inner();
     let counter = match conn.handshake_kind() {
@@ -191,8 +193,8 @@ async fn connect_within(dial: &Dial, counts: &TlsCounts) -> Result<OriginConn, C
 }
 
 /// The TLS library's words for why a handshake failed.
-fn tls_error(e: &io::Error) -> String {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+fn handshake_error(e: &io::Error) -> String {
+    match net::tls_error(e) {
         Some(tls) => tls.to_string(),
         None if e.kind() == io::ErrorKind::UnexpectedEof => {
             "the origin closed the connection during the handshake (does it speak TLS?)".into()
