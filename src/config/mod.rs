@@ -430,19 +430,21 @@ impl Validator<'_> {
                     }
                 },
             };
-            let tls = l.tls.as_ref().map(|t| self.listener_tls(&key, t));
+            // `None` when [listener.tls] has a problem (reported), `Some(None)` without it.
+            let tls = match &l.tls {
+                None => Some(None),
+                Some(t) => self.listener_tls(&key, t).map(Some),
+            };
             let redirect_https = l
                 .redirect_https
                 .as_ref()
                 .and_then(|v| self.redirect_https(&format!("{key}.redirect_https"), v));
-            if let (Some(_), Some(Some(_)), Some(v)) = (redirect_https, &tls, &l.redirect_https) {
+            if let (Some(_), Some(_), Some(v)) = (redirect_https, &l.tls, &l.redirect_https) {
                 let message = "this listener speaks HTTPS already; redirect_https goes on a cleartext listener";
                 self.problem(v.span(), format!("{key}.redirect_https"), message);
             }
             let hsts = l.hsts.as_ref().and_then(|v| self.hsts(&format!("{key}.hsts"), v));
-            if let (Some(addr), Some(backlog), Some(tls)) =
-                (addr, backlog, tls.map_or(Some(None), |t| t.map(Some)))
-            {
+            if let (Some(addr), Some(backlog), Some(tls)) = (addr, backlog, tls) {
                 let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
                 out.push(ListenerConfig {
                     addr,
