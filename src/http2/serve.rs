@@ -77,7 +77,7 @@ pub async fn serve(
     };
     let peer = Arc::new(PeerText::new(addr.ip(), tls.is_some()));
     let idle = timeouts.client_idle;
-    let mut idle_at = Instant::now() + idle;
+    let mut idle_at = crate::net::later(Instant::now(), idle);
     let mut stopping = false;
     loop {
         let accepted = tokio::select! {
@@ -90,7 +90,7 @@ pub async fn serve(
             }
             () = tokio::time::sleep_until(idle_at), if !stopping => {
                 if conn.has_streams() {
-                    idle_at = Instant::now() + idle;
+                    idle_at = crate::net::later(Instant::now(), idle);
                 } else {
                     stopping = true;
                     conn.graceful_shutdown();
@@ -100,7 +100,7 @@ pub async fn serve(
         };
         match accepted {
             Some(Ok((req, respond))) => {
-                idle_at = Instant::now() + idle;
+                idle_at = crate::net::later(Instant::now(), idle);
                 CLIENT.streams.fetch_add(1, Relaxed);
                 let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
                 tokio::spawn(run_stream(req, respond, addr, proxy, peer, tls));
@@ -131,8 +131,10 @@ async fn run_stream(
     let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
     drop(parts);
     let limits = proxy.site().limits;
-    let head_limits =
-        HeadLimits { max_line_bytes: limits.max_line_bytes, max_head_bytes: limits.max_header_bytes };
+    let head_limits = HeadLimits {
+        max_line_bytes: limits.max_line_bytes,
+        max_head_bytes: limits.max_header_bytes,
+    };
     let lines = head.iter().filter(|b| **b == b'\n').count();
     if lines > limits.max_headers.saturating_add(2) {
         return refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);

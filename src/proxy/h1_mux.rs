@@ -156,7 +156,8 @@ impl H1Wire<'_> {
                 if piece.done {
                     return Ok(sent);
                 }
-                if !client.buf.is_empty() {
+                // A partial chunk line stays in the buffer until more arrives.
+                if piece.used > 0 && !client.buf.is_empty() {
                     continue;
                 }
             }
@@ -168,10 +169,14 @@ impl H1Wire<'_> {
             let mut deadline = Deadline::after(stall);
             match client.buf.fill(client.stream, &mut deadline).await {
                 Ok(0) => {
-                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)))
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(
+                        ClientBodyError::Closed,
+                    )))
                 }
                 Ok(_) => {}
-                Err(WaitError::TimedOut) => return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout)),
+                Err(WaitError::TimedOut) => {
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout))
+                }
                 Err(WaitError::Io(e)) => {
                     return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Io(e))))
                 }

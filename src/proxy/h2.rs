@@ -191,7 +191,7 @@ impl Wire for H2Wire {
     ) -> Result<Downloaded, DownloadError> {
         let stall = out.route.site.timeouts.read;
         let headers = std::mem::take(&mut self.head.headers);
-        let empty = start.framing == Framing::Empty;
+        let empty = matches!(start.framing, Framing::Empty | Framing::Length(0));
         let mut client = self.start_response(start.status, headers, empty).map_err(|e| {
             DownloadError::Client { error: WaitError::Io(e), bytes: 0, remaining: None }
         })?;
@@ -222,7 +222,8 @@ impl Wire for H2Wire {
                 if piece.done {
                     return Ok(Downloaded { bytes, extra: !self.origin_buf.is_empty() });
                 }
-                if !self.origin_buf.is_empty() {
+                // A partial chunk line stays in the buffer until more arrives.
+                if piece.used > 0 && !self.origin_buf.is_empty() {
                     continue;
                 }
             }
@@ -322,7 +323,8 @@ impl H2Wire {
             flow::release(&mut self.body, data.len());
         }
         if chunked {
-            let trailers = flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
+            let trailers =
+                flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
             let mut end = encode::LAST_CHUNK.to_vec();
             for (name, value) in trailers.iter().flatten() {
                 if !convert::is_connection_specific(name.as_str()) {
@@ -378,7 +380,9 @@ impl MuxWire for H2Wire {
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         if self.facts.te_trailers {
-            request.headers_mut().insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+            request
+                .headers_mut()
+                .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
         let streaming = !out.progress.body_consumed;
         let end = kept.is_none() && !streaming;
@@ -388,9 +392,9 @@ impl MuxWire for H2Wire {
         };
         let stall = out.route.site.timeouts.read;
         if let Some(kept) = kept {
-            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await.map_err(
-                |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
-            )?;
+            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall)
+                .await
+                .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
         }
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
@@ -476,7 +480,11 @@ impl H2Wire {
 }
 
 /// How an HTTP/2 origin's response starts, for the exchange and an HTTP/1.1 client.
-pub(super) fn start_of(out: &Outbound, parts: &http::response::Parts, ended: bool) -> ResponseStart {
+pub(super) fn start_of(
+    out: &Outbound,
+    parts: &http::response::Parts,
+    ended: bool,
+) -> ResponseStart {
     let length = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
