@@ -45,6 +45,8 @@ pub(crate) struct H2Wire {
     upload: Option<SendStream<Bytes>>,
     /// To an HTTP/2 origin: its response body.
     origin_body: Option<RecvStream>,
+    /// The client reset the stream or did not take the response.
+    client_failed: bool,
 }
 
 /// A response head for an HTTP/2 client.
@@ -78,6 +80,7 @@ impl H2Wire {
             head: H2Head::default(),
             upload: None,
             origin_body: None,
+            client_failed: false,
         }
     }
 
@@ -189,6 +192,62 @@ impl Wire for H2Wire {
         conn: &mut OriginConn,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
+        let relayed = self.relay_h1(out, conn, start).await;
+        self.note(&relayed);
+        relayed
+    }
+
+    fn origin_has_extra(&self) -> bool {
+        !self.origin_buf.is_empty()
+    }
+
+    async fn switch(&mut self, _out: &Outbound) -> bool {
+        // An HTTP/2 stream never asks to switch protocols (`Upgrade` is not HTTP/2).
+        false
+    }
+
+    async fn tunnel(&mut self, _conn: OriginConn, _stall: Duration) {}
+
+    fn drain_later(&self, lease: Lease, remaining: u64) {
+        h1::drain_later(lease, remaining);
+    }
+
+    async fn answer_local(
+        &mut self,
+        out: &Outbound,
+        status: u16,
+        text: &str,
+        extra: &[u8],
+        _keep: bool,
+    ) -> bool {
+        let mut headers = HeaderMap::new();
+        convert::add_lines(&mut headers, extra);
+        convert::add_lines(&mut headers, out.hsts(|| false));
+        convert::add_lines(&mut headers, b"content-type: text/plain; charset=utf-8\r\n");
+        headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+        let head_only = text.is_empty() || out.request.method == Method::HEAD;
+        let Ok(mut stream) = self.start_response(status, headers, head_only) else {
+            self.client_failed = true;
+            return false;
+        };
+        if head_only {
+            return true;
+        }
+        let stall = out.route.site.timeouts.read;
+        let sent = flow::send(&mut stream, convert::text_body(text), true, stall).await.is_ok();
+        self.client_failed |= !sent;
+        sent
+    }
+}
+
+impl H2Wire {
+    /// Relays an HTTP/1.1 origin's response (head, then body) to the client.
+    async fn relay_h1(
+        &mut self,
+        out: &Outbound,
+        conn: &mut OriginConn,
+        start: &ResponseStart,
+    ) -> Result<Downloaded, DownloadError> {
         let stall = out.route.site.timeouts.read;
         let headers = std::mem::take(&mut self.head.headers);
         let empty = matches!(start.framing, Framing::Empty | Framing::Length(0));
@@ -252,47 +311,17 @@ impl Wire for H2Wire {
         }
     }
 
-    fn origin_has_extra(&self) -> bool {
-        !self.origin_buf.is_empty()
+    /// Remembers whether the client failed to take a response.
+    fn note(&mut self, relayed: &Result<Downloaded, DownloadError>) {
+        self.client_failed |= matches!(relayed, Err(DownloadError::Client { .. }));
     }
 
-    async fn switch(&mut self, _out: &Outbound) -> bool {
-        // An HTTP/2 stream never asks to switch protocols (`Upgrade` is not HTTP/2).
-        false
+    /// Whether the client reset the stream or failed to take the response: a client
+    /// that does so to many streams is cut off.
+    pub(crate) fn client_failed(&self) -> bool {
+        self.client_failed
     }
 
-    async fn tunnel(&mut self, _conn: OriginConn, _stall: Duration) {}
-
-    fn drain_later(&self, lease: Lease, remaining: u64) {
-        h1::drain_later(lease, remaining);
-    }
-
-    async fn answer_local(
-        &mut self,
-        out: &Outbound,
-        status: u16,
-        text: &str,
-        extra: &[u8],
-        _keep: bool,
-    ) -> bool {
-        let mut headers = HeaderMap::new();
-        convert::add_lines(&mut headers, extra);
-        convert::add_lines(&mut headers, out.hsts(|| false));
-        convert::add_lines(&mut headers, b"content-type: text/plain; charset=utf-8\r\n");
-        headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
-        let head_only = text.is_empty() || out.request.method == Method::HEAD;
-        let Ok(mut stream) = self.start_response(status, headers, head_only) else {
-            return false;
-        };
-        if head_only {
-            return true;
-        }
-        let stall = out.route.site.timeouts.read;
-        flow::send(&mut stream, convert::text_body(text), true, stall).await.is_ok()
-    }
-}
-
-impl H2Wire {
     /// Writes the client's body to an HTTP/1.1 origin in holdfast's framing (chunked
     /// when the client declared no length, with its trailers), within the route's
     /// body limit.
@@ -454,6 +483,7 @@ impl MuxWire for H2Wire {
             }
         };
         let (downloaded, ()) = tokio::join!(download, upload);
+        self.note(&downloaded);
         downloaded
     }
 }
