@@ -157,10 +157,7 @@ impl Wire for H2Wire {
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let limit = out.route.site.timeouts.response_header;
         let stream = &mut conn.stream;
-        let parts = [head, kept.unwrap_or_default()];
-        if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
-            return Err(h1::write_failed(written, error, limit));
-        }
+        h1::send_head(stream, head, kept, limit).await?;
         let sent_at = if out.progress.body_consumed {
             out.record.started()
         } else {
@@ -334,7 +331,6 @@ impl H2Wire {
             WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
         };
         let mut total = 0u64;
-        let mut size_line = [0u8; 18];
         while let Some(data) =
             flow::next(&mut self.body, client_stall).await.map_err(client_failed)?
         {
@@ -342,12 +338,7 @@ impl H2Wire {
             if data.is_empty() {
                 continue;
             }
-            let written = if chunked {
-                let line = encode::chunk_size_line(data.len(), &mut size_line);
-                net::write_all(stream, &[line, &data, b"\r\n"], origin_stall).await
-            } else {
-                net::write_all(stream, &[&data], origin_stall).await
-            };
+            let written = h1::write_payload(stream, &data, chunked, origin_stall).await;
             written.map_err(origin_failed)?;
             flow::release(&mut self.body, data.len());
         }
