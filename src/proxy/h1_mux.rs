@@ -10,13 +10,13 @@ use h2::SendStream;
 
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, H1Wire};
-use super::h2::{start_of, stream_failed};
+use super::h2::{answer_despite, start_of, stream_failed};
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::Outbound;
 use crate::http1::body::Relay;
-use crate::http1::encode::{self, CONTINUE, LAST_CHUNK};
+use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
 use crate::http2::flow;
 use crate::net::{self, Deadline, WaitError};
@@ -42,12 +42,28 @@ impl MuxWire for H1Wire<'_> {
             flow::send(&mut upload, kept, true, stall).await.map_err(sent_failed)?;
         }
         let mut sent_body = false;
+        let limit = out.route.site.timeouts.response_header;
         if streaming {
-            sent_body = self.upload_h2(out, &mut upload).await?;
+            match self.upload_h2(out, &mut upload).await {
+                Ok(sent) => sent_body = sent,
+                // The origin stopped taking the body (RST_STREAM after a complete
+                // response, RFC 9113, 8.1): its response, if it sent one, stands, and
+                // the client's connection closes after it.
+                Err(failed @ Attempt::Closed { .. }) => {
+                    let Some(answered) = answer_despite(response, limit).await else {
+                        return Err(failed);
+                    };
+                    let (parts, body) = answered.into_parts();
+                    let mut start = start_of(out, &parts, body.is_end_stream());
+                    start.connection = ConnectionOut::for_client(false, out.request.version);
+                    self.mux = Some(Box::new((parts, body)));
+                    return Ok((Upload::Interrupted, start));
+                }
+                Err(failed) => return Err(failed),
+            }
             out.progress.body_consumed = true;
         }
         self.client.buf.release();
-        let limit = out.route.site.timeouts.response_header;
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e, sent_body)),

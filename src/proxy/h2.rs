@@ -361,6 +361,15 @@ impl H2Wire {
     }
 }
 
+/// The response of a stream whose upload failed, if the origin sent one before it
+/// stopped taking the body.
+pub(super) async fn answer_despite(
+    response: impl std::future::Future<Output = Result<Response<RecvStream>, h2::Error>>,
+    limit: Duration,
+) -> Option<Response<RecvStream>> {
+    tokio::time::timeout(limit, response).await.ok()?.ok()
+}
+
 /// What finished first while a request body streamed to an HTTP/2 origin.
 enum First {
     Pumped(Result<(), Attempt>),
@@ -426,13 +435,23 @@ impl MuxWire for H2Wire {
             let first = {
                 let pump = pump(&mut self.body, &mut upload, &mut total, max, stall);
                 tokio::select! {
-                    done = pump => First::Pumped(done),
+                    biased;
                     answered = &mut response => First::Answered(answered),
+                    done = pump => First::Pumped(done),
                 }
             };
             sent_body = total > 0;
             match first {
-                First::Pumped(done) => done?,
+                First::Pumped(Ok(())) => {}
+                // The origin stopped taking the body (RST_STREAM after a complete
+                // response, RFC 9113, 8.1): its response, if it sent one, stands.
+                First::Pumped(Err(failed @ Attempt::Closed { .. })) => {
+                    return match answer_despite(response, limit).await {
+                        Some(answered) => Ok(self.start_mux(out, answered, None)),
+                        None => Err(failed),
+                    };
+                }
+                First::Pumped(Err(failed)) => return Err(failed),
                 // The response came first: the body goes on streaming while it is
                 // relayed.
                 First::Answered(answered) => {

@@ -39,8 +39,9 @@ pub(super) struct SentMux {
 /// How sending to an HTTP/2 origin ended short of a response.
 pub(super) enum MuxFailure {
     Failed(ProxyError),
-    /// The backend turned out to speak HTTP/1.1 (ALPN): send it that way.
-    SpeaksHttp1,
+    /// The backend turned out to speak HTTP/1.1 (ALPN): send it that way, with the
+    /// body read already, if one was.
+    SpeaksHttp1(Option<Vec<u8>>),
 }
 
 impl From<ProxyError> for MuxFailure {
@@ -60,12 +61,14 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Result<SentMux, MuxFailure> {
-        let (kept, _, body) = self.prelude(out, wire).await?;
+        let (kept, _, body) = self.prelude(out, wire, None).await?;
         let mut tried = Vec::new();
         let mut refused = 0usize;
         loop {
             let backend = Arc::clone(out.backend());
-            let Some(mux) = backend.mux.as_ref() else { return Err(MuxFailure::SpeaksHttp1) };
+            let Some(mux) = backend.mux.as_ref() else {
+                return Err(MuxFailure::SpeaksHttp1(kept));
+            };
             let started = Instant::now();
             let connect = out.route.site.timeouts.connect;
             let lease = match mux.lease(connect, backend.conns.tls_counts()).await {
@@ -73,7 +76,7 @@ impl Proxy {
                 Ok(Leased::Http1(conn)) => {
                     backend.learned(Speaks::Http1);
                     backend.conns.offer(conn).await;
-                    return Err(MuxFailure::SpeaksHttp1);
+                    return Err(MuxFailure::SpeaksHttp1(kept));
                 }
                 Err(LeaseError::Connect(e)) => {
                     if e.is_backend_failure() {
