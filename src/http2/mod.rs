@@ -18,5 +18,6 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Whether a client's first bytes start the HTTP/2 preface: no HTTP/1.1 method is
 /// `PRI`, so three bytes tell.
 pub fn starts_preface(data: &[u8]) -> bool {
-    data.len() >= 3 && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
+    data.len() >= 3
+        && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
 }

@@ -131,8 +131,10 @@ async fn run_stream(
     let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
     drop(parts);
     let limits = proxy.site().limits;
-    let head_limits =
-        HeadLimits { max_line_bytes: limits.max_line_bytes, max_head_bytes: limits.max_header_bytes };
+    let head_limits = HeadLimits {
+        max_line_bytes: limits.max_line_bytes,
+        max_head_bytes: limits.max_header_bytes,
+    };
     let lines = head.iter().filter(|b| **b == b'\n').count();
     if lines > limits.max_headers.saturating_add(2) {
         return refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);

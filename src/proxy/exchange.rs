@@ -15,10 +15,10 @@ use holdfast_pool::CloseReason;
 use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
+use super::mux::MuxFailure;
 use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
-use super::mux::MuxFailure;
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
@@ -68,7 +68,9 @@ impl Proxy {
             // Boxed: only exchanges with HTTP/2 origins carry this state.
             match Box::pin(self.send_mux(&mut out, head, wire)).await {
                 Ok(sent) => return Box::pin(self.respond_mux(out, sent, wire)).await,
-                Err(MuxFailure::Failed(e)) => return Box::pin(self.answer_error(out, e, wire)).await,
+                Err(MuxFailure::Failed(e)) => {
+                    return Box::pin(self.answer_error(out, e, wire)).await
+                }
                 // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool.
                 Err(MuxFailure::SpeaksHttp1) => {}
             }

@@ -303,7 +303,9 @@ fn parse_response(
 pub(super) fn write_failed(written: u64, error: WaitError, limit: Duration) -> Attempt {
     match error {
         WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
-        WaitError::Io(error) if written == 0 => Attempt::Closed { outcome: SendOutcome::Unsent, error },
+        WaitError::Io(error) if written == 0 => {
+            Attempt::Closed { outcome: SendOutcome::Unsent, error }
+        }
         WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
     }
 }

@@ -168,10 +168,14 @@ impl H1Wire<'_> {
             let mut deadline = Deadline::after(stall);
             match client.buf.fill(client.stream, &mut deadline).await {
                 Ok(0) => {
-                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)))
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(
+                        ClientBodyError::Closed,
+                    )))
                 }
                 Ok(_) => {}
-                Err(WaitError::TimedOut) => return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout)),
+                Err(WaitError::TimedOut) => {
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout))
+                }
                 Err(WaitError::Io(e)) => {
                     return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Io(e))))
                 }

@@ -322,7 +322,8 @@ impl H2Wire {
             flow::release(&mut self.body, data.len());
         }
         if chunked {
-            let trailers = flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
+            let trailers =
+                flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
             let mut end = encode::LAST_CHUNK.to_vec();
             for (name, value) in trailers.iter().flatten() {
                 if !convert::is_connection_specific(name.as_str()) {
@@ -378,7 +379,9 @@ impl MuxWire for H2Wire {
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         if self.facts.te_trailers {
-            request.headers_mut().insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+            request
+                .headers_mut()
+                .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
         let streaming = !out.progress.body_consumed;
         let end = kept.is_none() && !streaming;
@@ -388,9 +391,9 @@ impl MuxWire for H2Wire {
         };
         let stall = out.route.site.timeouts.read;
         if let Some(kept) = kept {
-            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await.map_err(
-                |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
-            )?;
+            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall)
+                .await
+                .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
         }
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
@@ -476,7 +479,11 @@ impl H2Wire {
 }
 
 /// How an HTTP/2 origin's response starts, for the exchange and an HTTP/1.1 client.
-pub(super) fn start_of(out: &Outbound, parts: &http::response::Parts, ended: bool) -> ResponseStart {
+pub(super) fn start_of(
+    out: &Outbound,
+    parts: &http::response::Parts,
+    ended: bool,
+) -> ResponseStart {
     let length = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

@@ -167,8 +167,10 @@ impl Proxy {
         match downloaded {
             Ok(done) => {
                 let now = Instant::now();
-                out.record
-                    .finish(upstream.as_deref(), Delivery { status, bytes: done.bytes, ended: Some(now) });
+                out.record.finish(
+                    upstream.as_deref(),
+                    Delivery { status, bytes: done.bytes, ended: Some(now) },
+                );
                 let next = match (keep_client, upload) {
                     (true, _) => Next::KeepOpen,
                     (false, Upload::Interrupted) => Next::Linger,

@@ -86,8 +86,8 @@ impl GrpcServer {
 }
 
 /// Runs the client against `target` (with `--tls CA NAME` when given) and asserts every
-/// case passed.
-async fn assert_client_passes(target: &str, tls: Option<(&str, &str)>) {
+/// case passed; a failure shows `proxy`'s log, if there is one.
+async fn assert_client_passes(target: &str, tls: Option<(&str, &str)>, proxy: Option<&ChildProxy>) {
     let script = fixture("grpc_client.py");
     let mut args = vec![script.as_str(), target];
     if let Some((ca, name)) = tls {
@@ -95,7 +95,8 @@ async fn assert_client_passes(target: &str, tls: Option<(&str, &str)>) {
     }
     let out = run_tool("python3", &args, b"").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let report = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let log = proxy.map(|p| format!("\nholdfast's log:\n{}", p.stderr())).unwrap_or_default();
+    let report = format!("{stdout}{}{log}", String::from_utf8_lossy(&out.stderr));
     for case in CASES {
         assert!(stdout.lines().any(|l| l == format!("ok {case}")), "case {case}:\n{report}");
     }
@@ -122,10 +123,10 @@ async fn grpc_over_h2c_both_sides() {
     }
     let server = GrpcServer::start(None).await;
     // The client straight to the server first: the cases hold without holdfast.
-    assert_client_passes(&format!("127.0.0.1:{}", server.port), None).await;
+    assert_client_passes(&format!("127.0.0.1:{}", server.port), None, None).await;
     let upstream = format!("h2c://127.0.0.1:{}", server.port);
     let proxy = holdfast(&["--h2c".to_string()], &upstream, &[]).await;
-    assert_client_passes(&proxy.addr().to_string(), None).await;
+    assert_client_passes(&proxy.addr().to_string(), None, Some(&proxy)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +140,7 @@ async fn grpc_over_tls_both_sides() {
     let ca = pki.ca_file.display().to_string();
     let server = GrpcServer::start(Some(&origin_files)).await;
     let direct = format!("127.0.0.1:{}", server.port);
-    assert_client_passes(&direct, Some((&ca, "localhost"))).await;
+    assert_client_passes(&direct, Some((&ca, "localhost")), None).await;
     let listen_args = [
         "--tls-cert".to_string(),
         listener_files.cert.display().to_string(),
@@ -148,7 +149,7 @@ async fn grpc_over_tls_both_sides() {
     ];
     let upstream = format!("https://127.0.0.1:{}", server.port);
     let proxy = holdfast(&listen_args, &upstream, &["--upstream-ca".to_string(), ca.clone()]).await;
-    assert_client_passes(&proxy.addr().to_string(), Some((&ca, "localhost"))).await;
+    assert_client_passes(&proxy.addr().to_string(), Some((&ca, "localhost")), Some(&proxy)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,5 +169,5 @@ async fn grpc_from_a_tls_client_to_an_h2c_origin() {
     ];
     let upstream = format!("h2c://127.0.0.1:{}", server.port);
     let proxy = holdfast(&listen_args, &upstream, &[]).await;
-    assert_client_passes(&proxy.addr().to_string(), Some((&ca, "localhost"))).await;
+    assert_client_passes(&proxy.addr().to_string(), Some((&ca, "localhost")), Some(&proxy)).await;
 }

@@ -433,9 +433,15 @@ async fn refused_stream_is_retried_even_for_post() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(reply.header("x-received-bytes"), Some("7"));
     assert_eq!((origin.refused(), origin.streams(), origin.request_count()), (1, 2, 1));
-    let metrics = proxy.metrics().await;
-    let retried = metrics.count_or_zero("holdfast_backend_h2_retried_streams_total", &[]);
-    assert_eq!(retried, 1, "{}", metrics.text);
+    // And a POST without a body, refused in turn.
+    let options = H2OriginOptions { refuse_first: 1, ..H2OriginOptions::default() };
+    let origin = H2Origin::start_with(options).await;
+    let proxy = Proxy::start(h2c_to_h2c(&origin)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    let reply =
+        client.request(Method::POST, "/refused", &[], Bytes::new()).await.expect("a response");
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!((origin.refused(), origin.streams(), origin.request_count()), (1, 2, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -464,6 +470,26 @@ async fn trailers_and_te_pass_through_both_ways() {
     let trailers = reply.trailers.expect("response trailers");
     assert_eq!(trailers.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]));
     assert_eq!(trailers.get("x-trailer").map(|v| v.as_bytes()), Some(&b"done"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_complete_before_the_upload_is_relayed() {
+    // An origin may answer in full before the request body is in (a gRPC server
+    // failing a call does): the client gets that answer, not a 502.
+    let origin = H2Origin::start().await;
+    let proxy = Proxy::start(h2c_to_h2c(&origin)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    for size in [100, 100_000, 1 << 20] {
+        let body = Bytes::from(vec![b'e'; size]);
+        let reply = client.request(Method::POST, "/early", &[], body).await.expect("a response");
+        assert_eq!(reply.status, StatusCode::OK, "{size} bytes: {}", reply.text());
+        assert_eq!(reply.text(), "early\n");
+    }
+    // From an HTTP/1.1 client too.
+    let mut h1 = HttpClient::connect(proxy.addr()).await;
+    let reply = h1.request(Method::POST, "/early", body_of(&vec![b'e'; 200_000])).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(reply.text(), "early\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,36 +600,61 @@ async fn protocol_key_chooses_how_to_speak_to_a_group() {
     assert_eq!(h1.request_count(), 1);
 }
 
-#[test]
-fn check_accepts_the_http2_keys_and_rejects_bad_values() {
-    let dir = TempDir::new("h2-check");
-    let good = dir.write(
-        "good.toml",
-        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\nh2c = true\n\n\
-         [[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\nhttp2 = false\n\n\
-         [upstream.app]\nservers = [\"h2c://127.0.0.1:9000\"]\nprotocol = \"auto\"\n\
-         h2_ping_interval = \"10s\"\n\n[upstream.other]\nservers = [\"127.0.0.1:9001\"]\n\
-         protocol = \"h2\"\n\n[limits]\nh2_max_concurrent_streams = 64\n",
-    );
+/// `holdfast check FILE`: whether it passed, and its stderr.
+fn check(file: &std::path::Path) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-        .args(["check", good.to_str().unwrap()])
+        .args(["check", file.to_str().expect("a UTF-8 path")])
         .env("NO_COLOR", "1")
         .output()
         .expect("run holdfast check");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let bad = dir.write(
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn check_accepts_the_http2_keys_and_rejects_bad_values() {
+    let pki = Pki::new("h2-check");
+    let (_, files) = pki.localhost("server", "server");
+    let ca = toml_path(&pki.ca_file);
+    let good = pki.dir.write(
+        "good.toml",
+        &format!(
+            "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\nh2c = true\n\n\
+             [[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\nhttp2 = false\n\n\
+             [listener.tls]\n{}\n\n\
+             [upstream.app]\nservers = [\"h2c://127.0.0.1:9000\"]\nh2_ping_interval = \"10s\"\n\n\
+             [upstream.plain]\nservers = [\"127.0.0.1:9001\"]\nprotocol = \"h2c\"\n\n\
+             [upstream.secure]\nservers = [\"https://127.0.0.1:9002\"]\nprotocol = \"h2\"\n\n\
+             [upstream.secure.tls]\nca = {ca}\n\n\
+             [upstream.either]\nservers = [\"https://127.0.0.1:9003\"]\nprotocol = \"auto\"\n\n\
+             [upstream.old]\nservers = [\"127.0.0.1:9004\"]\nprotocol = \"http1\"\n\n\
+             [limits]\nh2_max_concurrent_streams = 64\n",
+            files.toml()
+        ),
+    );
+    let (ok, stderr) = check(&good);
+    assert!(ok, "{stderr}");
+    let bad = pki.dir.write(
         "bad.toml",
         "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\n\
          [upstream.app]\nservers = [\"127.0.0.1:9000\"]\nprotocol = \"h3\"\n",
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_holdfast"))
-        .args(["check", bad.to_str().unwrap()])
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run holdfast check");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "check accepted protocol = \"h3\"");
+    let (ok, stderr) = check(&bad);
+    assert!(!ok, "check accepted protocol = \"h3\"");
     assert!(stderr.contains(":7: upstream.app.protocol"), "{stderr}");
+}
+
+#[test]
+fn protocol_auto_written_out_accepts_h2c_servers() {
+    // `auto` is the default, and `h2c://` servers mean h2c under it: writing the
+    // default out changes nothing.
+    let dir = TempDir::new("h2-check-auto");
+    let file = dir.write(
+        "auto.toml",
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\n\
+         [upstream.app]\nservers = [\"h2c://127.0.0.1:9000\"]\nprotocol = \"auto\"\n",
+    );
+    let (ok, stderr) = check(&file);
+    assert!(ok, "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -620,6 +671,17 @@ async fn metrics_count_h2_connections_and_streams() {
     assert_eq!(metrics.count("holdfast_backend_h2_streams_total", &this), 12, "{}", metrics.text);
     assert_eq!(metrics.count_or_zero("holdfast_backend_h2_retried_streams_total", &this), 0);
     assert_eq!(origin.accepted(), 1);
+    // A stream the origin refuses is counted as sent again.
+    let options = H2OriginOptions { refuse_first: 1, ..H2OriginOptions::default() };
+    let origin = H2Origin::start_with(options).await;
+    let proxy = Proxy::start(h2c_to_h2c(&origin)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    assert_eq!(client.get("/refused-once").await.status, StatusCode::OK);
+    let metrics = proxy.metrics().await;
+    let backend = origin.addr().to_string();
+    let this = [("upstream", "app"), ("backend", backend.as_str())];
+    let retried = metrics.count_or_zero("holdfast_backend_h2_retried_streams_total", &this);
+    assert_eq!(retried, 1, "{}", metrics.text);
 }
 
 // Stopping.

@@ -9,6 +9,7 @@
 //! - `/slow/MS`: waits MS ms, then answers 200.
 //! - `/hold/NAME`: answers once the test calls [`H2Origin::release`] with NAME.
 //! - `/status/N`: answers status N with a short body.
+//! - `/early`: answers 200 `early\n` at once, without reading the request body.
 //! - `/trailers`: answers 200 with a body and the trailers `grpc-status: 0` and
 //!   `x-trailer: done`.
 //!
@@ -65,7 +66,8 @@ pub struct H2OriginOptions {
     /// After accepting this many streams on a connection, shut it down gracefully
     /// (GOAWAY): the streams accepted until then are answered, later ones refused.
     pub goaway_after: Option<usize>,
-    /// Reset the first this many streams (over all connections) with REFUSED_STREAM.
+    /// Reset the first this many streams (over all connections) with REFUSED_STREAM,
+    /// each once its request body has arrived.
     pub refuse_first: usize,
     /// Serve TLS with this config (its ALPN should offer `h2`) instead of h2c.
     pub tls: Option<Arc<ServerConfig>>,
@@ -244,8 +246,13 @@ async fn serve<IO: AsyncRead + AsyncWrite + Unpin>(
         state.streams.fetch_add(1, Ordering::SeqCst);
         let refused = refuse.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if refused.is_ok() {
+            // Refused once its request has arrived whole, body included: the proxy must
+            // have kept the body to send the request again.
             state.refused.fetch_add(1, Ordering::SeqCst);
-            respond.send_reset(Reason::REFUSED_STREAM);
+            tokio::spawn(async move {
+                let _ = read_body(&mut req.into_body()).await;
+                respond.send_reset(Reason::REFUSED_STREAM);
+            });
             continue;
         }
         let (stream_state, delay) = (Arc::clone(state), options.delay);
@@ -293,6 +300,18 @@ async fn answer(
         conn,
     });
     let te = req.headers().get("te").cloned().unwrap_or(HeaderValue::from_static("-"));
+    if path.starts_with("/early") {
+        // The whole response at once, the request body unread (gRPC servers answer a
+        // failed call so); the body is dropped, so h2 resets the stream's receiving side.
+        let resp = Response::builder()
+            .header("x-path", path.as_str())
+            .header("content-length", "6")
+            .body(())
+            .expect("a response");
+        let mut send = respond.send_response(resp, false)?;
+        send.send_data(Bytes::from_static(b"early\n"), true)?;
+        return Ok(());
+    }
     let mut body = req.into_body();
     let (received, fnv, trailers) = read_body(&mut body).await?;
     let mut segments = path.trim_start_matches('/').split(['/', '?']);
@@ -484,13 +503,21 @@ impl H2Client {
             let mut sender = self.sender.clone().ready().await?;
             let end = body.is_empty() && trailers.is_none();
             let (response, mut send) = sender.send_request(req, end)?;
+            // A server may answer before the request body is in, and then reset the
+            // stream to stop the upload (RFC 9113, 8.1): an upload that fails is
+            // reported only if no response comes either.
+            let mut upload = Ok(());
             if !end {
-                send_body(&mut send, body, trailers.is_none()).await?;
+                upload = send_body(&mut send, body, trailers.is_none()).await;
             }
-            if let Some(trailers) = trailers {
-                send.send_trailers(trailers)?;
+            if let (Ok(()), Some(trailers)) = (&upload, trailers) {
+                upload = send.send_trailers(trailers);
             }
-            let (parts, mut body) = response.await?.into_parts();
+            let response = match (response.await, upload) {
+                (Ok(response), _) => response,
+                (Err(e), Ok(())) | (Err(_), Err(e)) => return Err(e),
+            };
+            let (parts, mut body) = response.into_parts();
             let mut data = Vec::new();
             // Bounded by the body; each round takes one DATA frame.
             while let Some(chunk) = body.data().await {
