@@ -25,8 +25,10 @@ use crate::upstream::settings::Speaks;
 use crate::upstream::LeaseError;
 
 /// Refused streams sent again, at most, before the request fails: an origin that
-/// refuses every stream is failing.
-const MAX_REFUSED: usize = 4;
+/// refuses every stream is failing. Many, because refusals are cheap and can come in
+/// runs: an origin that sends GOAWAY after every few streams refuses the streams that
+/// crowded onto each new connection before its GOAWAY arrived.
+const MAX_REFUSED: usize = 25;
 
 /// A request that reached an HTTP/2 origin and got a response head.
 pub(super) struct SentMux {
@@ -104,7 +106,10 @@ impl Proxy {
             })?;
             let attempt = wire.mux_attempt(out, lease.sender(), request, kept.as_deref()).await;
             let (outcome, io_error) = match attempt {
-                Ok((upload, start)) => return Ok(SentMux { lease, upload, start }),
+                Ok((upload, start)) => {
+                    lease.answered();
+                    return Ok(SentMux { lease, upload, start });
+                }
                 Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused).into()),
                 Err(Attempt::Refused { goaway, error: io_error }) => {
                     if goaway {

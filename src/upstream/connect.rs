@@ -90,6 +90,24 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
+    /// The same failure again, for each request that waited on the one connect.
+    pub fn duplicate(&self) -> ConnectError {
+        let again = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            ConnectError::Refused => ConnectError::Refused,
+            ConnectError::Timeout(d) => ConnectError::Timeout(*d),
+            ConnectError::PortsExhausted(a) => ConnectError::PortsExhausted(*a),
+            ConnectError::SourceAddress { address, error } => {
+                ConnectError::SourceAddress { address: *address, error: again(error) }
+            }
+            ConnectError::Unreachable(e) => ConnectError::Unreachable(again(e)),
+            ConnectError::Io(e) => ConnectError::Io(again(e)),
+            ConnectError::Tls(s) => ConnectError::Tls(s.clone()),
+            ConnectError::Http2(s) => ConnectError::Http2(s.clone()),
+            ConnectError::Retired => ConnectError::Retired,
+        }
+    }
+
     /// Whether the failure says something about the backend (it refused, did not
     /// answer, cannot be reached), so its health counts it. Running out of local ports
     /// or a bad source address is this host's problem: ejecting the backend would not

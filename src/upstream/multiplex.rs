@@ -69,10 +69,14 @@ struct State {
     wanting: usize,
     /// Streams the next connection is expected to take: the last origin's limit.
     expected: usize,
+    /// Streams the origin answered on a connection before it sent GOAWAY, and when:
+    /// for a while, connections carry no more than that each (an origin that closes
+    /// connections after N requests would refuse the rest).
+    goaway_after: Option<(u64, Instant)>,
     retired: bool,
     /// The latest failed connect, by number, so the requests that waited on it fail
     /// with it rather than each try again.
-    failure: Option<(u64, String)>,
+    failure: Option<(u64, ConnectError)>,
     connects: u64,
 }
 
@@ -94,6 +98,8 @@ pub struct Conn {
     closed: Arc<AtomicBool>,
     /// It takes no new streams: GOAWAY, or a limit reached.
     draining: AtomicBool,
+    /// Streams the origin answered on it.
+    answered: AtomicU64,
 }
 
 /// Counters of a backend's HTTP/2 connections, for `/metrics`.
@@ -174,11 +180,12 @@ impl Multiplexed {
                 }
                 if let Some((n, why)) = &state.failure {
                     if *n > seen_failure {
-                        return Err(LeaseError::Connect(ConnectError::Http2(why.clone())));
+                        return Err(LeaseError::Connect(why.duplicate()));
                     }
                 }
                 wanting.count(&mut state);
-                let room = state.connecting.saturating_mul(state.expected.max(1));
+                let per_conn = state.per_connection(Instant::now()).min(state.expected);
+                let room = state.connecting.saturating_mul(per_conn.max(1));
                 let max = shared.config.max_connections;
                 let below_max = max == 0 || state.conns.len() + state.connecting < max;
                 if below_max && room < state.wanting {
@@ -207,7 +214,7 @@ impl Multiplexed {
                     Err(e) => {
                         let mut state = shared.lock();
                         state.connecting -= 1;
-                        state.failure = Some((state.connects, e.to_string()));
+                        state.failure = Some((state.connects, e.duplicate()));
                         drop(state);
                         shared.changed.notify_waiters();
                         return Err(LeaseError::Connect(e));
@@ -275,6 +282,21 @@ impl Multiplexed {
     }
 }
 
+/// How long the count of streams answered before a GOAWAY bounds new connections.
+pub const GOAWAY_MEMORY: Duration = Duration::from_secs(30);
+
+impl State {
+    /// Streams a connection may carry in all, as far as a recent GOAWAY tells.
+    fn per_connection(&self, now: Instant) -> usize {
+        match self.goaway_after {
+            Some((n, at)) if now.duration_since(at) < GOAWAY_MEMORY => {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }
+            _ => usize::MAX,
+        }
+    }
+}
+
 /// Counts a request in `wanting` while it looks for a stream.
 struct Wanting<'a> {
     shared: &'a Shared,
@@ -323,11 +345,13 @@ impl Shared {
     fn try_stream(self: &Arc<Self>, state: &mut State, now: Instant) -> Option<MuxLease> {
         state.conns.retain(|e| e.active > 0 || e.conn.accepts_streams());
         let config = &self.config;
+        let learned = state.per_connection(now) as u64;
         let entry = state.conns.iter_mut().find(|e| {
             if !e.conn.accepts_streams() {
                 return false;
             }
-            let spent = config.max_requests != 0 && e.streams >= config.max_requests;
+            let spent = (config.max_requests != 0 && e.streams >= config.max_requests)
+                || e.streams >= learned;
             let old = !config.max_lifetime.is_zero()
                 && now.duration_since(e.opened) >= config.max_lifetime;
             if spent || old {
@@ -419,7 +443,8 @@ impl Shared {
             pings.ping(h2::Ping::opaque()).await.map_err(fail)?;
         }
         let id = self.stats.opened.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn { id, send, closed, draining: AtomicBool::new(false) });
+        let draining = AtomicBool::new(false);
+        let conn = Arc::new(Conn { id, send, closed, draining, answered: AtomicU64::new(0) });
         if let (Some(every), Some(pings)) = (self.ping, pings) {
             tokio::spawn(keep_pinging(Arc::downgrade(&conn), pings, every, addr));
         }
@@ -493,11 +518,19 @@ impl MuxLease {
         self.reused
     }
 
-    /// The origin refused the stream by GOAWAY: the connection takes no more.
+    /// The origin refused the stream by GOAWAY: the connection takes no more, and for
+    /// [`GOAWAY_MEMORY`] new ones carry no more streams than it answered.
     pub fn went_away(&self) {
         if !self.conn.draining.swap(true, Ordering::AcqRel) {
             self.shared.stats.goaways.fetch_add(1, Ordering::Relaxed);
+            let answered = self.conn.answered.load(Ordering::Relaxed).max(1);
+            self.shared.lock().goaway_after = Some((answered, Instant::now()));
         }
+    }
+
+    /// The origin answered the stream (its response head came).
+    pub fn answered(&self) {
+        self.conn.answered.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The stream is sent again on another connection.
