@@ -271,6 +271,34 @@ async fn megabyte_bodies_both_ways_over_h2_to_an_http1_origin() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_response_bodies_reach_h2_clients() {
+    // Responses without a body byte: a 200 with Content-Length: 0, an empty chunked
+    // body, a 204, a HEAD; from an HTTP/1.1 origin and from an h2c one.
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    for path in ["/bytes/0", "/stream/0", "/status/200", "/status/204"] {
+        let reply = client.request(Method::GET, path, &[], Bytes::new()).await;
+        let reply = reply.unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(reply.status.is_success(), "{path}: {}", reply.status);
+        assert!(reply.body.is_empty(), "{path}");
+    }
+    let reply = client.request(Method::HEAD, "/bytes/100", &[], Bytes::new()).await.expect("HEAD");
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.is_empty());
+    let raw =
+        crate::support::RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+    let proxy = Proxy::start(h2_config("h2c = true", &[raw.addr().to_string()], "", "")).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    assert_eq!(client.get("/raw-empty").await.status, StatusCode::OK);
+    let h2_origin = H2Origin::start().await;
+    let proxy = Proxy::start(h2c_to_h2c(&h2_origin)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    let reply = client.get("/bytes/0").await;
+    assert_eq!((reply.status, reply.body.len()), (StatusCode::OK, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_get_413_502_and_504_as_http1_requests_do() {
     let origin = Origin::start().await;
     let rest = "[limits]\nclient_max_body = \"1k\"\n\n[timeouts]\nresponse_header = \"300ms\"\n";
