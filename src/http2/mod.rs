@@ -7,6 +7,11 @@
 //! any other: one set of rules refuses faulty requests, routes them and writes the
 //! head an origin gets. The same head becomes an HTTP/2 request again for an HTTP/2
 //! origin.
+//!
+//! Like the rest of the request path, this module handles bytes from clients and
+//! origins: the lints below keep indexing and unchecked arithmetic out of it.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod convert;
 pub mod flow;

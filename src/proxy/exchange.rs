@@ -117,16 +117,7 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Result<Sent, ProxyError> {
-        let kept = self.kept_body(out, wire).await?;
-        // One clock read serves the request's arrival and the pool's checkout, unless a
-        // body was read in between.
-        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
-        out.record.asking(asked);
-        let body = match (&kept, out.request.framing) {
-            (Some(_), _) => BodyReplay::Kept,
-            (None, Framing::Empty) => BodyReplay::Empty,
-            (None, _) => BodyReplay::Streamed,
-        };
+        let (kept, asked, body) = self.prelude(out, wire).await?;
         let mut tried = Vec::new();
         // After a pooled connection failed under the request: the same backend, on a new
         // connection.
@@ -193,6 +184,26 @@ impl Proxy {
             }
             return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
         }
+    }
+
+    /// What every protocol's send starts with: the kept body, if the request has one
+    /// (see [`retry::should_keep_body`]), when the request asked for a connection
+    /// (one clock read serves its arrival and the pool's checkout, unless a body was
+    /// read in between), and what a replay would have to send.
+    pub(super) async fn prelude<W: Wire>(
+        &self,
+        out: &mut Outbound,
+        wire: &mut W,
+    ) -> Result<(Option<Vec<u8>>, Instant, BodyReplay), ProxyError> {
+        let kept = self.kept_body(out, wire).await?;
+        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        out.record.asking(asked);
+        let body = match (&kept, out.request.framing) {
+            (Some(_), _) => BodyReplay::Kept,
+            (None, Framing::Empty) => BodyReplay::Empty,
+            (None, _) => BodyReplay::Streamed,
+        };
+        Ok((kept, asked, body))
     }
 
     /// A connection to `backend` for the request: an idle pooled one if there is one

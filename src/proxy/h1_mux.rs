@@ -9,7 +9,7 @@ use h2::client::SendRequest;
 use h2::SendStream;
 
 use super::error::{ClientBodyError, ProxyErrorKind};
-use super::h1::H1Wire;
+use super::h1::{self, H1Wire};
 use super::h2::{start_of, stream_failed};
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
@@ -92,7 +92,6 @@ impl MuxWire for H1Wire<'_> {
         }
         let chunked = body_out.is_chunked(framing);
         let mut bytes = 0u64;
-        let mut size_line = [0u8; 18];
         loop {
             let data = match flow::next(&mut body, stall).await {
                 Ok(Some(data)) => data,
@@ -102,12 +101,7 @@ impl MuxWire for H1Wire<'_> {
             if data.is_empty() {
                 continue;
             }
-            let written = if chunked {
-                let line = encode::chunk_size_line(data.len(), &mut size_line);
-                net::write_all(stream, &[line, &data, b"\r\n"], stall).await
-            } else {
-                net::write_all(stream, &[&data], stall).await
-            };
+            let written = h1::write_payload(stream, &data, chunked, stall).await;
             written.map_err(|(_, e)| to_client(e, bytes))?;
             flow::release(&mut body, data.len());
             bytes = bytes.saturating_add(data.len() as u64);
@@ -156,7 +150,8 @@ impl H1Wire<'_> {
                 if piece.done {
                     return Ok(sent);
                 }
-                if !client.buf.is_empty() {
+                // A partial chunk line stays in the buffer until more arrives.
+                if piece.used > 0 && !client.buf.is_empty() {
                     continue;
                 }
             }

@@ -12,12 +12,11 @@ use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
 use super::record::Delivery;
-use super::retry::{self, BodyReplay, Decision};
+use super::retry::{self, Decision};
 use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::{error, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
-use crate::http1::Framing;
 use crate::http2::convert;
 use crate::telemetry::failures;
 use crate::upstream::multiplex::{Leased, MuxLease};
@@ -61,14 +60,7 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Result<SentMux, MuxFailure> {
-        let kept = self.kept_body(out, wire).await?;
-        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
-        out.record.asking(asked);
-        let body = match (&kept, out.request.framing) {
-            (Some(_), _) => BodyReplay::Kept,
-            (None, Framing::Empty) => BodyReplay::Empty,
-            (None, _) => BodyReplay::Streamed,
-        };
+        let (kept, _, body) = self.prelude(out, wire).await?;
         let mut tried = Vec::new();
         let mut refused = 0usize;
         loop {
