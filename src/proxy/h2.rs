@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, HeadOut};
-use super::retry::SendOutcome;
+use super::retry::{self, SendOutcome};
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::Outbound;
@@ -47,6 +47,9 @@ pub(crate) struct H2Wire {
     origin_body: Option<RecvStream>,
     /// The client reset the stream or did not take the response.
     client_failed: bool,
+    /// A streamed body sent whole to an origin that refused the stream: sent again
+    /// from here.
+    replay: Option<Vec<u8>>,
 }
 
 /// A response head for an HTTP/2 client.
@@ -81,6 +84,7 @@ impl H2Wire {
             upload: None,
             origin_body: None,
             client_failed: false,
+            replay: None,
         }
     }
 
@@ -378,23 +382,38 @@ enum First {
 
 /// Streams the client's body to an HTTP/2 origin until it ends (trailers included),
 /// within the route's body limit; `total` counts the bytes sent.
+///
+/// A copy of what went is kept in `copy` while the body is small (see
+/// [`retry::KEEP_BODY_MAX_BYTES`]) and has no trailers, so a stream the origin refuses
+/// after the body arrived can go again.
 async fn pump(
     body: &mut RecvStream,
     to: &mut SendStream<Bytes>,
     total: &mut u64,
     max: Option<u64>,
     stall: Duration,
+    copy: &mut Option<Vec<u8>>,
 ) -> Result<(), Attempt> {
     while let Some(data) = flow::next(body, stall).await.map_err(client_failed)? {
         count_body(total, data.len(), max)?;
         let n = data.len();
+        if let Some(kept) = copy.as_mut() {
+            if *total <= retry::KEEP_BODY_MAX_BYTES {
+                kept.extend_from_slice(&data);
+            } else {
+                *copy = None;
+            }
+        }
         flow::send(to, data, false, stall)
             .await
             .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
         flow::release(body, n);
     }
     let end = match flow::trailers(body, stall).await.map_err(client_failed)? {
-        Some(trailers) => to.send_trailers(trailers),
+        Some(trailers) => {
+            *copy = None;
+            to.send_trailers(trailers)
+        }
         None => to.send_data(Bytes::new(), true),
     };
     end.map_err(|e| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: flow::to_io(e) })
@@ -414,10 +433,13 @@ impl MuxWire for H2Wire {
                 .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
         let streaming = !out.progress.body_consumed;
+        // A streamed body the origin refused once goes again from its copy.
+        let replay = self.replay.take();
+        let kept = kept.or(replay.as_deref());
         let end = kept.is_none() && !streaming;
         let (response, mut upload) = match send.send_request(request, end) {
             Ok(sent) => sent,
-            Err(e) => return Err(stream_failed(e, false)),
+            Err(e) => return Err(self.refused_keeps(stream_failed(e, false), replay)),
         };
         let stall = out.route.site.timeouts.read;
         if let Some(kept) = kept {
@@ -428,12 +450,15 @@ impl MuxWire for H2Wire {
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
         let mut sent_body = false;
+        // What a refused stream would be sent again with.
+        let mut again = replay;
         if streaming {
             self.answer_continue(out);
             let mut total = 0u64;
             let max = out.route.max_body;
+            let mut copy = Some(Vec::new());
             let first = {
-                let pump = pump(&mut self.body, &mut upload, &mut total, max, stall);
+                let pump = pump(&mut self.body, &mut upload, &mut total, max, stall, &mut copy);
                 tokio::select! {
                     biased;
                     answered = &mut response => First::Answered(answered),
@@ -442,7 +467,11 @@ impl MuxWire for H2Wire {
             };
             sent_body = total > 0;
             match first {
-                First::Pumped(Ok(())) => {}
+                First::Pumped(Ok(())) => {
+                    // The whole body went, and a copy is at hand: not lost if refused.
+                    sent_body = copy.is_none();
+                    again = copy;
+                }
                 // The origin stopped taking the body (RST_STREAM after a complete
                 // response, RFC 9113, 8.1): its response, if it sent one, stands.
                 First::Pumped(Err(failed @ Attempt::Closed { .. })) => {
@@ -463,7 +492,7 @@ impl MuxWire for H2Wire {
         }
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
-            Ok(Err(e)) => Err(stream_failed(e, sent_body)),
+            Ok(Err(e)) => Err(self.refused_keeps(stream_failed(e, sent_body), again)),
             Ok(Ok(answered)) => Ok(self.start_mux(out, answered, None)),
         }
     }
@@ -487,7 +516,10 @@ impl MuxWire for H2Wire {
             if let Some(mut upload) = self.upload.take() {
                 let mut total = 0u64;
                 let max = out.route.max_body;
-                if pump(&mut self.body, &mut upload, &mut total, max, stall).await.is_err() {
+                if pump(&mut self.body, &mut upload, &mut total, max, stall, &mut None)
+                    .await
+                    .is_err()
+                {
                     upload.send_reset(h2::Reason::CANCEL);
                 }
             }
@@ -499,6 +531,14 @@ impl MuxWire for H2Wire {
 }
 
 impl H2Wire {
+    /// Keeps the body to send again when the origin refused the stream.
+    fn refused_keeps(&mut self, attempt: Attempt, body: Option<Vec<u8>>) -> Attempt {
+        if matches!(attempt, Attempt::Refused { .. }) {
+            self.replay = body;
+        }
+        attempt
+    }
+
     /// Keeps an HTTP/2 origin's response for [`MuxWire::mux_relay`] and says how it
     /// starts.
     fn start_mux(
