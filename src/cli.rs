@@ -44,7 +44,9 @@ pub struct RunArgs {
     pub listen: Option<SocketAddr>,
     /// Server to proxy to, `ip:port` or `host:port` (a name is resolved again every
     /// 5 s); `https://ip:port` speaks TLS to it (verified against the system roots and
-    /// --upstream-ca). Repeat for several (balanced by power of two choices). Quick mode.
+    /// --upstream-ca; HTTP/2 or HTTP/1.1 as the server picks by ALPN); `h2c://ip:port`
+    /// speaks cleartext HTTP/2 to it. Repeat for several (balanced by power of two
+    /// choices). Quick mode.
     #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config", value_parser = parse_upstream)]
     pub upstreams: Vec<UpstreamArg>,
     /// PEM certificate chain: makes the --listen listener HTTPS (with --tls-key).
@@ -53,6 +55,10 @@ pub struct RunArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", conflicts_with = "config", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Accept HTTP/2 with prior knowledge (h2c) on the cleartext --listen listener, as
+    /// well as HTTP/1.1. A TLS listener offers HTTP/2 by ALPN without it.
+    #[arg(long, conflicts_with_all = ["config", "tls_cert", "acme_names"])]
+    pub h2c: bool,
     /// PEM CA bundle trusted for https:// upstreams, besides the system roots.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     pub upstream_ca: Option<PathBuf>,
@@ -245,7 +251,7 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
         let pair = CertPair { cert: cert.clone(), key: key.clone() };
         crate::tls::certs::load(&pair)?;
         for l in &mut config.listeners {
-            l.tls = Some(ListenerTls { certificates: vec![pair.clone()], acme: false });
+            l.tls = Some(ListenerTls { certificates: vec![pair.clone()], acme: false, http2: true });
         }
     }
     if !args.acme_names.is_empty() {
@@ -261,12 +267,23 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
         settings.ca = args.acme_ca.clone();
         config.acme = Some(settings);
         for l in &mut config.listeners {
-            l.tls = Some(ListenerTls { certificates: Vec::new(), acme: true });
+            l.tls = Some(ListenerTls { certificates: Vec::new(), acme: true, http2: true });
         }
     }
+    for l in &mut config.listeners {
+        l.h2c = args.h2c;
+    }
     let https = args.upstreams.iter().filter(|u| u.scheme == Scheme::Https).count();
-    if https > 0 && https < args.upstreams.len() {
-        anyhow::bail!("--upstream: mix of https:// and cleartext servers; use one or the other");
+    let h2c = args.upstreams.iter().filter(|u| u.scheme == Scheme::H2c).count();
+    if args.upstreams.iter().any(|u| Some(u.scheme) != args.upstreams.first().map(|f| f.scheme)) {
+        anyhow::bail!(
+            "--upstream: a mix of http://, https:// and h2c:// servers; use one kind for all"
+        );
+    }
+    if h2c > 0 {
+        for u in &mut config.upstreams {
+            u.protocol = crate::upstream::settings::Protocol::H2c;
+        }
     }
     if https == 0 && args.upstream_ca.is_some() {
         anyhow::bail!("--upstream-ca is for https:// upstreams, and none is given");

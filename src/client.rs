@@ -34,6 +34,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
+use crate::http2;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
@@ -97,10 +98,22 @@ pub async fn serve(
             None => return,
         },
     };
+    let facts = stream.tls().map(TlsStream::facts);
+    if facts.is_some_and(|f| f.alpn == "h2") {
+        drop(site);
+        return Box::pin(http2::serve::serve(stream, Vec::new(), addr, proxy, &mut open, facts))
+            .await;
+    }
     let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
     else {
         return;
     };
+    if site.h2c && facts.is_none() && http2::starts_preface(buf.data()) {
+        drop(site);
+        let prefix = buf.data().to_vec();
+        drop(buf);
+        return Box::pin(http2::serve::serve(stream, prefix, addr, proxy, &mut open, None)).await;
+    }
     let settings = ClientSettings::of(proxy, &site);
     drop(site);
     Box::pin(serve_requests(stream, addr, settings, open, accepted, buf)).await;

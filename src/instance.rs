@@ -468,7 +468,7 @@ impl Shared {
             return;
         };
         match slot.load_full() {
-            Some(server) if server.serves_acme() == tls.acme => {
+            Some(server) if server.serves_acme() == tls.acme && server.offers_h2() == tls.http2 => {
                 server.install(tls, files);
                 let files = tls.certificates.len();
                 tracing::info!(listen = %l.addr, files, "certificate files read again");
@@ -563,6 +563,7 @@ fn site(
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
         local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts, l.tls.is_some()),
+        h2c: l.h2c,
     }
 }
 
@@ -638,6 +639,7 @@ fn scrape(
             acme: shared.acme.as_ref().map(|a| a.snapshot()),
         },
         tls: shared.tls_metrics.snapshot(),
+        h2: crate::http2::serve::snapshot(),
     }
 }
 

@@ -59,6 +59,7 @@ mod config;
 mod connections;
 mod demo;
 mod http1;
+mod http2;
 mod instance;
 mod listener;
 mod live;

@@ -33,6 +33,8 @@ pub struct ListenerConfig {
     pub redirect_https: Option<u16>,
     /// `Strict-Transport-Security: max-age=...` on responses to HTTPS clients.
     pub hsts: Option<std::time::Duration>,
+    /// On a cleartext listener: accept HTTP/2 with prior knowledge too.
+    pub h2c: bool,
 }
 
 /// The default [`ListenerConfig::backlog`]: connections the kernel completes and holds

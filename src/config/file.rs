@@ -53,6 +53,10 @@ pub struct FileListener {
     pub redirect_https: Option<Spanned<FileRedirect>>,
     /// `Strict-Transport-Security` max-age on HTTPS responses (`"365d"`).
     pub hsts: Option<Spanned<String>>,
+    /// Accept HTTP/2 with prior knowledge on this cleartext listener.
+    pub h2c: Option<Spanned<bool>>,
+    /// Offer HTTP/2 by ALPN on this TLS listener (default true).
+    pub http2: Option<Spanned<bool>>,
 }
 
 /// `[listener.tls]`: one pair (`cert`, `key`), several (`certificates`), and/or the
@@ -154,6 +158,10 @@ pub struct FileUpstream {
     pub health: Option<FileHealth>,
     pub health_check: Option<FileHealthCheck>,
     pub tls: Option<Spanned<FileUpstreamTls>>,
+    /// `"http1"`, `"h2"`, `"h2c"` or `"auto"`.
+    pub protocol: Option<Spanned<String>>,
+    /// How often an idle HTTP/2 connection is pinged (off when absent).
+    pub h2_ping_interval: Option<Spanned<String>>,
 }
 
 /// Passive health: what takes a server out of service, and for how long.
@@ -216,6 +224,8 @@ pub struct FileLimits {
     pub max_request_line_bytes: Option<Spanned<i64>>,
     pub client_max_body: Option<Spanned<FileSize>>,
     pub client_body_min_bytes_per_second: Option<Spanned<i64>>,
+    /// Streams one HTTP/2 client connection may have open at once.
+    pub h2_max_concurrent_streams: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

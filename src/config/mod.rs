@@ -38,7 +38,7 @@ use crate::telemetry::access_log::{self, AccessLogConfig, AccessLogFormat, Acces
 use crate::telemetry::LogFormat;
 use crate::upstream::check::{self, CheckConfig};
 use crate::upstream::health::{CheckThresholds, PassiveHealth};
-use crate::upstream::settings::{parse_server_url, Scheme};
+use crate::upstream::settings::{parse_server_url, Protocol, Scheme};
 use crate::upstream::{Server, UpstreamConfig};
 use toml::Spanned;
 
@@ -102,6 +102,7 @@ impl Config {
                 tls: None,
                 redirect_https: None,
                 hsts: None,
+                h2c: false,
             }],
             routes: Vec::new(),
             upstreams: vec![UpstreamConfig::new(
@@ -186,8 +187,18 @@ impl Validator<'_> {
         let mut upstreams = Vec::new();
         for (name, up) in &raw.upstream {
             let key = format!("upstream.{}", name.get_ref());
-            let (servers, https) = self.servers(&format!("{key}.servers"), &up.servers);
+            let (servers, scheme) = self.servers(&format!("{key}.servers"), &up.servers);
+            let https = scheme == Some(Scheme::Https);
             let tls = self.upstream_tls(&key, up.tls.as_ref(), https);
+            if let (Some(Scheme::H2c), Some(v)) = (scheme, &up.tls) {
+                let message = "h2c:// servers are cleartext; use https:// servers for TLS";
+                self.problem(v.span(), format!("{key}.tls"), message);
+            }
+            let protocol = self.protocol(&key, up.protocol.as_ref(), scheme, tls.is_some());
+            let mut ping = Duration::ZERO;
+            let ping_key = format!("{key}.h2_ping_interval");
+            self.set_positive_duration(&up.h2_ping_interval, &ping_key, &mut ping);
+            let h2_ping_interval = (!ping.is_zero()).then_some(ping);
             let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
             if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
                 self.problem(
@@ -204,6 +215,8 @@ impl Validator<'_> {
             upstream.pool = pool;
             upstream.source_address = source_address;
             upstream.tls = tls;
+            upstream.protocol = protocol;
+            upstream.h2_ping_interval = h2_ping_interval;
             if let Some(v) = &up.balance {
                 match Policy::parse(v.get_ref()) {
                     Ok(policy) => upstream.balance = policy,
@@ -444,6 +457,17 @@ impl Validator<'_> {
                 self.problem(v.span(), format!("{key}.redirect_https"), message);
             }
             let hsts = l.hsts.as_ref().and_then(|v| self.hsts(&format!("{key}.hsts"), v));
+            let h2c = l.h2c.as_ref().is_some_and(|v| *v.get_ref());
+            if let (true, Some(_), Some(v)) = (h2c, &l.tls, &l.h2c) {
+                let message = "h2c is HTTP/2 on a cleartext listener; a TLS listener offers h2 by ALPN (see `http2`)";
+                self.problem(v.span(), format!("{key}.h2c"), message);
+            }
+            let http2 = l.http2.as_ref().is_none_or(|v| *v.get_ref());
+            if let (None, Some(v)) = (&l.tls, &l.http2) {
+                let message = "`http2` is offered by ALPN on a TLS listener; a cleartext listener takes `h2c = true`";
+                self.problem(v.span(), format!("{key}.http2"), message);
+            }
+            let tls = tls.map(|t| t.map(|t| crate::tls::server::ListenerTls { http2, ..t }));
             if let (Some(addr), Some(backlog), Some(tls)) = (addr, backlog, tls) {
                 let upstream = l.upstream.as_ref().map(|n| n.get_ref().clone());
                 out.push(ListenerConfig {
@@ -454,6 +478,7 @@ impl Validator<'_> {
                     tls,
                     redirect_https,
                     hsts,
+                    h2c,
                 });
             }
         }
@@ -508,7 +533,7 @@ impl Validator<'_> {
         &mut self,
         key: &str,
         servers: &Spanned<Vec<Spanned<String>>>,
-    ) -> (Vec<Server>, bool) {
+    ) -> (Vec<Server>, Option<Scheme>) {
         if servers.get_ref().is_empty() {
             self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
@@ -521,7 +546,7 @@ impl Validator<'_> {
                 }
                 Ok((server, scheme)) => {
                     if schemes.first().is_some_and(|first| *first != scheme) {
-                        let message = "mixes https:// and cleartext servers: a group speaks TLS to all of its servers or none";
+                        let message = "mixes http://, https:// and h2c:// servers: a group speaks one way to all of its servers";
                         self.problem(s.span(), key, message);
                     }
                     schemes.push(scheme);
@@ -530,7 +555,40 @@ impl Validator<'_> {
                 Err(message) => self.problem(s.span(), key, message),
             }
         }
-        (out, schemes.contains(&Scheme::Https))
+        (out, schemes.first().copied())
+    }
+
+    /// The group's `protocol`, checked against its servers' scheme (`h2c://` means
+    /// h2c) and whether it speaks TLS.
+    fn protocol(
+        &mut self,
+        key: &str,
+        raw: Option<&Spanned<String>>,
+        scheme: Option<Scheme>,
+        tls: bool,
+    ) -> Protocol {
+        let key = format!("{key}.protocol");
+        let h2c_servers = scheme == Some(Scheme::H2c);
+        let Some(v) = raw else {
+            return if h2c_servers { Protocol::H2c } else { Protocol::Auto };
+        };
+        let protocol = match Protocol::parse(v.get_ref()) {
+            Ok(p) => p,
+            Err(message) => {
+                self.problem(v.span(), key, message);
+                return Protocol::Auto;
+            }
+        };
+        let clash = match protocol {
+            Protocol::H2c if tls => Some("h2c is cleartext HTTP/2, but the group speaks TLS (use \"h2\")"),
+            Protocol::H2 if !tls => Some("h2 is HTTP/2 over TLS, but the group speaks cleartext (use \"h2c\", or https:// servers)"),
+            Protocol::Http1 | Protocol::Auto if h2c_servers => Some("the servers are h2c://"),
+            _ => None,
+        };
+        if let Some(message) = clash {
+            self.problem(v.span(), key, message);
+        }
+        protocol
     }
 
     fn health(&mut self, key: &str, raw: &FileHealth) -> PassiveHealth {
@@ -695,6 +753,17 @@ impl Validator<'_> {
         if let Some(v) = &raw.client_body_min_bytes_per_second {
             if let Some(n) = self.non_negative(v, "limits.client_body_min_bytes_per_second") {
                 l.body_min_bytes_per_second = n as u64;
+            }
+        }
+        if let Some(v) = &raw.h2_max_concurrent_streams {
+            match self.positive(v, "limits.h2_max_concurrent_streams") {
+                Some(n) if n > 100_000 => self.problem(
+                    v.span(),
+                    "limits.h2_max_concurrent_streams",
+                    "must be at most 100000",
+                ),
+                Some(n) => l.h2_max_concurrent_streams = n as u32,
+                None => {}
             }
         }
         l

@@ -44,7 +44,7 @@ impl Validator<'_> {
             });
             return None;
         }
-        Some(ListenerTls { certificates: pairs, acme })
+        Some(ListenerTls { certificates: pairs, acme, http2: true })
     }
 
     /// `acme = true` on a listener needs `[acme]`, and `[acme]` needs a listener that

@@ -328,6 +328,43 @@ pub fn local_response_with(
     out.extend_from_slice(text.as_bytes());
 }
 
+/// The head of a response from an HTTP/2 origin (`status`, `headers`) for an
+/// HTTP/1.1 client: its fields but those HTTP/2 does not carry (`content-length` is
+/// written from `framing`, kept as it came only on a response without a body), the
+/// framing the client gets (`body`), `extra` lines and `connection`.
+#[allow(clippy::too_many_arguments)]
+pub fn client_response_from(
+    status: u16,
+    headers: &http::HeaderMap,
+    framing: Framing,
+    body: BodyOut,
+    connection: ConnectionOut,
+    extra: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let reason =
+        http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    status_line(out, status, reason);
+    let mut has_date = false;
+    for (name, value) in headers {
+        let keep_length = framing == Framing::Empty && name == http::header::CONTENT_LENGTH;
+        if (name == http::header::CONTENT_LENGTH && !keep_length)
+            || crate::http2::convert::is_connection_specific(name.as_str())
+        {
+            continue;
+        }
+        has_date |= name == http::header::DATE;
+        header(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    match framing {
+        _ if body.is_chunked(framing) => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Length(n) => content_length(n, out),
+        _ => {}
+    }
+    out.extend_from_slice(extra);
+    end_head(out, !has_date, connection);
+}
+
 /// The size line that starts a chunk of `len` bytes, written into `buf`.
 pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -21,13 +21,16 @@ pub struct Snapshot {
     pub process: ProcessSnapshot,
     /// The TLS listeners' handshakes.
     pub tls: TlsSnapshot,
+    /// HTTP/2 client connections and streams.
+    pub h2: crate::http2::serve::H2Snapshot,
 }
 
 impl Report for Snapshot {
     fn report(&self, out: &mut Writer<'_>) -> std::fmt::Result {
         self.upstreams.report(out)?;
         self.process.report(out)?;
-        self.tls.report(out)
+        self.tls.report(out)?;
+        self.h2.report(out)
     }
 }
 

@@ -16,13 +16,15 @@ use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
 use super::record::Delivery;
-use super::retry::{self, BodyReplay, Decision};
+use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
-use super::wire::{Attempt, ResponseStart, Wire};
+use super::mux::MuxFailure;
+use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::Framing;
 use crate::telemetry::failures;
+use crate::upstream::settings::Speaks;
 use crate::upstream::{Backend, Lease, LeaseError};
 
 /// Responses whose unread remainder is at most this many bytes are drained after the
@@ -40,7 +42,7 @@ impl Proxy {
     /// Carries one request to its backend and the response back to the client, over
     /// `wire` (the client side's protocol picks it: [`super::H1Wire`] for an HTTP/1.1
     /// client connection).
-    pub(crate) async fn forward<W: Wire>(
+    pub(crate) async fn forward<W: MuxWire>(
         &self,
         mut out: Outbound,
         head: &[u8],
@@ -60,6 +62,15 @@ impl Proxy {
                 tracing::debug!(length = len, reason = %kind.as_str(), "{kind}");
                 let text = format!("holdfast: {kind}\n");
                 return self.answer(out, 413, "body_too_large", &text, wire).await;
+            }
+        }
+        if out.backend().speaks() != Speaks::Http1 {
+            // Boxed: only exchanges with HTTP/2 origins carry this state.
+            match Box::pin(self.send_mux(&mut out, head, wire)).await {
+                Ok(sent) => return Box::pin(self.respond_mux(out, sent, wire)).await,
+                Err(MuxFailure::Failed(e)) => return Box::pin(self.answer_error(out, e, wire)).await,
+                // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool.
+                Err(MuxFailure::SpeaksHttp1) => {}
             }
         }
         match self.send(&mut out, head, wire).await {
@@ -141,6 +152,7 @@ impl Proxy {
                 Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
                 Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
+                Err(Attempt::Refused { error, .. }) => (SendOutcome::Unsent, error),
             };
             lease.discard(CloseReason::OriginClosed);
             wire.forget_origin();
@@ -210,7 +222,7 @@ impl Proxy {
     /// Moves the request to another backend of its group, one it has not tried; false
     /// when there is none that may take it, or the request has been to
     /// [`retry::MAX_BACKENDS`] already.
-    fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
+    pub(super) fn fail_over(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
         let (Some(upstream), Some(failed)) = (out.route.upstream.as_ref(), &out.backend) else {
             return false;
         };
@@ -227,7 +239,7 @@ impl Proxy {
 
     /// The body of a small idempotent request, read in full before it is sent so it
     /// can be sent again (see [`retry::should_keep_body`]); `None` for other requests.
-    async fn kept_body<W: Wire>(
+    pub(super) async fn kept_body<W: Wire>(
         &self,
         out: &mut Outbound,
         wire: &mut W,
@@ -244,7 +256,9 @@ impl Proxy {
             Err(e) => {
                 let kind = match e {
                     Attempt::Failed(kind) => kind,
-                    Attempt::Closed { error, .. } => ProxyErrorKind::Closed(error),
+                    Attempt::Closed { error, .. } | Attempt::Refused { error, .. } => {
+                        ProxyErrorKind::Closed(error)
+                    }
                 };
                 Err(error(out, kind, false))
             }

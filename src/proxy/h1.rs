@@ -19,7 +19,7 @@ use super::wire::{Attempt, ResponseStart, Wire};
 use super::{pace_config, upload_limits, Client, Outbound};
 use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::head::HeadScan;
-use crate::http1::response::{self, BadResponse};
+use crate::http1::response::{self, BadResponse, Response};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
 use crate::upstream::{keepalive, Lease, OriginConn};
 
@@ -30,16 +30,23 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 /// connections: the client's side, and the buffers for the origin's side, which outlive
 /// a retry on another connection.
 pub(crate) struct H1Wire<'a> {
-    client: Client<'a>,
+    pub(super) client: Client<'a>,
     /// What was read from the origin connection and not yet passed on.
     origin_buf: InBuf,
     /// The response head as the client gets it.
-    response_head: Vec<u8>,
+    pub(super) response_head: Vec<u8>,
+    /// An HTTP/2 origin's response (see `h1_mux`). Boxed: rare.
+    pub(super) mux: Option<Box<(http::response::Parts, h2::RecvStream)>>,
 }
 
 impl<'a> H1Wire<'a> {
     pub(crate) fn new(client: Client<'a>) -> Self {
-        H1Wire { client, origin_buf: InBuf::new(net::ORIGIN_BUF), response_head: net::scratch() }
+        H1Wire {
+            client,
+            origin_buf: InBuf::new(net::ORIGIN_BUF),
+            response_head: net::scratch(),
+            mux: None,
+        }
     }
 }
 
@@ -70,15 +77,7 @@ impl Wire for H1Wire<'_> {
         let stream = &mut conn.stream;
         let parts = [head, kept.unwrap_or_default()];
         if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
-            return Err(match error {
-                WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
-                WaitError::Io(error) if written == 0 => {
-                    Attempt::Closed { outcome: SendOutcome::Unsent, error }
-                }
-                WaitError::Io(error) => {
-                    Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
-                }
-            });
+            return Err(write_failed(written, error, limit));
         }
         // `response_header` counts from the end of the request: its arrival when it had
         // no body or one read beforehand, else the end of the upload.
@@ -162,14 +161,8 @@ impl Wire for H1Wire<'_> {
         }
     }
 
-    fn drain_later(&self, mut lease: Lease, remaining: u64) {
-        tokio::spawn(async move {
-            if net::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
-                lease.release(Instant::now());
-            } else {
-                lease.discard(CloseReason::Error);
-            }
-        });
+    fn drain_later(&self, lease: Lease, remaining: u64) {
+        drain_later(lease, remaining);
     }
 
     async fn answer_local(
@@ -190,15 +183,30 @@ impl Wire for H1Wire<'_> {
     }
 }
 
-/// Reads the origin's response head (skipping interim 1xx responses) and writes the
-/// client's version of it into `response_head`.
-async fn read_response_head(
+/// Where the client's version of an HTTP/1.1 origin's response head goes: HTTP/1.1
+/// bytes, or an HTTP/2 head.
+pub(super) trait HeadOut {
+    /// Takes the head of `resp`, with the framing and connection the client gets and
+    /// `extra` header lines to add.
+    fn head(&mut self, resp: &Response<'_, '_>, body: BodyOut, conn: ConnectionOut, extra: &[u8]);
+}
+
+impl HeadOut for Vec<u8> {
+    fn head(&mut self, resp: &Response<'_, '_>, body: BodyOut, conn: ConnectionOut, extra: &[u8]) {
+        self.clear();
+        encode::client_response(resp, body, conn, extra, self);
+    }
+}
+
+/// Reads the origin's response head (skipping interim 1xx responses) and gives the
+/// client's version of it to `response_head`.
+pub(super) async fn read_response_head(
     out: &Outbound,
     upload: Upload,
     stream: &mut Stream,
     buf: &mut InBuf,
     deadline: &mut Deadline<'_>,
-    response_head: &mut Vec<u8>,
+    response_head: &mut impl HeadOut,
 ) -> Result<ResponseStart, Attempt> {
     let mut received_any = false;
     let mut scan = HeadScan::default();
@@ -238,7 +246,7 @@ fn parse_response(
     upload: Upload,
     buf: &mut InBuf,
     scan: &mut HeadScan,
-    response_head: &mut Vec<u8>,
+    response_head: &mut impl HeadOut,
 ) -> Result<Option<ResponseStart>, BadResponse> {
     loop {
         let mut storage = [const { MaybeUninit::uninit() }; response::MAX_HEADERS];
@@ -270,12 +278,11 @@ fn parse_response(
         } else {
             ConnectionOut::for_client(!close, out.request.version)
         };
-        response_head.clear();
         // The origin's own policy is looked for only where holdfast would add one.
         let hsts = out.hsts(|| {
             resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("strict-transport-security"))
         });
-        encode::client_response(&resp, body_out, connection, hsts, response_head);
+        response_head.head(&resp, body_out, connection, hsts);
         let start = ResponseStart {
             status: resp.status,
             framing: resp.framing,
@@ -288,6 +295,29 @@ fn parse_response(
         buf.consume(len);
         return Ok(Some(start));
     }
+}
+
+/// What a failed write of the request head means for the attempt: nothing written, the
+/// request may go again; some written, `retry` decides; `limit` is the response-header
+/// timeout.
+pub(super) fn write_failed(written: u64, error: WaitError, limit: Duration) -> Attempt {
+    match error {
+        WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
+        WaitError::Io(error) if written == 0 => Attempt::Closed { outcome: SendOutcome::Unsent, error },
+        WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
+    }
+}
+
+/// Reads the unread `remaining` bytes of a response nobody wants, in the background,
+/// then returns the connection to its pool (or closes it).
+pub(super) fn drain_later(mut lease: Lease, remaining: u64) {
+    tokio::spawn(async move {
+        if net::drain(&mut lease.conn().stream, remaining, DRAIN_TIMEOUT).await {
+            lease.release(Instant::now());
+        } else {
+            lease.discard(CloseReason::Error);
+        }
+    });
 }
 
 /// What a failed upload means for the attempt: the origin's side failing is the retry

@@ -29,7 +29,10 @@ pub mod error;
 mod exchange;
 pub mod forwarded;
 mod h1;
+mod h1_mux;
+mod h2;
 pub mod local;
+mod mux;
 pub mod pace;
 pub mod record;
 pub mod retry;
@@ -49,6 +52,7 @@ use answers::Answers;
 use error::{ProxyError, ProxyErrorKind};
 use forwarded::TrustedProxies;
 pub(crate) use h1::H1Wire;
+pub(crate) use h2::H2Wire;
 use pace::PaceConfig;
 use record::{Delivery, Record};
 use retry::Decision;
@@ -86,6 +90,8 @@ pub struct Site {
     pub trusted: TrustedProxies,
     /// ACME challenges, the redirect to HTTPS and HSTS.
     pub local: LocalRules,
+    /// A cleartext listener accepts HTTP/2 with prior knowledge too.
+    pub h2c: bool,
 }
 
 /// Where a route sends requests, and the limits that go with the route.

@@ -87,7 +87,13 @@ pub struct ClientLimits {
     pub max_body: Option<u64>,
     /// The average rate a client must keep a body moving at, after `client_body`.
     pub body_min_bytes_per_second: u64,
+    /// Streams one HTTP/2 client connection may have open at once.
+    pub h2_max_concurrent_streams: u32,
 }
+
+/// Default [`ClientLimits::h2_max_concurrent_streams`]: RFC 9113 asks for at least 100;
+/// browsers open a few dozen at most.
+pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 128;
 
 impl Default for ClientLimits {
     fn default() -> Self {
@@ -97,6 +103,7 @@ impl Default for ClientLimits {
             max_line_bytes: DEFAULT_MAX_REQUEST_LINE_BYTES,
             max_body: DEFAULT_CLIENT_MAX_BODY,
             body_min_bytes_per_second: DEFAULT_CLIENT_BODY_MIN_BYTES_PER_SECOND,
+            h2_max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
         }
     }
 }

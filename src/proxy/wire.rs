@@ -19,6 +19,8 @@ use super::Outbound;
 use crate::http1::encode::{BodyOut, ConnectionOut};
 use crate::http1::Framing;
 use crate::upstream::{Lease, OriginConn};
+use bytes::Bytes;
+use h2::client::SendRequest;
 use holdfast_pool::OriginLimits;
 
 /// How one exchange's bytes move between the client and an origin connection.
@@ -85,6 +87,29 @@ pub(crate) trait Wire {
     ) -> impl Future<Output = bool> + Send;
 }
 
+/// An exchange whose origin speaks HTTP/2: the request goes out as a stream on a
+/// shared connection instead of bytes on a connection of its own.
+pub(crate) trait MuxWire: Wire {
+    /// One try on one stream: the request head (`request`), then the `kept` body or
+    /// the body as it streams from the client, and the final response head back. A
+    /// body may still be streaming when the response head comes (gRPC streams both
+    /// ways); [`MuxWire::mux_relay`] finishes it.
+    fn mux_attempt(
+        &mut self,
+        out: &mut Outbound,
+        send: SendRequest<Bytes>,
+        request: http::Request<()>,
+        kept: Option<&[u8]>,
+    ) -> impl Future<Output = Result<(Upload, ResponseStart), Attempt>> + Send;
+
+    /// Streams the response body and trailers to the client, after the head.
+    fn mux_relay(
+        &mut self,
+        out: &Outbound,
+        start: &ResponseStart,
+    ) -> impl Future<Output = Result<Downloaded, DownloadError>> + Send;
+}
+
 /// The response head as the client gets it, and how its body travels.
 pub(crate) struct ResponseStart {
     pub status: u16,
@@ -107,4 +132,7 @@ pub(crate) enum Attempt {
     Closed { outcome: SendOutcome, error: io::Error },
     /// Anything else: no retry.
     Failed(ProxyErrorKind),
+    /// An HTTP/2 origin refused the stream (`REFUSED_STREAM`, or above the last stream
+    /// of its GOAWAY): it never processed it, so it goes again whatever its method.
+    Refused { goaway: bool, error: io::Error },
 }

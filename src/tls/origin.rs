@@ -19,7 +19,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::certs::{self, CertPair};
-use super::server::HTTP1_ALPN;
+use super::server::{H2_ALPN, HTTP1_ALPN};
+use crate::upstream::settings::Speaks;
 
 /// TLS sessions remembered per upstream group for resumption (tickets or IDs).
 const RESUMPTION_SESSIONS: usize = 1024;
@@ -42,7 +43,11 @@ pub struct OriginTlsSettings {
 #[derive(Clone)]
 pub struct OriginTls {
     pub settings: OriginTlsSettings,
+    /// Offers `http/1.1` by ALPN.
     pub config: Arc<ClientConfig>,
+    /// The same, offering `h2` only, and `h2` then `http/1.1` (one session cache).
+    h2: Arc<ClientConfig>,
+    either: Arc<ClientConfig>,
     /// Of the settings and the contents of the files they name.
     fingerprint: u64,
 }
@@ -86,8 +91,23 @@ impl OriginTls {
         };
         config.resumption = Resumption::in_memory_sessions(RESUMPTION_SESSIONS);
         config.alpn_protocols = vec![HTTP1_ALPN.to_vec()];
+        let offering = |alpn: &[&[u8]]| {
+            let mut c = config.clone();
+            c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            Arc::new(c)
+        };
+        let (h2, either) = (offering(&[H2_ALPN]), offering(&[H2_ALPN, HTTP1_ALPN]));
         let fingerprint = fingerprint(&settings);
-        Ok(OriginTls { settings, config: Arc::new(config), fingerprint })
+        Ok(OriginTls { settings, config: Arc::new(config), h2, either, fingerprint })
+    }
+
+    /// The client config whose ALPN offers what `speaks` says.
+    pub fn config_for(&self, speaks: Speaks) -> &Arc<ClientConfig> {
+        match speaks {
+            Speaks::Http1 => &self.config,
+            Speaks::H2 => &self.h2,
+            Speaks::Either => &self.either,
+        }
     }
 
     /// The name to verify and send for a server written as `host` (a name, or an IP

@@ -32,6 +32,8 @@ use crate::net::{self, Stream, TlsStream};
 pub const ACME_ALPN: &[u8] = b"acme-tls/1";
 /// ALPN of HTTP/1.1.
 pub const HTTP1_ALPN: &[u8] = b"http/1.1";
+/// ALPN of HTTP/2 over TLS.
+pub const H2_ALPN: &[u8] = b"h2";
 
 /// TLS 1.2 sessions the session-ID cache keeps per listener (about 1 kB each).
 const SESSION_CACHE: usize = 10_000;
@@ -46,6 +48,8 @@ pub struct ListenerTls {
     pub certificates: Vec<CertPair>,
     /// Serve the certificates `[acme]` obtains (and answer its TLS-ALPN-01 challenges).
     pub acme: bool,
+    /// Offer HTTP/2 (`h2`) by ALPN, preferred over HTTP/1.1.
+    pub http2: bool,
 }
 
 /// What picks a handshake's certificate.
@@ -106,7 +110,8 @@ impl TlsServer {
         let acme = tls.acme.then(|| Arc::clone(acme));
         let pairs = Mutex::new((tls.certificates.clone(), files.fingerprint()));
         let resolver = Arc::new(Resolver { files: ArcSwap::from_pointee(files), acme });
-        let config = server_config(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
+        let config =
+            server_config(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>, tls.http2);
         TlsServer { config: Arc::new(config), resolver, pairs, metrics: Arc::clone(metrics) }
     }
 
@@ -123,6 +128,11 @@ impl TlsServer {
         self.resolver.acme.is_some()
     }
 
+    /// Whether it offers HTTP/2 by ALPN.
+    pub fn offers_h2(&self) -> bool {
+        self.config.alpn_protocols.first().is_some_and(|p| p == H2_ALPN)
+    }
+
     fn lock_pairs(&self) -> std::sync::MutexGuard<'_, (Vec<CertPair>, u64)> {
         self.pairs.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -135,7 +145,8 @@ impl TlsServer {
         if now == seen {
             return;
         }
-        let tls = ListenerTls { certificates: pairs, acme: self.serves_acme() };
+        let tls =
+            ListenerTls { certificates: pairs, acme: self.serves_acme(), http2: self.offers_h2() };
         match ServerCerts::load(&tls.certificates) {
             Ok(files) => {
                 self.install(&tls, files);
@@ -202,7 +213,8 @@ impl TlsServer {
 }
 
 /// The server config every TLS listener uses, certificates from `resolver`.
-fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> ServerConfig {
+/// `h2` is offered first when `http2`.
+fn server_config(resolver: Arc<dyn ResolvesServerCert>, http2: bool) -> ServerConfig {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -215,6 +227,9 @@ fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> ServerConfig {
         Err(e) => tracing::warn!("TLS session tickets are off: {e}"),
     }
     config.alpn_protocols = vec![HTTP1_ALPN.to_vec(), ACME_ALPN.to_vec()];
+    if http2 {
+        config.alpn_protocols.insert(0, H2_ALPN.to_vec());
+    }
     config
 }
 

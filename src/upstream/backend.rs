@@ -9,6 +9,7 @@
 //! in its probe task; one that leaves its group lives on until the last of them ends.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use tokio::time::Instant;
 use super::backend_health::BackendHealth;
 use super::connect::Dial;
 use super::lease::OriginPool;
+use super::multiplex::Multiplexed;
+use super::settings::Speaks;
 use super::load::Load;
 use super::metrics::BackendMetrics;
 use super::UpstreamConfig;
@@ -29,6 +32,10 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// Idle connections to it, and the connects that open new ones.
     pub conns: OriginPool,
+    /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
+    pub mux: Option<Multiplexed>,
+    /// What it speaks: HTTP/1.1, HTTP/2, or not known until the first TLS handshake.
+    speaks: AtomicU8,
     /// Requests in flight and latency, for the balancer.
     pub load: Load,
     pub health: BackendHealth,
@@ -44,9 +51,17 @@ impl Backend {
         config: &UpstreamConfig,
         budget: &Arc<IdleBudget>,
     ) -> Arc<Self> {
+        let dial = Dial::new(addr, host, config);
+        let speaks = dial.speaks;
+        let mux = (speaks != Speaks::Http1)
+            .then(|| Multiplexed::new(dial.clone(), config.pool.clone(), config.h2_ping_interval));
+        // The HTTP/1.1 pool offers only HTTP/1.1, whatever the group may speak.
+        let dial = dial.speaking(Speaks::Http1);
         Arc::new(Backend {
             addr,
-            conns: OriginPool::new(Dial::new(addr, host, config), config.pool.clone(), budget),
+            conns: OriginPool::new(dial, config.pool.clone(), budget),
+            mux,
+            speaks: AtomicU8::new(speaks as u8),
             load: Load::new(Instant::now()),
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
@@ -57,7 +72,33 @@ impl Backend {
     /// `host` (same pool settings, and connections made the same way: source address,
     /// TLS settings and name), keeping its pool, health and latency.
     pub(super) fn fits(&self, config: &UpstreamConfig, host: &str) -> bool {
-        self.conns.fits(&config.pool, &Dial::new(self.addr, host, config))
+        let dial = Dial::new(self.addr, host, config);
+        self.mux.is_some() == (dial.speaks != Speaks::Http1)
+            && self.mux.as_ref().is_none_or(|m| m.fits(&dial, config))
+            && self.conns.fits(&config.pool, &dial.speaking(Speaks::Http1))
+    }
+
+    /// Takes no new requests' connections; open ones close as their requests end
+    /// (the backend left its group).
+    pub(super) fn retire(&self) {
+        self.conns.retire();
+        if let Some(mux) = &self.mux {
+            mux.retire();
+        }
+    }
+
+    /// What it speaks, as far as is known: `Either` until a TLS handshake has told.
+    pub fn speaks(&self) -> Speaks {
+        match self.speaks.load(Ordering::Relaxed) {
+            s if s == Speaks::H2 as u8 => Speaks::H2,
+            s if s == Speaks::Either as u8 => Speaks::Either,
+            _ => Speaks::Http1,
+        }
+    }
+
+    /// ALPN told what it speaks.
+    pub fn learned(&self, speaks: Speaks) {
+        self.speaks.store(speaks as u8, Ordering::Relaxed);
     }
 }
 
@@ -77,6 +118,6 @@ impl Candidate for Arc<Backend> {
     }
 
     fn has_idle(&self) -> bool {
-        self.conns.has_idle()
+        self.conns.has_idle() || self.mux.as_ref().is_some_and(Multiplexed::has_idle)
     }
 }

@@ -13,6 +13,7 @@ use rustls::pki_types::ServerName;
 use rustls::HandshakeKind;
 use socket2::SockRef;
 
+use super::settings::Speaks;
 use super::UpstreamConfig;
 use crate::metrics::Histogram;
 use crate::net::{self, Stream, TlsStream};
@@ -31,13 +32,20 @@ pub struct Dial {
     pub source: Option<IpAddr>,
     /// TLS settings and the name verified and sent as SNI (`None`: cleartext).
     pub tls: Option<(OriginTls, Result<ServerName<'static>, String>)>,
+    /// What the connections speak; over TLS, what ALPN offers.
+    pub speaks: Speaks,
 }
 
 impl Dial {
     /// How `config`'s group connects to `addr`, which its servers list as `host`.
     pub fn new(addr: SocketAddr, host: &str, config: &UpstreamConfig) -> Dial {
         let tls = config.tls.as_ref().map(|tls| (tls.clone(), tls.name_for(host)));
-        Dial { addr, source: config.source_address, tls }
+        Dial { addr, source: config.source_address, tls, speaks: config.speaks() }
+    }
+
+    /// The same, speaking `speaks`.
+    pub fn speaking(&self, speaks: Speaks) -> Dial {
+        Dial { speaks, ..self.clone() }
     }
 }
 
@@ -72,15 +80,45 @@ pub enum ConnectError {
     /// name, it asked for a client certificate, or it does not speak TLS.
     #[error("TLS handshake failed: {0}")]
     Tls(String),
+    /// The HTTP/2 session could not start (preface, SETTINGS, the first PING).
+    #[error("HTTP/2 handshake failed: {0}")]
+    Http2(String),
+    /// The backend left its group (a reload or a new resolution) while the request
+    /// waited for a connection.
+    #[error("the backend was removed from its group")]
+    Retired,
 }
 
 impl ConnectError {
+    /// The same failure again, for each request that waited on the one connect.
+    pub fn duplicate(&self) -> ConnectError {
+        let again = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
+        match self {
+            ConnectError::Refused => ConnectError::Refused,
+            ConnectError::Timeout(d) => ConnectError::Timeout(*d),
+            ConnectError::PortsExhausted(a) => ConnectError::PortsExhausted(*a),
+            ConnectError::SourceAddress { address, error } => {
+                ConnectError::SourceAddress { address: *address, error: again(error) }
+            }
+            ConnectError::Unreachable(e) => ConnectError::Unreachable(again(e)),
+            ConnectError::Io(e) => ConnectError::Io(again(e)),
+            ConnectError::Tls(s) => ConnectError::Tls(s.clone()),
+            ConnectError::Http2(s) => ConnectError::Http2(s.clone()),
+            ConnectError::Retired => ConnectError::Retired,
+        }
+    }
+
     /// Whether the failure says something about the backend (it refused, did not
     /// answer, cannot be reached), so its health counts it. Running out of local ports
     /// or a bad source address is this host's problem: ejecting the backend would not
     /// help.
     pub fn is_backend_failure(&self) -> bool {
-        !matches!(self, ConnectError::PortsExhausted(_) | ConnectError::SourceAddress { .. })
+        !matches!(
+            self,
+            ConnectError::PortsExhausted(_)
+                | ConnectError::SourceAddress { .. }
+                | ConnectError::Retired
+        )
     }
 
     /// A stable snake_case name for logs and metric labels.
@@ -93,6 +131,8 @@ impl ConnectError {
             ConnectError::Unreachable(_) => "unreachable",
             ConnectError::Io(_) => "connect_failed",
             ConnectError::Tls(_) => "tls_handshake",
+            ConnectError::Http2(_) => "h2_handshake",
+            ConnectError::Retired => "backend_removed",
         }
     }
 }
@@ -177,7 +217,8 @@ async fn connect_within(dial: &Dial, counts: &TlsCounts) -> Result<OriginConn, C
     };
     let name = name.clone().map_err(ConnectError::Tls)?;
     let started = Instant::now();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&tls.config));
+    let connector =
+        tokio_rustls::TlsConnector::from(std::sync::Arc::clone(tls.config_for(dial.speaks)));
     let session = connector
         .connect(name, stream)
         .await

@@ -110,6 +110,15 @@ impl OriginPool {
         self.open(permit, connect_timeout).await
     }
 
+    /// Keeps `conn`, opened elsewhere (a TLS handshake that chose HTTP/1.1 by ALPN), as
+    /// an idle connection; closes it when the pool is at its limit.
+    pub async fn offer(&self, conn: OriginConn) {
+        if let Ok(permit) = self.pool.acquire_fresh().await {
+            let now = Instant::now();
+            self.pool.adopt(conn, permit, now).release(now);
+        }
+    }
+
     /// Whether a connection to the backend opens within `timeout`; the connection is
     /// closed at once and never pooled (a probe of a backend ejected for failed
     /// connects).

@@ -19,6 +19,7 @@ pub mod discovery;
 pub mod health;
 pub mod keepalive;
 mod lease;
+pub mod multiplex;
 mod load;
 mod metrics;
 pub mod settings;
@@ -212,7 +213,7 @@ impl Upstream {
         for b in &old.backends {
             if !backends.iter().any(|n| Arc::ptr_eq(n, b)) {
                 tracing::info!(upstream = %self.name, backend = %b.addr, "backend removed; draining");
-                b.conns.retire();
+                b.retire();
             }
         }
         for b in &backends {
@@ -229,7 +230,7 @@ impl Upstream {
     pub fn remove(&self) {
         self.removed.store(true, Ordering::Release);
         for b in &self.state.load().backends {
-            b.conns.retire();
+            b.retire();
         }
         self.changed.notify_waiters();
     }
@@ -239,6 +240,9 @@ impl Upstream {
     pub fn shut_down(&self) {
         for b in &self.state.load().backends {
             b.conns.clear_for(CloseReason::Shutdown);
+            if let Some(mux) = &b.mux {
+                mux.retire();
+            }
         }
         self.remove();
     }
@@ -251,6 +255,9 @@ impl Upstream {
     pub fn evict_expired(&self, now: Instant) {
         for b in &self.state.load().backends {
             b.conns.evict_expired(now);
+            if let Some(mux) = &b.mux {
+                mux.evict_expired(now);
+            }
         }
     }
 }

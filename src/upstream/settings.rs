@@ -29,6 +29,47 @@ pub struct UpstreamConfig {
     pub resolve_interval: Duration,
     /// TLS to the servers (`None`: cleartext).
     pub tls: Option<OriginTls>,
+    /// The HTTP version spoken to the servers.
+    pub protocol: Protocol,
+    /// How often an idle HTTP/2 connection is pinged to find it dead (`None`: never).
+    pub h2_ping_interval: Option<Duration>,
+}
+
+/// The HTTP version a group speaks to its servers (`protocol = ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// HTTP/1.1.
+    Http1,
+    /// HTTP/2 over TLS.
+    H2,
+    /// HTTP/2 in cleartext, with prior knowledge.
+    H2c,
+    /// Over TLS, what the server picks by ALPN (`h2` or `http/1.1`); HTTP/1.1 in
+    /// cleartext.
+    #[default]
+    Auto,
+}
+
+impl Protocol {
+    /// `"http1"`, `"h2"`, `"h2c"` or `"auto"`.
+    pub fn parse(text: &str) -> Result<Protocol, String> {
+        match text {
+            "http1" => Ok(Protocol::Http1),
+            "h2" => Ok(Protocol::H2),
+            "h2c" => Ok(Protocol::H2c),
+            "auto" => Ok(Protocol::Auto),
+            _ => Err(format!("{text:?} is not a protocol (use \"http1\", \"h2\", \"h2c\" or \"auto\")")),
+        }
+    }
+}
+
+/// What a backend's connections speak, as far as is known before one is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    Http1,
+    H2,
+    /// TLS with ALPN offering both: the first connection tells.
+    Either,
 }
 
 /// Default [`UpstreamConfig::resolve_interval`]. Container platforms replace a
@@ -49,6 +90,18 @@ impl UpstreamConfig {
             check: None,
             resolve_interval: DEFAULT_RESOLVE_INTERVAL,
             tls: None,
+            protocol: Protocol::default(),
+            h2_ping_interval: None,
+        }
+    }
+
+    /// What the group's connections speak: `auto` is HTTP/1.1 in cleartext and
+    /// decided by ALPN over TLS.
+    pub fn speaks(&self) -> Speaks {
+        match (self.protocol, self.tls.is_some()) {
+            (Protocol::Http1, _) | (Protocol::Auto, false) => Speaks::Http1,
+            (Protocol::H2 | Protocol::H2c, _) => Speaks::H2,
+            (Protocol::Auto, true) => Speaks::Either,
         }
     }
 }
@@ -107,6 +160,8 @@ impl Server {
 pub enum Scheme {
     Http,
     Https,
+    /// `h2c://`: cleartext HTTP/2 with prior knowledge.
+    H2c,
 }
 
 /// A server entry with an optional scheme: `"https://10.0.0.5:443"`, `"app:3000"`.
@@ -114,11 +169,14 @@ pub fn parse_server_url(text: &str) -> Result<(Server, Scheme), String> {
     if let Some(rest) = text.strip_prefix("https://") {
         return Ok((rest.trim_end_matches('/').parse()?, Scheme::Https));
     }
+    if let Some(rest) = text.strip_prefix("h2c://") {
+        return Ok((rest.trim_end_matches('/').parse()?, Scheme::H2c));
+    }
     if let Some(rest) = text.strip_prefix("http://") {
         return Ok((rest.trim_end_matches('/').parse()?, Scheme::Http));
     }
     if let Some((scheme, _)) = text.split_once("://") {
-        return Err(format!("{text:?}: unknown scheme {scheme:?} (use http:// or https://)"));
+        return Err(format!("{text:?}: unknown scheme {scheme:?} (use http://, https:// or h2c://)"));
     }
     Ok((text.parse()?, Scheme::Http))
 }

@@ -1,0 +1,236 @@
+//! Between HTTP/2 messages and HTTP/1.1 heads: a client's stream as the HTTP/1.1 head
+//! `http1::request` parses ([`request_head`]), the head holdfast wrote for an origin as
+//! an HTTP/2 request ([`origin_request`]), and an HTTP/1.1 origin's response head as
+//! an HTTP/2 one ([`response_from_h1`]).
+//!
+//! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the `h2` crate
+//! refuses them from peers, and they are left out of what holdfast sends.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri};
+
+use crate::http1::response::Response;
+
+/// Fields HTTP/2 does not carry (RFC 9113, 8.2.2), besides `TE` other than `trailers`.
+const CONNECTION_SPECIFIC: [&str; 6] =
+    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te"];
+
+/// Whether a field is one HTTP/2 does not carry.
+pub fn is_connection_specific(name: &str) -> bool {
+    CONNECTION_SPECIFIC.iter().any(|c| name.eq_ignore_ascii_case(c))
+}
+
+/// What a client's HTTP/2 request head said besides its fields, for the exchange.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamFacts {
+    /// The client sent `te: trailers` (gRPC does): passed on to HTTP/2 origins.
+    pub te_trailers: bool,
+}
+
+/// Writes the HTTP/1.1 head of a client's HTTP/2 request into `out`: request line,
+/// `Host` from `:authority` (or the `host` field), the fields (cookies joined into one,
+/// RFC 9113, 8.2.3), and `transfer-encoding: chunked` for a body of no declared length
+/// (`body_ends` false). The head is parsed like any HTTP/1.1 head after this.
+pub fn request_head(
+    parts: &http::request::Parts,
+    body_ends: bool,
+    out: &mut Vec<u8>,
+) -> StreamFacts {
+    out.clear();
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = match parts.uri.path_and_query() {
+        Some(pq) => pq.as_str(),
+        None if parts.method == Method::OPTIONS => "*",
+        None => "/",
+    };
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Some(authority) = parts.uri.authority() {
+        line(out, b"host", authority.as_str().as_bytes());
+    }
+    let mut facts = StreamFacts::default();
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    let mut has_length = false;
+    for (name, value) in &parts.headers {
+        match name.as_str() {
+            // `:authority` wins over `host` (RFC 9113, 8.3.1).
+            "host" if parts.uri.authority().is_some() => {}
+            "te" => facts.te_trailers |= value.as_bytes().eq_ignore_ascii_case(b"trailers"),
+            "cookie" => cookies.push(value.as_bytes()),
+            n => {
+                has_length |= n == "content-length";
+                line(out, name.as_str().as_bytes(), value.as_bytes());
+            }
+        }
+    }
+    if !cookies.is_empty() {
+        line(out, b"cookie", &cookies.join(&b"; "[..]));
+    }
+    if !body_ends && !has_length {
+        line(out, b"transfer-encoding", b"chunked");
+    }
+    out.extend_from_slice(b"\r\n");
+    facts
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Why a head could not become an HTTP/2 request.
+#[derive(Debug, thiserror::Error)]
+#[error("the request cannot be sent as HTTP/2: {0}")]
+pub struct NotH2(String);
+
+/// The HTTP/2 request for the HTTP/1.1 head holdfast wrote for an origin (`head`,
+/// from `encode::upstream_request`): `:authority` from `Host`, `:scheme` `https` or
+/// `http`, the fields but the connection-specific ones and the framing (HTTP/2 frames
+/// the body itself), and `te: trailers` when the client asked for trailers.
+pub fn origin_request(head: &[u8], tls: bool, te_trailers: bool) -> Result<Request<()>, NotH2> {
+    // One slot per line is enough for every field.
+    let lines = head.iter().filter(|b| **b == b'\n').count();
+    let mut storage = vec![httparse::EMPTY_HEADER; lines];
+    let mut req = httparse::Request::new(&mut storage);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => from_parsed(&req, tls, te_trailers),
+        Ok(httparse::Status::Partial) => Err(NotH2("incomplete head".into())),
+        Err(e) => Err(NotH2(e.to_string())),
+    }
+}
+
+fn from_parsed(
+    req: &httparse::Request<'_, '_>,
+    tls: bool,
+    te_trailers: bool,
+) -> Result<Request<()>, NotH2> {
+    let bad = |what: &str| NotH2(what.to_string());
+    let method = req.method.ok_or_else(|| bad("no method"))?;
+    let path = req.path.ok_or_else(|| bad("no target"))?;
+    let host = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("host"))
+        .map(|h| h.value)
+        .ok_or_else(|| bad("no host"))?;
+    let host = std::str::from_utf8(host).map_err(|_| bad("host is not text"))?;
+    let scheme = if tls { "https" } else { "http" };
+    // `*` (OPTIONS) has no HTTP/2 form but the authority's.
+    let path = if path == "*" { "" } else { path };
+    let uri = Uri::try_from(format!("{scheme}://{host}{path}")).map_err(|e| bad(&e.to_string()))?;
+    let mut builder = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).map_err(|e| bad(&e.to_string()))?)
+        .uri(uri)
+        .version(http::Version::HTTP_2);
+    let headers = builder.headers_mut().ok_or_else(|| bad("invalid head"))?;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("host") || is_connection_specific(h.name) {
+            continue;
+        }
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|e| bad(&e.to_string()))?;
+        let value = HeaderValue::from_bytes(h.value).map_err(|e| bad(&e.to_string()))?;
+        headers.append(name, value);
+    }
+    if te_trailers {
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    builder.body(()).map_err(|e| bad(&e.to_string()))
+}
+
+/// The fields of an HTTP/1.1 origin's response as an HTTP/2 client gets them: those
+/// holdfast passes on (not the hop-by-hop ones, nor trailer names), `content-length`
+/// when the body has one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS).
+pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
+    for (i, h) in resp.headers.iter().enumerate() {
+        if resp.dropped.contains(i)
+            || resp.trailer_lines.contains(i)
+            || is_connection_specific(h.name)
+            || h.name.eq_ignore_ascii_case("content-length")
+        {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value))
+        {
+            map.append(name, value);
+        }
+    }
+    if let Some(n) = resp.content_length {
+        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    add_lines(&mut map, extra);
+    map
+}
+
+/// Adds header lines (`Name: value\r\n`) to `map`.
+pub fn add_lines(map: &mut HeaderMap, lines: &[u8]) {
+    for l in lines.split(|b| *b == b'\n') {
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let Some(colon) = l.iter().position(|b| *b == b':') else { continue };
+        let (name, value) = l.split_at(colon);
+        let value = value.get(1..).unwrap_or_default().trim_ascii();
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name.trim_ascii()), HeaderValue::from_bytes(value))
+        {
+            map.append(name, value);
+        }
+    }
+}
+
+/// The body of a local answer as one frame's worth.
+pub fn text_body(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_becomes_an_http1_head_with_host_and_joined_cookies() {
+        let req = Request::builder()
+            .method("POST")
+            .uri("https://example.com/a?b=1")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        let facts = request_head(&parts, false, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(facts.te_trailers);
+        assert!(text.starts_with("POST /a?b=1 HTTP/1.1\r\nhost: example.com\r\n"), "{text}");
+        assert!(text.contains("cookie: a=1; b=2\r\n"), "{text}");
+        assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
+        assert!(!text.contains("te:"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn an_origin_head_becomes_an_http2_request_without_connection_fields() {
+        let head = b"GET /x HTTP/1.1\r\nhost: app:8080\r\nconnection: close\r\ntransfer-encoding: chunked\r\nx-forwarded-for: 1.2.3.4\r\n\r\n";
+        let req = origin_request(head, false, true).unwrap();
+        assert_eq!(req.uri().to_string(), "http://app:8080/x");
+        assert!(req.headers().get("connection").is_none());
+        assert!(req.headers().get("transfer-encoding").is_none());
+        assert!(req.headers().get("host").is_none());
+        assert_eq!(req.headers()["te"], "trailers");
+        assert_eq!(req.headers()["x-forwarded-for"], "1.2.3.4");
+    }
+
+    #[test]
+    fn the_preface_is_told_from_three_bytes() {
+        assert!(super::super::starts_preface(b"PRI * HTTP/2.0\r\n"));
+        assert!(super::super::starts_preface(b"PRI"));
+        assert!(!super::super::starts_preface(b"POST / HTTP/1.1\r\n"));
+        assert!(!super::super::starts_preface(b"PR"));
+    }
+}

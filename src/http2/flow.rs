@@ -1,0 +1,88 @@
+//! Moving bytes on an HTTP/2 stream within its flow-control window, with a bound on
+//! each wait: what every direction of every HTTP/2 exchange uses.
+
+use std::future::poll_fn;
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::{Reason, RecvStream, SendStream};
+
+/// An HTTP/2 error as an I/O error, for the callers that report either the same way.
+pub fn to_io(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        if let Some(io) = e.into_io() {
+            return io;
+        }
+        return io::Error::other("HTTP/2 connection failed");
+    }
+    io::Error::other(e)
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "timed out")
+}
+
+/// Sends `data` on `stream` as the peer's window allows, waiting at most `stall` for
+/// each grant; `end` ends the stream with the last of it.
+pub async fn send(
+    stream: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    stall: Duration,
+) -> io::Result<()> {
+    if data.is_empty() {
+        return stream.send_data(data, end).map_err(to_io);
+    }
+    while !data.is_empty() {
+        stream.reserve_capacity(data.len());
+        let mut room = stream.capacity();
+        while room == 0 {
+            let granted = tokio::time::timeout(stall, poll_fn(|cx| stream.poll_capacity(cx)));
+            room = match granted.await {
+                Err(_) => return Err(timed_out()),
+                Ok(None) => return Err(io::ErrorKind::BrokenPipe.into()),
+                Ok(Some(Err(e))) => return Err(to_io(e)),
+                Ok(Some(Ok(n))) => n,
+            };
+        }
+        let piece = data.split_to(room.min(data.len()));
+        stream.send_data(piece, end && data.is_empty()).map_err(to_io)?;
+    }
+    Ok(())
+}
+
+/// The next DATA frame's bytes from `body` within `stall`; `None` at the end of the
+/// stream. The caller gives the window back ([`release`]) once it has passed them on.
+pub async fn next(body: &mut RecvStream, stall: Duration) -> io::Result<Option<Bytes>> {
+    match tokio::time::timeout(stall, body.data()).await {
+        Err(_) => Err(timed_out()),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(data))) => Ok(Some(data)),
+        Ok(Some(Err(e))) => Err(to_io(e)),
+    }
+}
+
+/// Gives `n` bytes of window back to the sender of `body`.
+pub fn release(body: &mut RecvStream, n: usize) {
+    // Fails only once the stream is gone, when the window no longer matters.
+    let _ = body.flow_control().release_capacity(n);
+}
+
+/// The trailers that end `body`, if any, within `stall`.
+pub async fn trailers(body: &mut RecvStream, stall: Duration) -> io::Result<Option<http::HeaderMap>> {
+    match tokio::time::timeout(stall, body.trailers()).await {
+        Err(_) => Err(timed_out()),
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(to_io(e)),
+    }
+}
+
+/// Whether a stream that failed with `e` never reached the origin's application: it
+/// was refused (`REFUSED_STREAM`), or it was above the last stream of a graceful
+/// GOAWAY (RFC 9113, 6.8). A GOAWAY with an error code may also end streams the origin
+/// was working on, so it does not count.
+pub fn refused(e: &h2::Error) -> bool {
+    e.reason() == Some(Reason::REFUSED_STREAM)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(Reason::NO_ERROR))
+}

@@ -1,0 +1,317 @@
+//! One HTTP/2 client connection: the `h2` session (its settings are holdfast's limits),
+//! a task per stream that runs the stream as an exchange, GOAWAY when the server stops
+//! or the connection idles, and the count of connections cut off for misbehaving.
+//!
+//! Protection is the session's settings and the `h2` crate's enforcement of them:
+//! `SETTINGS_MAX_CONCURRENT_STREAMS` (streams beyond it are refused), the header list
+//! size (a larger list, however many CONTINUATION frames carry it, ends the
+//! connection), flow-control windows that bound what one connection buffers, and
+//! limits on streams reset by the client (rapid reset, CVE-2023-44487) and on streams
+//! holdfast had to reset: past them the connection gets GOAWAY `ENHANCE_YOUR_CALM` and
+//! closes. Other connections are not touched.
+
+use std::future::poll_fn;
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{Reason, RecvStream};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use super::convert;
+use crate::connections::OpenConnection;
+use crate::http1::encode::PeerText;
+use crate::http1::request::{self, HeadLimits, Refusal};
+use crate::metrics::{Family, Report, Writer, NO_LABELS};
+use crate::net::{Stream, TlsFacts};
+use crate::proxy::{H2Wire, Proxy};
+
+/// Flow-control windows granted to a client: per stream, and for the connection. The
+/// connection's bounds what one client connection can make holdfast buffer.
+const STREAM_WINDOW: u32 = 256 * 1024;
+const CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Response bytes buffered per stream before its sender waits for the client.
+const SEND_BUFFER: usize = 256 * 1024;
+/// Streams reset by the client and not yet accepted by holdfast, before the
+/// connection is cut off (rapid reset).
+const MAX_PENDING_RESETS: usize = 20;
+/// Streams holdfast reset because the client broke a rule, before the connection is
+/// cut off.
+const MAX_ERROR_RESETS: usize = 256;
+
+/// Serves an HTTP/2 client connection on `stream` (whose first bytes, already read,
+/// are `prefix`) until it ends, idles out, or the server stops.
+pub async fn serve(
+    stream: Stream,
+    prefix: Vec<u8>,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    open: &mut OpenConnection,
+    tls: Option<TlsFacts>,
+) {
+    let site = proxy.site();
+    let (limits, timeouts) = (site.limits, site.timeouts);
+    drop(site);
+    CLIENT.connections.fetch_add(1, Relaxed);
+    let io = Prefixed { prefix, at: 0, stream };
+    let handshake = h2::server::Builder::new()
+        .max_concurrent_streams(limits.h2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
+        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        .handshake::<_, Bytes>(io);
+    let mut conn = match tokio::time::timeout(timeouts.client_header, handshake).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return CLIENT.failed(&e, addr),
+        Err(_) => return,
+    };
+    let peer = Arc::new(PeerText::new(addr.ip(), tls.is_some()));
+    let idle = timeouts.client_idle;
+    let mut idle_at = Instant::now() + idle;
+    let mut stopping = false;
+    loop {
+        let accepted = tokio::select! {
+            accepted = conn.accept() => accepted,
+            () = stopped(open), if !stopping => {
+                // Streams in flight finish; the client opens no new ones here.
+                stopping = true;
+                conn.graceful_shutdown();
+                continue;
+            }
+            () = tokio::time::sleep_until(idle_at), if !stopping => {
+                if conn.has_streams() {
+                    idle_at = Instant::now() + idle;
+                } else {
+                    stopping = true;
+                    conn.graceful_shutdown();
+                }
+                continue;
+            }
+        };
+        match accepted {
+            Some(Ok((req, respond))) => {
+                idle_at = Instant::now() + idle;
+                CLIENT.streams.fetch_add(1, Relaxed);
+                let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
+                tokio::spawn(run_stream(req, respond, addr, proxy, peer, tls));
+            }
+            Some(Err(e)) => return CLIENT.failed(&e, addr),
+            None => return,
+        }
+    }
+}
+
+/// Resolves once the server is stopping.
+async fn stopped(open: &mut OpenConnection) {
+    poll_fn(|cx| if open.poll_stop(cx) { Poll::Ready(()) } else { Poll::Pending }).await
+}
+
+/// Runs one stream as an exchange: its head becomes an HTTP/1.1 head, checked, routed
+/// and rewritten like any other, then forwarded.
+async fn run_stream(
+    req: http::Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    peer: Arc<PeerText>,
+    tls: Option<TlsFacts>,
+) {
+    let (parts, body) = req.into_parts();
+    let mut head = Vec::with_capacity(512);
+    let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
+    drop(parts);
+    let limits = proxy.site().limits;
+    let head_limits =
+        HeadLimits { max_line_bytes: limits.max_line_bytes, max_head_bytes: limits.max_header_bytes };
+    let lines = head.iter().filter(|b| **b == b'\n').count();
+    if lines > limits.max_headers.saturating_add(2) {
+        return refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);
+    }
+    let mut storage = vec![MaybeUninit::uninit(); lines];
+    let mut origin_head = Vec::new();
+    let out = match request::parse(&head, &mut storage, &head_limits) {
+        Ok(Some(req)) => proxy.prepare(&req, addr, &peer, tls, &mut origin_head),
+        Ok(None) => return refuse(&proxy, addr, &mut respond, Refusal::Malformed),
+        Err(refusal) => return refuse(&proxy, addr, &mut respond, refusal),
+    };
+    drop(storage);
+    let mut wire = H2Wire::new(respond, body, facts);
+    proxy.forward(out, &origin_head, &mut wire).await;
+}
+
+/// Answers a stream whose head cannot be forwarded; only the stream ends.
+fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut SendResponse<Bytes>, refusal: Refusal) {
+    tracing::debug!(client = %addr, reason = %refusal.as_str(), "refused HTTP/2 request");
+    proxy.refused(addr, refusal.status(), refusal.name());
+    let text = format!("holdfast: {}\n", refusal.as_str());
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(refusal.status()).unwrap_or(http::StatusCode::BAD_REQUEST);
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+    if let Ok(mut body) = respond.send_response(response, false) {
+        let _ = body.send_data(Bytes::from(text), true);
+    }
+}
+
+/// The client's first bytes, read before HTTP/2 was recognised, then the connection.
+struct Prefixed {
+    prefix: Vec<u8>,
+    at: usize,
+    stream: Stream,
+}
+
+impl AsyncRead for Prefixed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if let Some(rest) = this.prefix.get(this.at..).filter(|r| !r.is_empty()) {
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(rest.get(..n).unwrap_or_default());
+            this.at = this.at.saturating_add(n);
+            if this.at >= this.prefix.len() {
+                this.prefix = Vec::new();
+                this.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Prefixed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// HTTP/2 client connections, their streams, and those that ended in an error, by the
+/// error's code.
+#[derive(Default)]
+struct ClientCounts {
+    connections: AtomicU64,
+    streams: AtomicU64,
+    /// `ENHANCE_YOUR_CALM`: a flood (resets, pings, settings) was cut off.
+    calm: AtomicU64,
+    protocol: AtomicU64,
+    /// Header lists too large or malformed (HPACK, CONTINUATION).
+    compression: AtomicU64,
+    flow_control: AtomicU64,
+    frame_size: AtomicU64,
+    other: AtomicU64,
+}
+
+static CLIENT: ClientCounts = ClientCounts {
+    connections: AtomicU64::new(0),
+    streams: AtomicU64::new(0),
+    calm: AtomicU64::new(0),
+    protocol: AtomicU64::new(0),
+    compression: AtomicU64::new(0),
+    flow_control: AtomicU64::new(0),
+    frame_size: AtomicU64::new(0),
+    other: AtomicU64::new(0),
+};
+
+impl ClientCounts {
+    /// Counts and logs a connection that ended in an error. A client that just left
+    /// (an I/O error) is not counted.
+    fn failed(&self, e: &h2::Error, addr: SocketAddr) {
+        if e.is_io() {
+            tracing::debug!(client = %addr, error = %e, "HTTP/2 client connection failed");
+            return;
+        }
+        let counter = match e.reason() {
+            Some(Reason::ENHANCE_YOUR_CALM) => &self.calm,
+            Some(Reason::PROTOCOL_ERROR) => &self.protocol,
+            Some(Reason::COMPRESSION_ERROR) => &self.compression,
+            Some(Reason::FLOW_CONTROL_ERROR) => &self.flow_control,
+            Some(Reason::FRAME_SIZE_ERROR) => &self.frame_size,
+            Some(Reason::NO_ERROR) | Some(Reason::CANCEL) => return,
+            _ => &self.other,
+        };
+        counter.fetch_add(1, Relaxed);
+        tracing::debug!(client = %addr, error = %e, "HTTP/2 client connection closed for an error");
+    }
+}
+
+/// The HTTP/2 client counts now, for `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct H2Snapshot {
+    connections: u64,
+    streams: u64,
+    errors: [(&'static str, u64); 6],
+}
+
+/// The counts now.
+pub fn snapshot() -> H2Snapshot {
+    let c = &CLIENT;
+    H2Snapshot {
+        connections: c.connections.load(Relaxed),
+        streams: c.streams.load(Relaxed),
+        errors: [
+            ("enhance_your_calm", c.calm.load(Relaxed)),
+            ("protocol_error", c.protocol.load(Relaxed)),
+            ("compression_error", c.compression.load(Relaxed)),
+            ("flow_control_error", c.flow_control.load(Relaxed)),
+            ("frame_size_error", c.frame_size.load(Relaxed)),
+            ("other", c.other.load(Relaxed)),
+        ],
+    }
+}
+
+static CONNECTIONS: Family = Family {
+    name: "holdfast_h2_client_connections",
+    help: "HTTP/2 client connections accepted (by ALPN or h2c prior knowledge).",
+};
+static STREAMS: Family =
+    Family { name: "holdfast_h2_client_streams", help: "HTTP/2 client streams accepted." };
+static ERRORS: Family = Family {
+    name: "holdfast_h2_client_connection_errors",
+    help: "HTTP/2 client connections closed with GOAWAY for an error, by its code; enhance_your_calm is a flood cut off (rapid reset and the like).",
+};
+
+impl Report for H2Snapshot {
+    fn report(&self, out: &mut Writer<'_>) -> std::fmt::Result {
+        out.counter(&CONNECTIONS, [(NO_LABELS, self.connections)])?;
+        out.counter(&STREAMS, [(NO_LABELS, self.streams)])?;
+        out.counter(&ERRORS, self.errors.iter().map(|(r, n)| ([("reason", *r)], *n)))
+    }
+}

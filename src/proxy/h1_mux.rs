@@ -1,0 +1,181 @@
+//! The wire of an exchange between an HTTP/1.1 client and an HTTP/2 origin: the
+//! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames; the
+//! origin's response comes back as an HTTP/1.1 head and body in the framing the client
+//! gets. The body goes up before the response is awaited: an HTTP/1.1 client sends its
+//! whole request first.
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use h2::SendStream;
+
+use super::error::{ClientBodyError, ProxyErrorKind};
+use super::h1::H1Wire;
+use super::h2::{start_of, stream_failed};
+use super::retry::SendOutcome;
+use super::transfer::{DownloadError, Downloaded, Upload};
+use super::wire::{Attempt, MuxWire, ResponseStart};
+use super::Outbound;
+use crate::http1::body::Relay;
+use crate::http1::encode::{self, CONTINUE, LAST_CHUNK};
+use crate::http1::request::FramingViolation;
+use crate::http2::flow;
+use crate::net::{self, Deadline, WaitError};
+
+impl MuxWire for H1Wire<'_> {
+    async fn mux_attempt(
+        &mut self,
+        out: &mut Outbound,
+        mut send: SendRequest<Bytes>,
+        request: http::Request<()>,
+        kept: Option<&[u8]>,
+    ) -> Result<(Upload, ResponseStart), Attempt> {
+        let streaming = !out.progress.body_consumed;
+        let end = kept.is_none() && !streaming;
+        let (response, mut upload) = match send.send_request(request, end) {
+            Ok(sent) => sent,
+            Err(e) => return Err(stream_failed(e, false)),
+        };
+        let stall = out.route.site.timeouts.read;
+        let sent_failed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
+        if let Some(kept) = kept {
+            let kept = Bytes::copy_from_slice(kept);
+            flow::send(&mut upload, kept, true, stall).await.map_err(sent_failed)?;
+        }
+        let mut sent_body = false;
+        if streaming {
+            sent_body = self.upload_h2(out, &mut upload).await?;
+            out.progress.body_consumed = true;
+        }
+        self.client.buf.release();
+        let limit = out.route.site.timeouts.response_header;
+        match tokio::time::timeout(limit, response).await {
+            Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
+            Ok(Err(e)) => Err(stream_failed(e, sent_body)),
+            Ok(Ok(answered)) => {
+                let (parts, body) = answered.into_parts();
+                let start = start_of(out, &parts, body.is_end_stream());
+                self.mux = Some(Box::new((parts, body)));
+                Ok((Upload::Complete, start))
+            }
+        }
+    }
+
+    async fn mux_relay(
+        &mut self,
+        out: &Outbound,
+        start: &ResponseStart,
+    ) -> Result<Downloaded, DownloadError> {
+        let stall = out.route.site.timeouts.read;
+        let Some(mux) = self.mux.take() else {
+            return Ok(Downloaded { bytes: 0, extra: false });
+        };
+        let (parts, mut body) = *mux;
+        let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
+        let hsts = out.hsts(|| has_hsts);
+        let head = &mut self.response_head;
+        head.clear();
+        let (status, framing, body_out) = (start.status, start.framing, start.body_out);
+        encode::client_response_from(
+            status,
+            &parts.headers,
+            framing,
+            body_out,
+            start.connection,
+            hsts,
+            head,
+        );
+        let stream = &*self.client.stream;
+        let to_client = |error, bytes| DownloadError::Client { error, bytes, remaining: None };
+        net::write_all(stream, &[head], stall).await.map_err(|(_, e)| to_client(e, 0))?;
+        if framing == crate::http1::Framing::Empty {
+            return Ok(Downloaded { bytes: 0, extra: false });
+        }
+        let chunked = body_out.is_chunked(framing);
+        let mut bytes = 0u64;
+        let mut size_line = [0u8; 18];
+        loop {
+            let data = match flow::next(&mut body, stall).await {
+                Ok(Some(data)) => data,
+                Ok(None) => break,
+                Err(error) => return Err(DownloadError::Upstream { error, bytes }),
+            };
+            if data.is_empty() {
+                continue;
+            }
+            let written = if chunked {
+                let line = encode::chunk_size_line(data.len(), &mut size_line);
+                net::write_all(stream, &[line, &data, b"\r\n"], stall).await
+            } else {
+                net::write_all(stream, &[&data], stall).await
+            };
+            written.map_err(|(_, e)| to_client(e, bytes))?;
+            flow::release(&mut body, data.len());
+            bytes = bytes.saturating_add(data.len() as u64);
+        }
+        if chunked {
+            let end = [LAST_CHUNK, b"\r\n"];
+            net::write_all(stream, &end, stall).await.map_err(|(_, e)| to_client(e, bytes))?;
+        }
+        Ok(Downloaded { bytes, extra: false })
+    }
+}
+
+impl H1Wire<'_> {
+    /// Streams the client's body, out of its HTTP/1.1 framing, to an HTTP/2 origin,
+    /// within the route's limit; true when some of it went.
+    async fn upload_h2(
+        &mut self,
+        out: &mut Outbound,
+        upload: &mut SendStream<Bytes>,
+    ) -> Result<bool, Attempt> {
+        let stall = out.route.site.timeouts.read;
+        let max = out.route.max_body;
+        let mut relay = Relay::new(out.request.framing, false);
+        let mut total = 0u64;
+        let mut sent = false;
+        let client = &mut self.client;
+        loop {
+            if !client.buf.is_empty() {
+                let piece = relay.decode(client.buf.data_mut()).map_err(|_| {
+                    let invalid = ClientBodyError::Invalid(FramingViolation::InvalidChunk);
+                    Attempt::Failed(ProxyErrorKind::ClientBody(invalid))
+                })?;
+                let payload = client.buf.data().get(..piece.payload).unwrap_or_default();
+                let data = Bytes::copy_from_slice(payload);
+                client.buf.consume(piece.used);
+                total = total.saturating_add(data.len() as u64);
+                if let Some(max) = max.filter(|max| total > *max) {
+                    return Err(Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)));
+                }
+                if !data.is_empty() || piece.done {
+                    sent |= !data.is_empty();
+                    flow::send(upload, data, piece.done, stall).await.map_err(|error| {
+                        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+                    })?;
+                }
+                if piece.done {
+                    return Ok(sent);
+                }
+                if !client.buf.is_empty() {
+                    continue;
+                }
+            }
+            if std::mem::take(&mut out.progress.expect_continue) {
+                net::write_all(client.stream, &[CONTINUE], stall).await.map_err(|(_, e)| {
+                    Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Io(e.into_io())))
+                })?;
+            }
+            let mut deadline = Deadline::after(stall);
+            match client.buf.fill(client.stream, &mut deadline).await {
+                Ok(0) => {
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)))
+                }
+                Ok(_) => {}
+                Err(WaitError::TimedOut) => return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout)),
+                Err(WaitError::Io(e)) => {
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Io(e))))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The logic of one exchange with an HTTP/2 origin: a stream on a shared connection
+//! instead of a connection of its own. The rules are `exchange`'s: a connect that
+//! fails moves the request to another backend, a stream that failed before its
+//! response goes again when `retry` allows it, and everything is counted the same way.
+//! One rule is HTTP/2's own: a stream the origin refused (`REFUSED_STREAM`, or above
+//! the last stream of its GOAWAY) never reached its application, so it goes again on
+//! another connection whatever its method.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::error::{ProxyError, ProxyErrorKind};
+use super::record::Delivery;
+use super::retry::{self, BodyReplay, Decision};
+use super::transfer::{DownloadError, Upload};
+use super::wire::{Attempt, MuxWire, ResponseStart};
+use super::{error, record, Done, Next, Outbound, Proxy};
+use crate::http1::encode::ConnectionOut;
+use crate::http1::Framing;
+use crate::http2::convert;
+use crate::telemetry::failures;
+use crate::upstream::multiplex::{Leased, MuxLease};
+use crate::upstream::settings::Speaks;
+use crate::upstream::LeaseError;
+
+/// Refused streams sent again, at most, before the request fails: an origin that
+/// refuses every stream is failing. Many, because refusals are cheap and can come in
+/// runs: an origin that sends GOAWAY after every few streams refuses the streams that
+/// crowded onto each new connection before its GOAWAY arrived.
+const MAX_REFUSED: usize = 25;
+
+/// A request that reached an HTTP/2 origin and got a response head.
+pub(super) struct SentMux {
+    lease: MuxLease,
+    upload: Upload,
+    start: ResponseStart,
+}
+
+/// How sending to an HTTP/2 origin ended short of a response.
+pub(super) enum MuxFailure {
+    Failed(ProxyError),
+    /// The backend turned out to speak HTTP/1.1 (ALPN): send it that way.
+    SpeaksHttp1,
+}
+
+impl From<ProxyError> for MuxFailure {
+    fn from(e: ProxyError) -> Self {
+        MuxFailure::Failed(e)
+    }
+}
+
+impl Proxy {
+    /// Leases a stream, sends the request and reads the response head; again on
+    /// another connection when the origin refused the stream, or when the stream
+    /// failed and [`retry::may_replay`] allows it; on another backend when a connect
+    /// failed or [`retry::may_fail_over`] allows it.
+    pub(super) async fn send_mux<W: MuxWire>(
+        &self,
+        out: &mut Outbound,
+        head: &[u8],
+        wire: &mut W,
+    ) -> Result<SentMux, MuxFailure> {
+        let kept = self.kept_body(out, wire).await?;
+        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        out.record.asking(asked);
+        let body = match (&kept, out.request.framing) {
+            (Some(_), _) => BodyReplay::Kept,
+            (None, Framing::Empty) => BodyReplay::Empty,
+            (None, _) => BodyReplay::Streamed,
+        };
+        let mut tried = Vec::new();
+        let mut refused = 0usize;
+        loop {
+            let backend = Arc::clone(out.backend());
+            let Some(mux) = backend.mux.as_ref() else { return Err(MuxFailure::SpeaksHttp1) };
+            let started = Instant::now();
+            let connect = out.route.site.timeouts.connect;
+            let lease = match mux.lease(connect, backend.conns.tls_counts()).await {
+                Ok(Leased::Stream(lease)) => lease,
+                Ok(Leased::Http1(conn)) => {
+                    backend.learned(Speaks::Http1);
+                    backend.conns.offer(conn).await;
+                    return Err(MuxFailure::SpeaksHttp1);
+                }
+                Err(LeaseError::Connect(e)) => {
+                    if e.is_backend_failure() {
+                        backend.connect_failed(Instant::now());
+                    }
+                    if self.fail_over(out, &mut tried) {
+                        continue;
+                    }
+                    return Err(error(out, e.into(), false).into());
+                }
+                Err(e) => return Err(error(out, e.into(), false).into()),
+            };
+            if backend.speaks() == Speaks::Either {
+                backend.learned(Speaks::H2);
+            }
+            out.record.connected(started.elapsed());
+            let reused = lease.is_reused();
+            out.record.sending(reused);
+            let tls = backend.conns.is_tls();
+            let request = convert::origin_request(head, tls, false).map_err(|e| {
+                error(out, ProxyErrorKind::Closed(std::io::Error::other(e.to_string())), false)
+            })?;
+            let attempt = wire.mux_attempt(out, lease.sender(), request, kept.as_deref()).await;
+            let (outcome, io_error) = match attempt {
+                Ok((upload, start)) => {
+                    lease.answered();
+                    return Ok(SentMux { lease, upload, start });
+                }
+                Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused).into()),
+                Err(Attempt::Refused { goaway, error: io_error }) => {
+                    if goaway {
+                        lease.went_away();
+                    }
+                    refused = refused.saturating_add(1);
+                    if refused <= MAX_REFUSED {
+                        lease.retried();
+                        tracing::debug!(
+                            backend = %backend.addr, method = %out.request.method, goaway,
+                            error = %io_error, "the origin refused the stream; sending it again"
+                        );
+                        continue;
+                    }
+                    (retry::SendOutcome::Unsent, io_error)
+                }
+                Err(Attempt::Closed { outcome, error }) => (outcome, error),
+            };
+            drop(lease);
+            let decision = retry::may_replay(&out.request.method, outcome, reused, body);
+            record(&backend, decision);
+            match decision {
+                Decision::Replay => continue,
+                Decision::NotReplayed(why) => {
+                    let kind = ProxyErrorKind::NotReplayed {
+                        error: io_error,
+                        method: out.request.method.clone(),
+                        why,
+                    };
+                    return Err(error(out, kind, reused).into());
+                }
+                Decision::Fail => {}
+            }
+            backend.observe(502, None, Instant::now());
+            if retry::may_fail_over(&out.request.method, outcome, body)
+                && self.fail_over(out, &mut tried)
+            {
+                continue;
+            }
+            return Err(error(out, ProxyErrorKind::Closed(io_error), reused).into());
+        }
+    }
+
+    /// Streams an HTTP/2 origin's response to the client; the stream's slot on its
+    /// connection frees when it ends.
+    pub(super) async fn respond_mux<W: MuxWire>(
+        &self,
+        mut out: Outbound,
+        sent: SentMux,
+        wire: &mut W,
+    ) -> Done {
+        let SentMux { lease, upload, start } = sent;
+        let (header, now) = out.record.response_head(start.status);
+        out.backend().observe(start.status, header, now);
+        let status = start.status;
+        let keep_client = start.connection != ConnectionOut::Close;
+        let downloaded = wire.mux_relay(&out, &start).await;
+        drop(lease);
+        let upstream = out.route.upstream.clone();
+        match downloaded {
+            Ok(done) => {
+                let now = Instant::now();
+                out.record
+                    .finish(upstream.as_deref(), Delivery { status, bytes: done.bytes, ended: Some(now) });
+                let next = match (keep_client, upload) {
+                    (true, _) => Next::KeepOpen,
+                    (false, Upload::Interrupted) => Next::Linger,
+                    (false, Upload::Complete) => Next::Close,
+                };
+                Done { next, at: now }
+            }
+            Err(DownloadError::Client { error, bytes, .. }) => {
+                tracing::debug!(error = %error, "client left before the response ended");
+                let at = out.record.started();
+                out.record.finish(upstream.as_deref(), Delivery { status, bytes, ended: None });
+                Done { next: Next::Close, at }
+            }
+            Err(DownloadError::Upstream { error, bytes }) => {
+                if let Some(upstream) = upstream.as_ref() {
+                    let backend = Some(out.backend().addr);
+                    let message = format!("upstream response body failed: {error}");
+                    failures::record(&upstream.name, backend, "origin_body", status, &message);
+                }
+                out.record.failed("origin_body");
+                let at = out.record.started();
+                out.record.finish(upstream.as_deref(), Delivery { status, bytes, ended: None });
+                Done { next: Next::Close, at }
+            }
+        }
+    }
+}
