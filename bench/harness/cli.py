@@ -456,7 +456,7 @@ def _one_line(record):
         parts.append(f"timeouts {m['timeouts']}")
     if record["scenario"] in scenarios.H2:
         parts.append(f"upstream: {m.get('upstream_open_max')} open at peak, "
-                     f"{m.get('upstream_connections_total')} opened from cold")
+                     f"{m.get('upstream_connections_total')} opened in warm-up + window")
         if m.get("upstream_h2_share") is not None:
             parts.append(f"{m['upstream_h2_share'] * 100:.0f}% over HTTP/2")
         if m.get("holdfast_h2_connections") is not None:

@@ -16,7 +16,10 @@ use holdfast_bench_tools::origin::{self, H2cOptions, OriginStats};
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 
 #[derive(Debug, Parser)]
-#[command(name = "bench-origin", about = "Fast HTTP/1.1 origin for holdfast's benchmarks")]
+#[command(
+    name = "bench-origin",
+    about = "Fast HTTP/1.1 (and h2c) origin for holdfast's benchmarks"
+)]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long)]
