@@ -139,12 +139,13 @@ async fn run_stream(
     }
     let mut storage = vec![MaybeUninit::uninit(); lines];
     let mut origin_head = Vec::new();
-    let out = match request::parse(&head, &mut storage, &head_limits) {
+    let mut out = match request::parse(&head, &mut storage, &head_limits) {
         Ok(Some(req)) => proxy.prepare(&req, addr, &peer, tls, &mut origin_head),
         Ok(None) => return refuse(&proxy, addr, &mut respond, Refusal::Malformed),
         Err(refusal) => return refuse(&proxy, addr, &mut respond, refusal),
     };
     drop(storage);
+    out.over_http2();
     let mut wire = H2Wire::new(respond, body, facts);
     proxy.forward(out, &origin_head, &mut wire).await;
 }

@@ -268,6 +268,11 @@ impl Proxy {
 }
 
 impl Outbound {
+    /// The request came on an HTTP/2 stream: the access log says so.
+    pub fn over_http2(&mut self) {
+        self.record.over_http2();
+    }
+
     /// The `Strict-Transport-Security` line for the response, unless the origin's has
     /// one (`origin_has`, asked only when the listener has a line to add).
     fn hsts(&self, origin_has: impl FnOnce() -> bool) -> &[u8] {

@@ -38,7 +38,7 @@ struct LogFields {
     client: SocketAddr,
     method: String,
     target: String,
-    version: Version,
+    version: http::Version,
     host: Option<String>,
     referer: Option<String>,
     user_agent: Option<String>,
@@ -75,7 +75,10 @@ impl Record {
                 client,
                 method: req.method.to_owned(),
                 target: req.target.to_owned(),
-                version: req.version,
+                version: match req.version {
+                    Version::Http10 => http::Version::HTTP_10,
+                    Version::Http11 => http::Version::HTTP_11,
+                },
                 host: text(req.host),
                 referer: text(req.header("referer")),
                 user_agent: text(req.header("user-agent")),
@@ -83,6 +86,13 @@ impl Record {
             })
         });
         Record::start(log)
+    }
+
+    /// The request came on an HTTP/2 stream (its head was read as HTTP/1.1).
+    pub fn over_http2(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.version = http::Version::HTTP_2;
+        }
     }
 
     /// Starts the record of a request that could not even be parsed.
@@ -94,7 +104,7 @@ impl Record {
                 client,
                 method: "-".into(),
                 target: "-".into(),
-                version: Version::Http11,
+                version: http::Version::HTTP_11,
                 host: None,
                 referer: None,
                 user_agent: None,
@@ -203,10 +213,7 @@ impl Record {
             client: log.client,
             method: &log.method,
             target: &log.target,
-            version: match log.version {
-                Version::Http10 => http::Version::HTTP_10,
-                Version::Http11 => http::Version::HTTP_11,
-            },
+            version: log.version,
             host: log.host.as_deref(),
             status,
             bytes,

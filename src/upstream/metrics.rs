@@ -14,6 +14,7 @@ use std::sync::Arc;
 use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 use tokio::time::Instant;
 
+use super::multiplex::{MuxSnapshot, Multiplexed};
 use super::{Backend, Upstream};
 use crate::metrics::{
     ClassCounts, Family, Histogram, HistogramSnapshot, ReasonCounts, Report, Writer, STATUS_CLASSES,
@@ -176,6 +177,8 @@ pub struct BackendSnapshot {
     pub response: HistogramSnapshot,
     /// Share of traffic health allows now (0 to 100).
     pub weight: u32,
+    /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
+    pub h2: Option<MuxSnapshot>,
 }
 
 impl BackendSnapshot {
@@ -202,6 +205,7 @@ impl BackendSnapshot {
             header: m.header.snapshot(),
             response: m.response.snapshot(),
             weight: backend.health.weight(now),
+            h2: backend.mux.as_ref().map(Multiplexed::snapshot),
         }
     }
 }
@@ -239,6 +243,7 @@ impl Report for UpstreamsSnapshot {
         let rows: Vec<Row<'_>> = self.backends.iter().map(Row::new).collect();
         traffic(out, &rows)?;
         connections(out, &rows)?;
+        multiplexed(out, &rows)?;
         failures(out, &rows)?;
         durations(out, &rows)?;
         health(out, &rows)?;
@@ -269,6 +274,42 @@ impl<'a> Row<'a> {
         [("upstream", &self.snapshot.upstream), ("backend", &self.backend), (key, value)]
     }
 }
+
+/// HTTP/2 connections and streams, for backends that speak or may speak HTTP/2.
+fn multiplexed(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
+    let h2 = || rows.iter().filter_map(|r| r.snapshot.h2.map(|h| (r, h)));
+    out.gauge(&H2_CONNECTIONS, h2().map(|(r, h)| (r.labels(), h.open as u64)))?;
+    out.gauge(&H2_ACTIVE_STREAMS, h2().map(|(r, h)| (r.labels(), h.active_streams as u64)))?;
+    out.counter(&H2_OPENED, h2().map(|(r, h)| (r.labels(), h.opened)))?;
+    out.counter(&H2_STREAMS, h2().map(|(r, h)| (r.labels(), h.streams)))?;
+    out.counter(&H2_RETRIED, h2().map(|(r, h)| (r.labels(), h.retried)))?;
+    out.counter(&H2_GOAWAYS, h2().map(|(r, h)| (r.labels(), h.goaways)))
+}
+
+const H2_CONNECTIONS: Family = Family {
+    name: "holdfast_backend_h2_connections",
+    help: "HTTP/2 connections to the server open now.",
+};
+const H2_ACTIVE_STREAMS: Family = Family {
+    name: "holdfast_backend_h2_active_streams",
+    help: "Streams open now on the server's HTTP/2 connections.",
+};
+const H2_OPENED: Family = Family {
+    name: "holdfast_backend_h2_connections_opened",
+    help: "HTTP/2 connections opened to the server.",
+};
+const H2_STREAMS: Family = Family {
+    name: "holdfast_backend_h2_streams",
+    help: "Streams sent on the server's HTTP/2 connections (a retry counts again).",
+};
+const H2_RETRIED: Family = Family {
+    name: "holdfast_backend_h2_retried_streams",
+    help: "Streams the server refused (REFUSED_STREAM, or above the last stream of a GOAWAY) that holdfast sent again.",
+};
+const H2_GOAWAYS: Family = Family {
+    name: "holdfast_backend_h2_goaways",
+    help: "HTTP/2 connections the server ended with GOAWAY while holdfast had streams for them.",
+};
 
 /// Responses by status class, and requests by whether their connection was reused.
 fn traffic(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
