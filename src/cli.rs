@@ -251,7 +251,8 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
         let pair = CertPair { cert: cert.clone(), key: key.clone() };
         crate::tls::certs::load(&pair)?;
         for l in &mut config.listeners {
-            l.tls = Some(ListenerTls { certificates: vec![pair.clone()], acme: false, http2: true });
+            l.tls =
+                Some(ListenerTls { certificates: vec![pair.clone()], acme: false, http2: true });
         }
     }
     if !args.acme_names.is_empty() {

@@ -34,10 +34,10 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
-use crate::http2;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
+use crate::http2;
 use crate::net::{self, Deadline, InBuf, Timer, TlsFacts, TlsStream, WaitError};
 use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 

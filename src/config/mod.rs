@@ -582,13 +582,17 @@ impl Validator<'_> {
         let clash = match protocol {
             Protocol::H2c if tls => Some("h2c is cleartext HTTP/2, but the group speaks TLS (use \"h2\")"),
             Protocol::H2 if !tls => Some("h2 is HTTP/2 over TLS, but the group speaks cleartext (use \"h2c\", or https:// servers)"),
-            Protocol::Http1 | Protocol::Auto if h2c_servers => Some("the servers are h2c://"),
+            Protocol::Http1 if h2c_servers => Some("the servers are h2c://"),
             _ => None,
         };
         if let Some(message) = clash {
             self.problem(v.span(), key, message);
         }
-        protocol
+        // `auto` over cleartext is HTTP/1.1, but h2c:// servers say HTTP/2.
+        match protocol {
+            Protocol::Auto if h2c_servers => Protocol::H2c,
+            other => other,
+        }
     }
 
     fn health(&mut self, key: &str, raw: &FileHealth) -> PassiveHealth {

@@ -655,3 +655,80 @@ fn acme_and_its_listeners_need_each_other() {
         "{message}"
     );
 }
+
+#[test]
+fn http2_keys_parse_with_their_defaults() {
+    use crate::upstream::settings::{Protocol, Speaks};
+    let config = parse(
+        r#"
+[[listener]]
+address = "127.0.0.1:8080"
+upstream = "grpc"
+h2c = true
+
+[upstream.grpc]
+servers = ["h2c://127.0.0.1:50051"]
+h2_ping_interval = "15s"
+
+[upstream.web]
+servers = ["https://127.0.0.1:8443"]
+
+[upstream.plain]
+servers = ["127.0.0.1:3000"]
+protocol = "http1"
+
+[limits]
+h2_max_concurrent_streams = 64
+"#,
+    )
+    .unwrap();
+    assert!(config.listeners[0].h2c);
+    let group = |name: &str| config.upstreams.iter().find(|u| u.name == name).unwrap();
+    assert_eq!(group("grpc").protocol, Protocol::H2c);
+    assert_eq!(group("grpc").speaks(), Speaks::H2);
+    assert_eq!(group("grpc").h2_ping_interval, Some(Duration::from_secs(15)));
+    assert_eq!(group("web").protocol, Protocol::Auto);
+    assert_eq!(group("web").speaks(), Speaks::Either);
+    assert_eq!(group("plain").speaks(), Speaks::Http1);
+    assert_eq!(config.client_limits.h2_max_concurrent_streams, 64);
+}
+
+#[test]
+fn http2_settings_that_contradict_the_servers_name_line_and_key() {
+    let text = r#"
+[[listener]]
+address = "127.0.0.1:8080"
+upstream = "a"
+http2 = false
+
+[[listener]]
+address = "127.0.0.1:8443"
+upstream = "a"
+h2c = true
+[listener.tls]
+cert = "/nonexistent/cert.pem"
+key = "/nonexistent/key.pem"
+
+[upstream.a]
+servers = ["127.0.0.1:3000"]
+protocol = "h2"
+
+[upstream.b]
+servers = ["https://127.0.0.1:3000"]
+protocol = "h2c"
+
+[upstream.c]
+servers = ["h2c://127.0.0.1:3000", "127.0.0.1:3001"]
+
+[upstream.d]
+servers = ["127.0.0.1:3000"]
+protocol = "h3"
+"#;
+    let e = errors(text);
+    assert!(e.contains("holdfast.toml:5: listener[0].http2:"), "{e}");
+    assert!(e.contains("holdfast.toml:10: listener[1].h2c:"), "{e}");
+    assert!(e.contains("holdfast.toml:17: upstream.a.protocol: h2 is HTTP/2 over TLS"), "{e}");
+    assert!(e.contains("holdfast.toml:21: upstream.b.protocol: h2c is cleartext HTTP/2"), "{e}");
+    assert!(e.contains("upstream.c.servers: mixes http://, https:// and h2c://"), "{e}");
+    assert!(e.contains("upstream.d.protocol: \"h3\" is not a protocol"), "{e}");
+}

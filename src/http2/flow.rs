@@ -70,7 +70,10 @@ pub fn release(body: &mut RecvStream, n: usize) {
 }
 
 /// The trailers that end `body`, if any, within `stall`.
-pub async fn trailers(body: &mut RecvStream, stall: Duration) -> io::Result<Option<http::HeaderMap>> {
+pub async fn trailers(
+    body: &mut RecvStream,
+    stall: Duration,
+) -> io::Result<Option<http::HeaderMap>> {
     match tokio::time::timeout(stall, body.trailers()).await {
         Err(_) => Err(timed_out()),
         Ok(Ok(t)) => Ok(t),

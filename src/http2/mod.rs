@@ -7,6 +7,11 @@
 //! any other: one set of rules refuses faulty requests, routes them and writes the
 //! head an origin gets. The same head becomes an HTTP/2 request again for an HTTP/2
 //! origin.
+//!
+//! Like the rest of the request path, this module handles bytes from clients and
+//! origins: the lints below keep indexing and unchecked arithmetic out of it.
+
+#![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod convert;
 pub mod flow;
@@ -18,5 +23,6 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Whether a client's first bytes start the HTTP/2 preface: no HTTP/1.1 method is
 /// `PRI`, so three bytes tell.
 pub fn starts_preface(data: &[u8]) -> bool {
-    data.len() >= 3 && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
+    data.len() >= 3
+        && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
 }

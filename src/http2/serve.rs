@@ -76,8 +76,9 @@ pub async fn serve(
         Err(_) => return,
     };
     let peer = Arc::new(PeerText::new(addr.ip(), tls.is_some()));
+    let streams = Arc::new(StreamCounts::default());
     let idle = timeouts.client_idle;
-    let mut idle_at = Instant::now() + idle;
+    let mut idle_at = crate::net::later(Instant::now(), idle);
     let mut stopping = false;
     loop {
         let accepted = tokio::select! {
@@ -88,9 +89,17 @@ pub async fn serve(
                 conn.graceful_shutdown();
                 continue;
             }
+            () = streams.cut.notified() => {
+                // Many streams reset or abandoned: a flood, not a client.
+                CLIENT.calm.fetch_add(1, Relaxed);
+                tracing::debug!(client = %addr, "HTTP/2 client abandoned too many streams; closing");
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                stopping = true;
+                continue;
+            }
             () = tokio::time::sleep_until(idle_at), if !stopping => {
                 if conn.has_streams() {
-                    idle_at = Instant::now() + idle;
+                    idle_at = crate::net::later(Instant::now(), idle);
                 } else {
                     stopping = true;
                     conn.graceful_shutdown();
@@ -100,13 +109,46 @@ pub async fn serve(
         };
         match accepted {
             Some(Ok((req, respond))) => {
-                idle_at = Instant::now() + idle;
+                idle_at = crate::net::later(Instant::now(), idle);
                 CLIENT.streams.fetch_add(1, Relaxed);
+                streams.accepted.fetch_add(1, Relaxed);
                 let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
-                tokio::spawn(run_stream(req, respond, addr, proxy, peer, tls));
+                let streams = Arc::clone(&streams);
+                tokio::spawn(async move {
+                    if run_stream(req, respond, addr, proxy, peer, tls).await {
+                        streams.abandoned();
+                    }
+                });
             }
             Some(Err(e)) => return CLIENT.failed(&e, addr),
             None => return,
+        }
+    }
+}
+
+/// A connection's streams, to tell a client from a flood of streams opened and reset
+/// (or otherwise abandoned) before their responses: each costs holdfast an exchange,
+/// and the origin a request.
+#[derive(Default)]
+struct StreamCounts {
+    accepted: AtomicU64,
+    abandoned: AtomicU64,
+    /// Wakes the connection to cut it off.
+    cut: tokio::sync::Notify,
+}
+
+/// Abandoned streams a connection may have before it is looked at: browsers cancel
+/// some (a page navigated away from), never this many.
+const MAX_ABANDONED: u64 = 100;
+
+impl StreamCounts {
+    /// A stream's client did not take its response; past [`MAX_ABANDONED`], and more
+    /// than half the streams, the connection is cut off.
+    fn abandoned(&self) {
+        let abandoned = self.abandoned.fetch_add(1, Relaxed).saturating_add(1);
+        let accepted = self.accepted.load(Relaxed);
+        if abandoned >= MAX_ABANDONED && abandoned.saturating_mul(2) > accepted {
+            self.cut.notify_one();
         }
     }
 }
@@ -117,7 +159,8 @@ async fn stopped(open: &mut OpenConnection) {
 }
 
 /// Runs one stream as an exchange: its head becomes an HTTP/1.1 head, checked, routed
-/// and rewritten like any other, then forwarded.
+/// and rewritten like any other, then forwarded. True when the client abandoned it
+/// (reset it, or did not take the response).
 async fn run_stream(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
@@ -125,29 +168,39 @@ async fn run_stream(
     proxy: Arc<Proxy>,
     peer: Arc<PeerText>,
     tls: Option<TlsFacts>,
-) {
+) -> bool {
     let (parts, body) = req.into_parts();
     let mut head = Vec::with_capacity(512);
     let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
     drop(parts);
     let limits = proxy.site().limits;
-    let head_limits =
-        HeadLimits { max_line_bytes: limits.max_line_bytes, max_head_bytes: limits.max_header_bytes };
+    let head_limits = HeadLimits {
+        max_line_bytes: limits.max_line_bytes,
+        max_head_bytes: limits.max_header_bytes,
+    };
     let lines = head.iter().filter(|b| **b == b'\n').count();
     if lines > limits.max_headers.saturating_add(2) {
-        return refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);
+        refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);
+        return false;
     }
     let mut storage = vec![MaybeUninit::uninit(); lines];
     let mut origin_head = Vec::new();
     let mut out = match request::parse(&head, &mut storage, &head_limits) {
         Ok(Some(req)) => proxy.prepare(&req, addr, &peer, tls, &mut origin_head),
-        Ok(None) => return refuse(&proxy, addr, &mut respond, Refusal::Malformed),
-        Err(refusal) => return refuse(&proxy, addr, &mut respond, refusal),
+        Ok(None) => {
+            refuse(&proxy, addr, &mut respond, Refusal::Malformed);
+            return false;
+        }
+        Err(refusal) => {
+            refuse(&proxy, addr, &mut respond, refusal);
+            return false;
+        }
     };
     drop(storage);
     out.over_http2();
     let mut wire = H2Wire::new(respond, body, facts);
     proxy.forward(out, &origin_head, &mut wire).await;
+    wire.client_failed()
 }
 
 /// Answers a stream whose head cannot be forwarded; only the stream ends.

@@ -15,10 +15,10 @@ use holdfast_pool::CloseReason;
 use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
+use super::mux::MuxFailure;
 use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
-use super::mux::MuxFailure;
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
@@ -64,16 +64,19 @@ impl Proxy {
                 return self.answer(out, 413, "body_too_large", &text, wire).await;
             }
         }
+        let mut kept = None;
         if out.backend().speaks() != Speaks::Http1 {
             // Boxed: only exchanges with HTTP/2 origins carry this state.
             match Box::pin(self.send_mux(&mut out, head, wire)).await {
                 Ok(sent) => return Box::pin(self.respond_mux(out, sent, wire)).await,
-                Err(MuxFailure::Failed(e)) => return Box::pin(self.answer_error(out, e, wire)).await,
+                Err(MuxFailure::Failed(e)) => {
+                    return Box::pin(self.answer_error(out, e, wire)).await
+                }
                 // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool.
-                Err(MuxFailure::SpeaksHttp1) => {}
+                Err(MuxFailure::SpeaksHttp1(body)) => kept = body,
             }
         }
-        match self.send(&mut out, head, wire).await {
+        match self.send(&mut out, head, wire, kept).await {
             Ok(sent) => self.respond(out, sent, wire).await,
             // Boxed, as the upgrade: a rare path's state would otherwise make every
             // exchange's (boxed per request) larger.
@@ -109,22 +112,16 @@ impl Proxy {
     /// before any response byte. The request is sent again when not a byte of it was
     /// written, and for idempotent requests whose body is empty or kept even when it
     /// may have arrived.
+    ///
+    /// `kept` is a body an attempt at HTTP/2 read already (see [`MuxFailure`]).
     async fn send<W: Wire>(
         &self,
         out: &mut Outbound,
         head: &[u8],
         wire: &mut W,
+        kept: Option<Vec<u8>>,
     ) -> Result<Sent, ProxyError> {
-        let kept = self.kept_body(out, wire).await?;
-        // One clock read serves the request's arrival and the pool's checkout, unless a
-        // body was read in between.
-        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
-        out.record.asking(asked);
-        let body = match (&kept, out.request.framing) {
-            (Some(_), _) => BodyReplay::Kept,
-            (None, Framing::Empty) => BodyReplay::Empty,
-            (None, _) => BodyReplay::Streamed,
-        };
+        let (kept, asked, body) = self.prelude(out, wire, kept).await?;
         let mut tried = Vec::new();
         // After a pooled connection failed under the request: the same backend, on a new
         // connection.
@@ -193,6 +190,30 @@ impl Proxy {
         }
     }
 
+    /// What every protocol's send starts with: the kept body, if the request has one
+    /// (see [`retry::should_keep_body`]), when the request asked for a connection
+    /// (one clock read serves its arrival and the pool's checkout, unless a body was
+    /// read in between), and what a replay would have to send.
+    pub(super) async fn prelude<W: Wire>(
+        &self,
+        out: &mut Outbound,
+        wire: &mut W,
+        kept: Option<Vec<u8>>,
+    ) -> Result<(Option<Vec<u8>>, Instant, BodyReplay), ProxyError> {
+        let kept = match kept {
+            Some(kept) => Some(kept),
+            None => self.kept_body(out, wire).await?,
+        };
+        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        out.record.asking(asked);
+        let body = match (&kept, out.request.framing) {
+            (Some(_), _) => BodyReplay::Kept,
+            (None, Framing::Empty) => BodyReplay::Empty,
+            (None, _) => BodyReplay::Streamed,
+        };
+        Ok((kept, asked, body))
+    }
+
     /// A connection to `backend` for the request: an idle pooled one if there is one
     /// (unless `fresh`), else a new one, after the queue if the backend is at its limit.
     async fn connect(
@@ -245,7 +266,8 @@ impl Proxy {
         wire: &mut W,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
         let Framing::Length(len) = out.request.framing else { return Ok(None) };
-        if !retry::should_keep_body(&out.request.method, Some(len)) {
+        let multiplexed = out.backend().speaks() != Speaks::Http1;
+        if !retry::should_keep_body(&out.request.method, Some(len), multiplexed) {
             return Ok(None);
         }
         match wire.read_kept(out, len).await {

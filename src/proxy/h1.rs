@@ -75,10 +75,7 @@ impl Wire for H1Wire<'_> {
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let limit = out.route.site.timeouts.response_header;
         let stream = &mut conn.stream;
-        let parts = [head, kept.unwrap_or_default()];
-        if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
-            return Err(write_failed(written, error, limit));
-        }
+        send_head(stream, head, kept, limit).await?;
         // `response_header` counts from the end of the request: its arrival when it had
         // no body or one read beforehand, else the end of the upload.
         let (upload, sent_at) = if out.progress.body_consumed {
@@ -297,13 +294,42 @@ fn parse_response(
     }
 }
 
+/// Writes the request head and the `kept` body; `limit` is the response-header timeout.
+pub(super) async fn send_head(
+    stream: &Stream,
+    head: &[u8],
+    kept: Option<&[u8]>,
+    limit: Duration,
+) -> Result<(), Attempt> {
+    let parts = [head, kept.unwrap_or_default()];
+    net::write_all(stream, &parts, limit).await.map_err(|(n, e)| write_failed(n, e, limit))
+}
+
+/// Writes one piece of a body's payload: as a chunk when `chunked`, else as it is.
+pub(super) async fn write_payload(
+    stream: &Stream,
+    data: &[u8],
+    chunked: bool,
+    stall: Duration,
+) -> Result<(), (u64, WaitError)> {
+    if chunked {
+        let mut size_line = [0u8; 18];
+        let line = encode::chunk_size_line(data.len(), &mut size_line);
+        net::write_all(stream, &[line, data, b"\r\n"], stall).await
+    } else {
+        net::write_all(stream, &[data], stall).await
+    }
+}
+
 /// What a failed write of the request head means for the attempt: nothing written, the
 /// request may go again; some written, `retry` decides; `limit` is the response-header
 /// timeout.
 pub(super) fn write_failed(written: u64, error: WaitError, limit: Duration) -> Attempt {
     match error {
         WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
-        WaitError::Io(error) if written == 0 => Attempt::Closed { outcome: SendOutcome::Unsent, error },
+        WaitError::Io(error) if written == 0 => {
+            Attempt::Closed { outcome: SendOutcome::Unsent, error }
+        }
         WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
     }
 }

@@ -9,14 +9,14 @@ use h2::client::SendRequest;
 use h2::SendStream;
 
 use super::error::{ClientBodyError, ProxyErrorKind};
-use super::h1::H1Wire;
-use super::h2::{start_of, stream_failed};
+use super::h1::{self, H1Wire};
+use super::h2::{answer_despite, start_of, stream_failed};
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::Outbound;
 use crate::http1::body::Relay;
-use crate::http1::encode::{self, CONTINUE, LAST_CHUNK};
+use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
 use crate::http2::flow;
 use crate::net::{self, Deadline, WaitError};
@@ -42,12 +42,28 @@ impl MuxWire for H1Wire<'_> {
             flow::send(&mut upload, kept, true, stall).await.map_err(sent_failed)?;
         }
         let mut sent_body = false;
+        let limit = out.route.site.timeouts.response_header;
         if streaming {
-            sent_body = self.upload_h2(out, &mut upload).await?;
+            match self.upload_h2(out, &mut upload).await {
+                Ok(sent) => sent_body = sent,
+                // The origin stopped taking the body (RST_STREAM after a complete
+                // response, RFC 9113, 8.1): its response, if it sent one, stands, and
+                // the client's connection closes after it.
+                Err(failed @ Attempt::Closed { .. }) => {
+                    let Some(answered) = answer_despite(response, limit).await else {
+                        return Err(failed);
+                    };
+                    let (parts, body) = answered.into_parts();
+                    let mut start = start_of(out, &parts, body.is_end_stream());
+                    start.connection = ConnectionOut::for_client(false, out.request.version);
+                    self.mux = Some(Box::new((parts, body)));
+                    return Ok((Upload::Interrupted, start));
+                }
+                Err(failed) => return Err(failed),
+            }
             out.progress.body_consumed = true;
         }
         self.client.buf.release();
-        let limit = out.route.site.timeouts.response_header;
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e, sent_body)),
@@ -92,7 +108,6 @@ impl MuxWire for H1Wire<'_> {
         }
         let chunked = body_out.is_chunked(framing);
         let mut bytes = 0u64;
-        let mut size_line = [0u8; 18];
         loop {
             let data = match flow::next(&mut body, stall).await {
                 Ok(Some(data)) => data,
@@ -102,12 +117,7 @@ impl MuxWire for H1Wire<'_> {
             if data.is_empty() {
                 continue;
             }
-            let written = if chunked {
-                let line = encode::chunk_size_line(data.len(), &mut size_line);
-                net::write_all(stream, &[line, &data, b"\r\n"], stall).await
-            } else {
-                net::write_all(stream, &[&data], stall).await
-            };
+            let written = h1::write_payload(stream, &data, chunked, stall).await;
             written.map_err(|(_, e)| to_client(e, bytes))?;
             flow::release(&mut body, data.len());
             bytes = bytes.saturating_add(data.len() as u64);
@@ -156,7 +166,8 @@ impl H1Wire<'_> {
                 if piece.done {
                     return Ok(sent);
                 }
-                if !client.buf.is_empty() {
+                // A partial chunk line stays in the buffer until more arrives.
+                if piece.used > 0 && !client.buf.is_empty() {
                     continue;
                 }
             }
@@ -168,10 +179,14 @@ impl H1Wire<'_> {
             let mut deadline = Deadline::after(stall);
             match client.buf.fill(client.stream, &mut deadline).await {
                 Ok(0) => {
-                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)))
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientBody(
+                        ClientBodyError::Closed,
+                    )))
                 }
                 Ok(_) => {}
-                Err(WaitError::TimedOut) => return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout)),
+                Err(WaitError::TimedOut) => {
+                    return Err(Attempt::Failed(ProxyErrorKind::ClientTimeout))
+                }
                 Err(WaitError::Io(e)) => {
                     return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Io(e))))
                 }

@@ -45,6 +45,8 @@ pub(crate) struct H2Wire {
     upload: Option<SendStream<Bytes>>,
     /// To an HTTP/2 origin: its response body.
     origin_body: Option<RecvStream>,
+    /// The client reset the stream or did not take the response.
+    client_failed: bool,
 }
 
 /// A response head for an HTTP/2 client.
@@ -78,6 +80,7 @@ impl H2Wire {
             head: H2Head::default(),
             upload: None,
             origin_body: None,
+            client_failed: false,
         }
     }
 
@@ -154,10 +157,7 @@ impl Wire for H2Wire {
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let limit = out.route.site.timeouts.response_header;
         let stream = &mut conn.stream;
-        let parts = [head, kept.unwrap_or_default()];
-        if let Err((written, error)) = net::write_all(stream, &parts, limit).await {
-            return Err(h1::write_failed(written, error, limit));
-        }
+        h1::send_head(stream, head, kept, limit).await?;
         let sent_at = if out.progress.body_consumed {
             out.record.started()
         } else {
@@ -189,66 +189,9 @@ impl Wire for H2Wire {
         conn: &mut OriginConn,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
-        let stall = out.route.site.timeouts.read;
-        let headers = std::mem::take(&mut self.head.headers);
-        let empty = start.framing == Framing::Empty;
-        let mut client = self.start_response(start.status, headers, empty).map_err(|e| {
-            DownloadError::Client { error: WaitError::Io(e), bytes: 0, remaining: None }
-        })?;
-        if empty {
-            return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
-        }
-        let mut relay = Relay::new(start.framing, false);
-        let mut bytes = 0u64;
-        loop {
-            if !self.origin_buf.is_empty() {
-                let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
-                    DownloadError::Upstream { error: io::Error::other(e.to_string()), bytes }
-                })?;
-                let payload = self.origin_buf.data().get(..piece.payload).unwrap_or_default();
-                let data = Bytes::copy_from_slice(payload);
-                self.origin_buf.consume(piece.used);
-                let n = data.len() as u64;
-                if n > 0 || piece.done {
-                    flow::send(&mut client, data, piece.done, stall).await.map_err(|e| {
-                        DownloadError::Client {
-                            error: WaitError::Io(e),
-                            bytes,
-                            remaining: relay.remaining(),
-                        }
-                    })?;
-                }
-                bytes = bytes.saturating_add(n);
-                if piece.done {
-                    return Ok(Downloaded { bytes, extra: !self.origin_buf.is_empty() });
-                }
-                if !self.origin_buf.is_empty() {
-                    continue;
-                }
-            }
-            let mut deadline = Deadline::after(stall);
-            match self.origin_buf.fill(&mut conn.stream, &mut deadline).await {
-                Ok(0) if start.framing == Framing::UntilClose => {
-                    let end = flow::send(&mut client, Bytes::new(), true, stall).await;
-                    return end.map(|()| Downloaded { bytes, extra: false }).map_err(|e| {
-                        DownloadError::Client { error: WaitError::Io(e), bytes, remaining: None }
-                    });
-                }
-                Ok(0) => {
-                    let error = io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the origin closed the connection before the body ended",
-                    );
-                    client.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Err(DownloadError::Upstream { error, bytes });
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    client.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Err(DownloadError::Upstream { error: e.into_io(), bytes });
-                }
-            }
-        }
+        let relayed = self.relay_h1(out, conn, start).await;
+        self.note(&relayed);
+        relayed
     }
 
     fn origin_has_extra(&self) -> bool {
@@ -281,17 +224,101 @@ impl Wire for H2Wire {
         headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
         let head_only = text.is_empty() || out.request.method == Method::HEAD;
         let Ok(mut stream) = self.start_response(status, headers, head_only) else {
+            self.client_failed = true;
             return false;
         };
         if head_only {
             return true;
         }
         let stall = out.route.site.timeouts.read;
-        flow::send(&mut stream, convert::text_body(text), true, stall).await.is_ok()
+        let sent = flow::send(&mut stream, convert::text_body(text), true, stall).await.is_ok();
+        self.client_failed |= !sent;
+        sent
     }
 }
 
 impl H2Wire {
+    /// Relays an HTTP/1.1 origin's response (head, then body) to the client.
+    async fn relay_h1(
+        &mut self,
+        out: &Outbound,
+        conn: &mut OriginConn,
+        start: &ResponseStart,
+    ) -> Result<Downloaded, DownloadError> {
+        let stall = out.route.site.timeouts.read;
+        let headers = std::mem::take(&mut self.head.headers);
+        let empty = matches!(start.framing, Framing::Empty | Framing::Length(0));
+        let mut client = self.start_response(start.status, headers, empty).map_err(|e| {
+            DownloadError::Client { error: WaitError::Io(e), bytes: 0, remaining: None }
+        })?;
+        if empty {
+            return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
+        }
+        let mut relay = Relay::new(start.framing, false);
+        let mut bytes = 0u64;
+        loop {
+            if !self.origin_buf.is_empty() {
+                let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
+                    DownloadError::Upstream { error: io::Error::other(e.to_string()), bytes }
+                })?;
+                let payload = self.origin_buf.data().get(..piece.payload).unwrap_or_default();
+                let data = Bytes::copy_from_slice(payload);
+                self.origin_buf.consume(piece.used);
+                let n = data.len() as u64;
+                if n > 0 || piece.done {
+                    flow::send(&mut client, data, piece.done, stall).await.map_err(|e| {
+                        DownloadError::Client {
+                            error: WaitError::Io(e),
+                            bytes,
+                            remaining: relay.remaining(),
+                        }
+                    })?;
+                }
+                bytes = bytes.saturating_add(n);
+                if piece.done {
+                    return Ok(Downloaded { bytes, extra: !self.origin_buf.is_empty() });
+                }
+                // A partial chunk line stays in the buffer until more arrives.
+                if piece.used > 0 && !self.origin_buf.is_empty() {
+                    continue;
+                }
+            }
+            let mut deadline = Deadline::after(stall);
+            match self.origin_buf.fill(&mut conn.stream, &mut deadline).await {
+                Ok(0) if start.framing == Framing::UntilClose => {
+                    let end = flow::send(&mut client, Bytes::new(), true, stall).await;
+                    return end.map(|()| Downloaded { bytes, extra: false }).map_err(|e| {
+                        DownloadError::Client { error: WaitError::Io(e), bytes, remaining: None }
+                    });
+                }
+                Ok(0) => {
+                    let error = io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the origin closed the connection before the body ended",
+                    );
+                    client.send_reset(h2::Reason::INTERNAL_ERROR);
+                    return Err(DownloadError::Upstream { error, bytes });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    client.send_reset(h2::Reason::INTERNAL_ERROR);
+                    return Err(DownloadError::Upstream { error: e.into_io(), bytes });
+                }
+            }
+        }
+    }
+
+    /// Remembers whether the client failed to take a response.
+    fn note(&mut self, relayed: &Result<Downloaded, DownloadError>) {
+        self.client_failed |= matches!(relayed, Err(DownloadError::Client { .. }));
+    }
+
+    /// Whether the client reset the stream or failed to take the response: a client
+    /// that does so to many streams is cut off.
+    pub(crate) fn client_failed(&self) -> bool {
+        self.client_failed
+    }
+
     /// Writes the client's body to an HTTP/1.1 origin in holdfast's framing (chunked
     /// when the client declared no length, with its trailers), within the route's
     /// body limit.
@@ -304,7 +331,6 @@ impl H2Wire {
             WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
         };
         let mut total = 0u64;
-        let mut size_line = [0u8; 18];
         while let Some(data) =
             flow::next(&mut self.body, client_stall).await.map_err(client_failed)?
         {
@@ -312,17 +338,13 @@ impl H2Wire {
             if data.is_empty() {
                 continue;
             }
-            let written = if chunked {
-                let line = encode::chunk_size_line(data.len(), &mut size_line);
-                net::write_all(stream, &[line, &data, b"\r\n"], origin_stall).await
-            } else {
-                net::write_all(stream, &[&data], origin_stall).await
-            };
+            let written = h1::write_payload(stream, &data, chunked, origin_stall).await;
             written.map_err(origin_failed)?;
             flow::release(&mut self.body, data.len());
         }
         if chunked {
-            let trailers = flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
+            let trailers =
+                flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
             let mut end = encode::LAST_CHUNK.to_vec();
             for (name, value) in trailers.iter().flatten() {
                 if !convert::is_connection_specific(name.as_str()) {
@@ -337,6 +359,15 @@ impl H2Wire {
         }
         Ok(())
     }
+}
+
+/// The response of a stream whose upload failed, if the origin sent one before it
+/// stopped taking the body.
+pub(super) async fn answer_despite(
+    response: impl std::future::Future<Output = Result<Response<RecvStream>, h2::Error>>,
+    limit: Duration,
+) -> Option<Response<RecvStream>> {
+    tokio::time::timeout(limit, response).await.ok()?.ok()
 }
 
 /// What finished first while a request body streamed to an HTTP/2 origin.
@@ -378,7 +409,9 @@ impl MuxWire for H2Wire {
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         if self.facts.te_trailers {
-            request.headers_mut().insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+            request
+                .headers_mut()
+                .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
         let streaming = !out.progress.body_consumed;
         let end = kept.is_none() && !streaming;
@@ -388,9 +421,9 @@ impl MuxWire for H2Wire {
         };
         let stall = out.route.site.timeouts.read;
         if let Some(kept) = kept {
-            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await.map_err(
-                |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
-            )?;
+            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall)
+                .await
+                .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
         }
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
@@ -402,13 +435,23 @@ impl MuxWire for H2Wire {
             let first = {
                 let pump = pump(&mut self.body, &mut upload, &mut total, max, stall);
                 tokio::select! {
-                    done = pump => First::Pumped(done),
+                    biased;
                     answered = &mut response => First::Answered(answered),
+                    done = pump => First::Pumped(done),
                 }
             };
             sent_body = total > 0;
             match first {
-                First::Pumped(done) => done?,
+                First::Pumped(Ok(())) => {}
+                // The origin stopped taking the body (RST_STREAM after a complete
+                // response, RFC 9113, 8.1): its response, if it sent one, stands.
+                First::Pumped(Err(failed @ Attempt::Closed { .. })) => {
+                    return match answer_despite(response, limit).await {
+                        Some(answered) => Ok(self.start_mux(out, answered, None)),
+                        None => Err(failed),
+                    };
+                }
+                First::Pumped(Err(failed)) => return Err(failed),
                 // The response came first: the body goes on streaming while it is
                 // relayed.
                 First::Answered(answered) => {
@@ -450,6 +493,7 @@ impl MuxWire for H2Wire {
             }
         };
         let (downloaded, ()) = tokio::join!(download, upload);
+        self.note(&downloaded);
         downloaded
     }
 }
@@ -476,7 +520,11 @@ impl H2Wire {
 }
 
 /// How an HTTP/2 origin's response starts, for the exchange and an HTTP/1.1 client.
-pub(super) fn start_of(out: &Outbound, parts: &http::response::Parts, ended: bool) -> ResponseStart {
+pub(super) fn start_of(
+    out: &Outbound,
+    parts: &http::response::Parts,
+    ended: bool,
+) -> ResponseStart {
     let length = parts
         .headers
         .get(http::header::CONTENT_LENGTH)

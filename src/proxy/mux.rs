@@ -12,12 +12,11 @@ use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
 use super::record::Delivery;
-use super::retry::{self, BodyReplay, Decision};
+use super::retry::{self, Decision};
 use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::{error, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
-use crate::http1::Framing;
 use crate::http2::convert;
 use crate::telemetry::failures;
 use crate::upstream::multiplex::{Leased, MuxLease};
@@ -40,8 +39,9 @@ pub(super) struct SentMux {
 /// How sending to an HTTP/2 origin ended short of a response.
 pub(super) enum MuxFailure {
     Failed(ProxyError),
-    /// The backend turned out to speak HTTP/1.1 (ALPN): send it that way.
-    SpeaksHttp1,
+    /// The backend turned out to speak HTTP/1.1 (ALPN): send it that way, with the
+    /// body read already, if one was.
+    SpeaksHttp1(Option<Vec<u8>>),
 }
 
 impl From<ProxyError> for MuxFailure {
@@ -61,19 +61,14 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Result<SentMux, MuxFailure> {
-        let kept = self.kept_body(out, wire).await?;
-        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
-        out.record.asking(asked);
-        let body = match (&kept, out.request.framing) {
-            (Some(_), _) => BodyReplay::Kept,
-            (None, Framing::Empty) => BodyReplay::Empty,
-            (None, _) => BodyReplay::Streamed,
-        };
+        let (kept, _, body) = self.prelude(out, wire, None).await?;
         let mut tried = Vec::new();
         let mut refused = 0usize;
         loop {
             let backend = Arc::clone(out.backend());
-            let Some(mux) = backend.mux.as_ref() else { return Err(MuxFailure::SpeaksHttp1) };
+            let Some(mux) = backend.mux.as_ref() else {
+                return Err(MuxFailure::SpeaksHttp1(kept));
+            };
             let started = Instant::now();
             let connect = out.route.site.timeouts.connect;
             let lease = match mux.lease(connect, backend.conns.tls_counts()).await {
@@ -81,7 +76,7 @@ impl Proxy {
                 Ok(Leased::Http1(conn)) => {
                     backend.learned(Speaks::Http1);
                     backend.conns.offer(conn).await;
-                    return Err(MuxFailure::SpeaksHttp1);
+                    return Err(MuxFailure::SpeaksHttp1(kept));
                 }
                 Err(LeaseError::Connect(e)) => {
                     if e.is_backend_failure() {
@@ -172,8 +167,10 @@ impl Proxy {
         match downloaded {
             Ok(done) => {
                 let now = Instant::now();
-                out.record
-                    .finish(upstream.as_deref(), Delivery { status, bytes: done.bytes, ended: Some(now) });
+                out.record.finish(
+                    upstream.as_deref(),
+                    Delivery { status, bytes: done.bytes, ended: Some(now) },
+                );
                 let next = match (keep_client, upload) {
                     (true, _) => Next::KeepOpen,
                     (false, Upload::Interrupted) => Next::Linger,

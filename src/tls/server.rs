@@ -110,8 +110,7 @@ impl TlsServer {
         let acme = tls.acme.then(|| Arc::clone(acme));
         let pairs = Mutex::new((tls.certificates.clone(), files.fingerprint()));
         let resolver = Arc::new(Resolver { files: ArcSwap::from_pointee(files), acme });
-        let config =
-            server_config(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>, tls.http2);
+        let config = server_config(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>, tls.http2);
         TlsServer { config: Arc::new(config), resolver, pairs, metrics: Arc::clone(metrics) }
     }
 

@@ -19,10 +19,10 @@ use tokio::time::Instant;
 use super::backend_health::BackendHealth;
 use super::connect::Dial;
 use super::lease::OriginPool;
-use super::multiplex::Multiplexed;
-use super::settings::Speaks;
 use super::load::Load;
 use super::metrics::BackendMetrics;
+use super::multiplex::Multiplexed;
+use super::settings::Speaks;
 use super::UpstreamConfig;
 use crate::balance::Candidate;
 

@@ -18,6 +18,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::health::CheckThresholds;
+use super::multiplex::{Leased, MuxLease};
+use super::settings::Speaks;
 use super::{Backend, Lease, Upstream};
 use crate::http1::head::HeadScan;
 use crate::http1::response;
@@ -99,6 +101,15 @@ pub async fn check_one(backend: Arc<Backend>, check: Arc<CheckConfig>) {
 }
 
 async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError> {
+    if let Some(mux) = backend.mux.as_ref().filter(|_| backend.speaks() != Speaks::Http1) {
+        match mux.lease(check.timeout, backend.conns.tls_counts()).await? {
+            Leased::Stream(stream) => return probe_h2(backend, stream, check).await,
+            Leased::Http1(conn) => {
+                backend.learned(Speaks::Http1);
+                backend.conns.offer(conn).await;
+            }
+        }
+    }
     let mut lease = match backend.conns.try_idle(Instant::now()) {
         Some(lease) => lease,
         None => backend.conns.lease(check.timeout).await?,
@@ -128,6 +139,30 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
     let passed = check.expect_status.map_or((200..400).contains(&status), |s| s == status);
     finish(lease, buf, rest, check.timeout).await;
     if passed {
+        Ok(())
+    } else {
+        Err(CheckError::Status(status))
+    }
+}
+
+/// The check over HTTP/2: a GET on a stream of a pooled connection, and its status.
+async fn probe_h2(
+    backend: &Backend,
+    stream: MuxLease,
+    check: &CheckConfig,
+) -> Result<(), CheckError> {
+    let host = check.host.clone().unwrap_or_else(|| backend.addr.to_string());
+    let scheme = if backend.conns.is_tls() { "https" } else { "http" };
+    let request = http::Request::get(format!("{scheme}://{host}{}", check.path))
+        .header(http::header::USER_AGENT, "holdfast-health-check")
+        .body(())
+        .map_err(|e| CheckError::Io(std::io::Error::other(e)))?;
+    let io = |e: h2::Error| CheckError::Io(std::io::Error::other(e));
+    let (response, _) = stream.sender().send_request(request, true).map_err(io)?;
+    let response = tokio::time::timeout(check.timeout, response).await;
+    let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status().as_u16();
+    stream.answered();
+    if check.expect_status.map_or((200..400).contains(&status), |s| s == status) {
         Ok(())
     } else {
         Err(CheckError::Status(status))

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 use tokio::time::Instant;
 
-use super::multiplex::{MuxSnapshot, Multiplexed};
+use super::multiplex::{Multiplexed, MuxSnapshot};
 use super::{Backend, Upstream};
 use crate::metrics::{
     ClassCounts, Family, Histogram, HistogramSnapshot, ReasonCounts, Report, Writer, STATUS_CLASSES,

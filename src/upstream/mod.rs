@@ -19,9 +19,9 @@ pub mod discovery;
 pub mod health;
 pub mod keepalive;
 mod lease;
-pub mod multiplex;
 mod load;
 mod metrics;
+pub mod multiplex;
 pub mod settings;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -544,3 +544,101 @@ impl Drop for MuxLease {
         self.shared.release(&self.conn);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tokio::net::TcpListener;
+
+    /// An h2c server allowing `max_streams` at once that answers every stream after
+    /// `delay`; returns its address and its count of accepted connections.
+    async fn server(max_streams: u32, delay: Duration) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::Builder::new()
+                        .max_concurrent_streams(max_streams)
+                        .handshake::<_, Bytes>(tcp)
+                        .await
+                        .unwrap();
+                    while let Some(Ok((_, mut respond))) = conn.accept().await {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = respond.send_response(http::Response::new(()), true);
+                        });
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn pool(addr: std::net::SocketAddr) -> Multiplexed {
+        let dial = Dial { addr, source: None, tls: None, speaks: Speaks::H2 };
+        Multiplexed::new(dial, PoolConfig::default(), None)
+    }
+
+    async fn one_request(pool: &Multiplexed) {
+        let Ok(Leased::Stream(lease)) =
+            pool.lease(Duration::from_secs(5), &TlsCounts::default()).await
+        else {
+            panic!("no stream");
+        };
+        let request = http::Request::get("http://origin/").body(()).unwrap();
+        let (response, _) = lease.sender().send_request(request, true).unwrap();
+        response.await.unwrap();
+        lease.answered();
+    }
+
+    #[tokio::test]
+    async fn streams_fill_connections_up_to_the_origins_limit_before_another_opens() {
+        let (addr, accepted) = server(10, Duration::from_millis(100)).await;
+        let pool = Arc::new(pool(addr));
+        let mut requests = tokio::task::JoinSet::new();
+        for _ in 0..100 {
+            let pool = Arc::clone(&pool);
+            requests.spawn(async move { one_request(&pool).await });
+        }
+        while let Some(done) = requests.join_next().await {
+            done.unwrap();
+        }
+        // 100 at once, 10 streams each: 10 connections, no more.
+        assert_eq!(accepted.load(Ordering::SeqCst), 10);
+        assert_eq!(pool.snapshot().open, 10);
+        // One at a time: the first connection carries them all.
+        for _ in 0..20 {
+            one_request(&pool).await;
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 10);
+    }
+
+    #[tokio::test]
+    async fn after_a_goaway_new_connections_carry_no_more_than_were_answered() {
+        let (addr, accepted) = server(100, Duration::ZERO).await;
+        let pool = pool(addr);
+        for _ in 0..3 {
+            one_request(&pool).await;
+        }
+        let Ok(Leased::Stream(lease)) =
+            pool.lease(Duration::from_secs(5), &TlsCounts::default()).await
+        else {
+            panic!("no stream");
+        };
+        // As if the origin refused this fourth stream with GOAWAY.
+        lease.went_away();
+        drop(lease);
+        assert_eq!(pool.snapshot().goaways, 1);
+        for _ in 0..7 {
+            one_request(&pool).await;
+        }
+        // 3 streams a connection from then on: 7 more streams need 3 more connections.
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+}

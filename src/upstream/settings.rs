@@ -58,7 +58,9 @@ impl Protocol {
             "h2" => Ok(Protocol::H2),
             "h2c" => Ok(Protocol::H2c),
             "auto" => Ok(Protocol::Auto),
-            _ => Err(format!("{text:?} is not a protocol (use \"http1\", \"h2\", \"h2c\" or \"auto\")")),
+            _ => Err(format!(
+                "{text:?} is not a protocol (use \"http1\", \"h2\", \"h2c\" or \"auto\")"
+            )),
         }
     }
 }
@@ -176,7 +178,9 @@ pub fn parse_server_url(text: &str) -> Result<(Server, Scheme), String> {
         return Ok((rest.trim_end_matches('/').parse()?, Scheme::Http));
     }
     if let Some((scheme, _)) = text.split_once("://") {
-        return Err(format!("{text:?}: unknown scheme {scheme:?} (use http://, https:// or h2c://)"));
+        return Err(format!(
+            "{text:?}: unknown scheme {scheme:?} (use http://, https:// or h2c://)"
+        ));
     }
     Ok((text.parse()?, Scheme::Http))
 }

@@ -561,11 +561,11 @@ async fn failed_handshakes_are_counted_by_reason() {
     assert!(refused.is_err(), "a client trusting another CA finished the handshake");
     wait_for_count(admin, FAILURES, &[("reason", "client_alert")], 1).await;
 
-    // A client that speaks only HTTP/2: no protocol in common.
-    let mut h2_only = (*pki.ca.client_config()).clone();
-    h2_only.alpn_protocols = vec![b"h2".to_vec()];
-    let refused = tls_connect(proxy.addr(), &std::sync::Arc::new(h2_only), "localhost").await;
-    assert!(refused.is_err(), "an HTTP/2-only client finished the handshake");
+    // A client that speaks only a protocol holdfast does not: none in common.
+    let mut other_only = (*pki.ca.client_config()).clone();
+    other_only.alpn_protocols = vec![b"spdy/3.1".to_vec()];
+    let refused = tls_connect(proxy.addr(), &std::sync::Arc::new(other_only), "localhost").await;
+    assert!(refused.is_err(), "a client offering only spdy/3.1 finished the handshake");
     wait_for_count(admin, FAILURES, &[("reason", "no_alpn")], 1).await;
 
     // Connected and silent past `client_header`.

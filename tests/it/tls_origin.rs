@@ -430,7 +430,7 @@ tls = { client_cert = "absent.pem", client_key = "server.key" }
             at(r#"cert = "expired.pem""#)
         ),
         format!(
-            "{file}:{}: upstream.app.servers: mixes https:// and cleartext servers",
+            "{file}:{}: upstream.app.servers: mixes http://, https:// and h2c:// servers",
             at(r#"  "127.0.0.1:9000","#)
         ),
         format!(
@@ -475,5 +475,5 @@ async fn quick_mode_refuses_an_expired_certificate_and_mixed_upstreams() {
     let out = run_tool(binary, &args, b"").await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("mix of https:// and cleartext servers"), "{stderr}");
+    assert!(stderr.contains("a mix of http://, https:// and h2c:// servers"), "{stderr}");
 }

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod fuzz;
+pub mod http2;
 pub mod load;
 pub mod netns;
 pub mod node;

@@ -138,6 +138,14 @@ impl Ca {
         self.client_config_for(&[&TLS13, &TLS12])
     }
 
+    /// [`Ca::client_config`] that offers `alpn` (in order of preference) instead of
+    /// `http/1.1` alone.
+    pub fn client_config_alpn(&self, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+        let mut config = Arc::unwrap_or_clone(self.client_config());
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+
     /// [`Ca::client_config`] limited to `versions`.
     pub fn client_config_for(
         &self,
@@ -186,6 +194,19 @@ pub fn toml_path(path: &Path) -> String {
 }
 
 impl Leaf {
+    /// A server config presenting this certificate (TLS 1.3 and 1.2) that offers `alpn`,
+    /// in order of preference.
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Arc<ServerConfig> {
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&TLS13, &TLS12])
+            .expect("versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![self.der.clone()], self.key_der.clone_key())
+            .expect("the server's certificate");
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+
     /// Writes `NAME.pem` and `NAME.key` to `dir`.
     pub fn write(&self, dir: &TempDir, name: &str) -> PemFiles {
         let files = PemFiles {
