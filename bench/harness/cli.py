@@ -9,8 +9,9 @@ Children, namespaces and the session directory (certificates included) are clean
 `finally` whatever happens.
 
 Where results go: a full run writes results/latest.json and, for the HTTPS scenarios,
-results/https.json (latest.json is near the size a result file may have); a run of exactly
-the HTTPS scenarios with every contender writes https.json alone; any other subset
+results/https.json, for the HTTP/2 scenarios results/h2.json (latest.json is near the size
+a result file may have); a run of exactly the HTTPS scenarios, or exactly the HTTP/2
+scenarios, with every contender writes https.json or h2.json alone; any other subset
 results/partial.json; --smoke results/smoke.json.
 """
 
@@ -69,8 +70,9 @@ def parse(argv):
     )
     p.add_argument("--smoke", action="store_true",
                    help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
-                        "rate-latency, https-keepalive-tiny, https-handshakes, https-origin), "
-                        "installed contenders only; writes bench/results/smoke.json")
+                        "rate-latency, https-keepalive-tiny, https-handshakes, https-origin, "
+                        "h2-to-h1, h2-to-h2c), installed contenders only; writes "
+                        "bench/results/smoke.json")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
     p.add_argument("--duration", type=float, default=None,
                    help="seconds per measured window (default 10; port-exhaustion runs 3x this)")
@@ -120,6 +122,10 @@ def parse(argv):
     opts.https_only = (set(opts.scenarios) == set(scenarios.HTTPS)
                        and set(opts.contenders) == set(contender_names)
                        and not opts.holdfast)
+    # Exactly the HTTP/2 scenarios, every contender: likewise for h2.json.
+    opts.h2_only = (set(opts.scenarios) == set(scenarios.H2)
+                    and set(opts.contenders) == set(contender_names)
+                    and not opts.holdfast)
     return opts
 
 
@@ -217,7 +223,7 @@ def _session(opts, session, argv):
     if proxy_cpu == load_cpu:
         log("note: only one CPU is available; proxy and load share it")
     names = ("origin", "node", "proxy", "admin", "pool_origin", "pool_origin_b", "proxy_b",
-             "origin_tls")
+             "origin_tls", "origin_h2c")
     ports = dict(zip(names, sockets.free_ports(len(names))))
     log(f"ports: {ports}; proxy on CPU {proxy_cpu}, load and origins on CPU {load_cpu}")
 
@@ -242,6 +248,20 @@ def _session(opts, session, argv):
             log("note: this holdfast has no TLS flags ("
                 + ", ".join(contenders.HOLDFAST_TLS_FLAGS) + " in --help): the HTTPS "
                 "scenarios run without it")
+    holdfast_h2 = True
+    if any(s.h2 for s in plan_scenarios):
+        holdfast_h2 = contenders.holdfast_speaks_h2(bins["holdfast"])
+        if not holdfast_h2 and any(c.name == "holdfast" for c in plan_contenders):
+            log("note: this holdfast has no HTTP/2 flags ("
+                + ", ".join(contenders.HOLDFAST_H2_FLAGS) + " in --help): the HTTP/2 "
+                "scenarios run without it")
+    sitting_out = {}
+    for s in plan_scenarios:
+        out = scenarios.sitting_out(s, plan_contenders, holdfast_h2=holdfast_h2)
+        if out:
+            sitting_out[s.name] = dict(out)
+            for name, why in out:
+                log(f"note: {name} does not run {s.name}: {why}")
     ctx.origins["rust"] = origins.start("rust", port=ports["origin"], bins=bins, log_dir=session)
     if any(s.origin == "node" and s.name not in scenarios.IN_NAMESPACE for s in plan_scenarios):
         ctx.origins["node"] = origins.start("node", port=ports["node"], bins=bins,
@@ -250,13 +270,18 @@ def _session(opts, session, argv):
             c.name == "direct" for c in scenarios.contenders_for(s, plan_contenders)))
            for s in plan_scenarios):
         ctx.origins["rust-tls"] = _start_origin("rust-tls", ports, bins, session, ctx.certs)
+    if any(s.origin == "rust-h2c" or (s.h2 and any(
+            c.name == "direct" for c in scenarios.contenders_for(s, plan_contenders)))
+           for s in plan_scenarios):
+        ctx.origins["rust-h2c"] = _start_origin("rust-h2c", ports, bins, session, ctx.certs)
 
     info = machine.describe(bins)
     commit = machine.git_commit(REPO) if not opts.holdfast else f"binary {opts.holdfast}"
     records = []
 
     def runs_of(scenario):
-        return scenarios.contenders_for(scenario, plan_contenders, holdfast_tls=holdfast_tls)
+        return scenarios.contenders_for(scenario, plan_contenders, holdfast_tls=holdfast_tls,
+                                        holdfast_h2=holdfast_h2)
 
     total = opts.runs * sum(len(runs_of(s)) for s in plan_scenarios)
     done = 0
@@ -283,11 +308,13 @@ def _session(opts, session, argv):
         medians = report.aggregate(recs)
         if mode == "https":
             checks = report.https_targets(medians)
+        elif mode == "h2":
+            checks = report.h2_targets(medians, recs)
         elif mode == "full":
             checks = report.targets(medians, recs)
         else:  # a subset: the targets of the scenarios it ran
             checks = [c for c in report.targets(medians, recs) + report.https_targets(medians)
-                      if c["scenario"] in names]
+                      + report.h2_targets(medians, recs) if c["scenario"] in names]
         return {
             "generated_by": "bench/run",
             "command": "bench/run" + ("" if not argv else " " + shlex.join(argv)),
@@ -299,7 +326,8 @@ def _session(opts, session, argv):
                         "contenders": [c.name for c in plan_contenders],
                         "proxy_cpu": proxy_cpu, "load_cpu": load_cpu, "nofile": nofile,
                         "idle_clients": idle_clients, "pool_connections": pool_connections,
-                        "holdfast_tls": holdfast_tls},
+                        "holdfast_tls": holdfast_tls, "holdfast_h2": holdfast_h2,
+                        "sitting_out": {k: v for k, v in sitting_out.items() if k in names}},
             "machine": info,
             "holdfast_commit": commit,
             "ports": ports,
@@ -311,13 +339,18 @@ def _session(opts, session, argv):
         }
 
     https_records = [r for r in records if r["scenario"] in scenarios.HTTPS]
-    other_records = [r for r in records if r["scenario"] not in scenarios.HTTPS]
+    h2_records = [r for r in records if r["scenario"] in scenarios.H2]
+    other_records = [r for r in records
+                     if r["scenario"] not in scenarios.HTTPS + scenarios.H2]
     if opts.smoke:
         outputs = [("smoke", "smoke.json", records)]
     elif not opts.is_subset:
-        outputs = [("full", "latest.json", other_records), ("https", "https.json", https_records)]
+        outputs = [("full", "latest.json", other_records), ("https", "https.json", https_records),
+                   ("h2", "h2.json", h2_records)]
     elif opts.https_only:
         outputs = [("https", "https.json", records)]
+    elif opts.h2_only:
+        outputs = [("h2", "h2.json", records)]
     else:
         outputs = [("partial", "partial.json", records)]
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -341,20 +374,28 @@ def _session(opts, session, argv):
             generated = report.https_markdown(doc, files, image_prefix="bench/results/")
             report.splice(REPO / "BENCHMARKS.md", generated, marks=report.HTTPS_MARKS)
             log("wrote BENCHMARKS.md's HTTPS results section and bench/results/https-*.svg")
+        elif mode == "h2":
+            files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
+            generated = report.h2_markdown(doc, files, image_prefix="bench/results/")
+            report.splice(REPO / "BENCHMARKS.md", generated, marks=report.H2_MARKS)
+            log("wrote BENCHMARKS.md's HTTP/2 results section and bench/results/h2-*.svg")
     log("")
     log(report.targets_table(checks))
     return _exit_status(opts, records, plan_contenders)
 
 
 # Which port each shared origin listens on.
-ORIGIN_PORTS = {"rust": "origin", "rust-tls": "origin_tls", "node": "node"}
+ORIGIN_PORTS = {"rust": "origin", "rust-tls": "origin_tls", "rust-h2c": "origin_h2c",
+                "node": "node"}
 
 
 def _start_origin(kind, ports, bins, session, session_certs):
-    """Starts shared origin `kind`: "rust", "node", or "rust-tls" (bench-origin over HTTPS)."""
+    """Starts shared origin `kind`: "rust", "node", "rust-tls" (bench-origin over HTTPS)
+    or "rust-h2c" (bench-origin speaking h2c as well as HTTP/1.1)."""
     program = "node" if kind == "node" else "rust"
     return origins.start(program, port=ports[ORIGIN_PORTS[kind]], bins=bins, log_dir=session,
-                         certs=session_certs if kind == "rust-tls" else None)
+                         certs=session_certs if kind == "rust-tls" else None,
+                         h2c=kind == "rust-h2c")
 
 
 def _revive_origins(ctx, ports, bins, session):
@@ -413,6 +454,13 @@ def _one_line(record):
     parts.append(f"errors {m.get('errors')}")
     if m.get("timeouts"):
         parts.append(f"timeouts {m['timeouts']}")
+    if record["scenario"] in scenarios.H2:
+        parts.append(f"upstream: {m.get('upstream_open_max')} open at peak, "
+                     f"{m.get('upstream_connections_total')} opened in warm-up + window")
+        if m.get("upstream_h2_share") is not None:
+            parts.append(f"{m['upstream_h2_share'] * 100:.0f}% over HTTP/2")
+        if m.get("holdfast_h2_connections") is not None:
+            parts.append(f"holdfast's gauge {m['holdfast_h2_connections']:.0f}")
     if m.get("clients"):
         parts.append(f"upstream opened {m.get('upstream_connections_total'):,} for "
                      f"{m['clients']:,} clients, {m.get('upstream_open_max'):,} open at peak")
@@ -507,6 +555,17 @@ def _exit_status(opts, records, plan_contenders):
                      "window" for r in records
                      if r["ok"] and r["scenario"] == "https-handshakes"
                      and not r["metrics"].get("resumed_share_resumed")]
+        # Over HTTP/2 likewise; and to the h2c origin every request must have gone over
+        # HTTP/2, so a proxy that quietly falls back to HTTP/1.1 upstream shows up.
+        problems += [f"{r['scenario']}/{r['contender']}: {r['metrics']['errors']} errors over "
+                     "HTTP/2" for r in records
+                     if r["ok"] and r["scenario"] in scenarios.H2
+                     and r["contender"] != "holdfast" and r["metrics"].get("errors")]
+        problems += [f"h2-to-h2c/{r['contender']}: "
+                     f"{(r['metrics'].get('upstream_h2_share') or 0) * 100:.1f}% of upstream "
+                     "requests over HTTP/2, not all" for r in records
+                     if r["ok"] and r["scenario"] == "h2-to-h2c"
+                     and (r["metrics"].get("upstream_h2_share") or 0) < 1]
     for problem in problems:
         log(f"problem: {problem.splitlines()[0][:300]}")
     return 1 if problems else 0

@@ -9,6 +9,12 @@ The HTTPS scenarios start a contender with `tls="client"` (its listener speaks T
 the session's certificate) or `tls="origin"` (it forwards to an HTTPS origin and verifies
 it against the session's CA); nginx and HAProxy then render the config for that side
 (`Contender.tls_configs`), holdfast gets the matching flags.
+
+The HTTP/2 scenarios start a contender with `h2="client"` (its cleartext listener speaks
+HTTP/2 with prior knowledge, h2c; it forwards over HTTP/1.1) or `h2="both"` (h2c on both
+sides, to an origin in h2c mode); nginx and HAProxy render the config for that side
+(`Contender.h2_configs`), holdfast gets `--h2c` (and `--upstream h2c://`). A contender
+without a config for the side does not run that scenario (see `scenarios.contenders_for`).
 """
 
 import json
@@ -35,12 +41,23 @@ class Contender:
     # (side, template) pairs for the HTTPS scenarios: "client" (TLS listener) and "origin"
     # (HTTPS upstream); a side it has no template for, it does not run.
     tls_configs: tuple = ()
+    # (side, template) pairs for the HTTP/2 scenarios: "client" (h2c listener, HTTP/1.1
+    # upstream) and "both" (h2c upstream too).
+    h2_configs: tuple = ()
 
-    def config_for(self, tls):
-        """The config template for TLS side `tls` (None: the cleartext one)."""
+    def config_for(self, tls, h2=None):
+        """The config template for TLS side `tls` or HTTP/2 side `h2` (both None: the
+        cleartext HTTP/1.1 one)."""
+        if h2 is not None:
+            return dict(self.h2_configs).get(h2)
         if tls is None:
             return self.config
         return dict(self.tls_configs).get(tls)
+
+    def runs_h2(self, h2):
+        """Whether it can run an HTTP/2 scenario of side `h2` (holdfast: when its binary
+        has the flags, checked apart)."""
+        return self.program in (None, "holdfast") or self.config_for(None, h2) is not None
 
 
 CONTENDERS = [
@@ -56,7 +73,12 @@ CONTENDERS = [
     Contender("nginx-tuned", "nginx", "nginx-tuned.conf",
               "nginx 1.22, keepalive 1024, keepalive_requests 100000, keepalive_timeout 60s",
               tls_configs=(("client", "nginx-tuned-https.conf"),
-                           ("origin", "nginx-tuned-https-origin.conf"))),
+                           ("origin", "nginx-tuned-https-origin.conf")),
+              h2_configs=(("client", "nginx-tuned-h2.conf"),)),
+    Contender("nginx-grpc", "nginx", None,
+              "nginx 1.22 with grpc_pass grpc:// to an h2c origin (its only HTTP/2 upstream), "
+              "keepalive 1024, HTTP/2 clients", only_where_named=True,
+              h2_configs=(("both", "nginx-grpc-h2c.conf"),)),
     Contender("nginx-no-reuse", "nginx", None,
               "nginx 1.22 to an HTTPS origin without keepalive and with "
               "proxy_ssl_session_reuse off: a full TLS handshake per request (reference line)",
@@ -65,7 +87,8 @@ CONTENDERS = [
     Contender("haproxy", "haproxy", "haproxy.cfg",
               "HAProxy 2.6 defaults (http-reuse safe), nbthread 1",
               tls_configs=(("client", "haproxy-https.cfg"),
-                           ("origin", "haproxy-https-origin.cfg"))),
+                           ("origin", "haproxy-https-origin.cfg")),
+              h2_configs=(("client", "haproxy-h2.cfg"), ("both", "haproxy-h2c.cfg"))),
     Contender("holdfast", "holdfast", None, "holdfast, no tuning, --threads 1"),
 ]
 
@@ -125,12 +148,14 @@ class Running:
 
 
 def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfast_config=None,
-          tls=None, certs=None):
+          tls=None, certs=None, h2=None):
     """Starts `contender` in front of `origin`; raises StartError if it does not listen.
 
     `tls`: None (cleartext on both sides), "client" (the listener speaks TLS with `certs`'
     server certificate) or "origin" (`origin` speaks TLS; the contender verifies it
-    against `certs`' CA). For direct, the load goes to `origin` as it is.
+    against `certs`' CA). `h2`: None (HTTP/1.1), "client" (the listener speaks h2c, the
+    upstream HTTP/1.1) or "both" (h2c to `origin` too). For direct, the load goes to
+    `origin` as it is.
     """
     if contender.name == "direct":
         return Running(contender, None, origin.base_url)
@@ -145,7 +170,10 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
     if certs is not None:
         values |= {"tls_cert": certs.cert, "tls_key": certs.key, "tls_pem": certs.combined,
                    "tls_ca": certs.ca}
-    template = contender.config_for(tls)
+    template = contender.config_for(tls, h2)
+    if contender.program in ("nginx", "haproxy") and template is None:
+        raise StartError(f"{contender.name} has no config for "
+                         + (f"HTTP/2 side {h2!r}" if h2 else f"TLS side {tls!r}"))
     admin_url = None
     if contender.program == "nginx":
         for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
@@ -171,8 +199,11 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
             elif tls == "origin":
                 upstream = f"https://{origin.address}"
                 tls_args = ["--upstream-ca", certs.ca]
-            argv = [bins["holdfast"], "--listen", listen, *tls_args, "--upstream", upstream,
-                    "--threads", "1", "--admin", admin]
+            h2_args = ["--h2c"] if h2 is not None else []
+            if h2 == "both":
+                upstream = f"h2c://{origin.address}"
+            argv = [bins["holdfast"], "--listen", listen, *tls_args, *h2_args, "--upstream",
+                    upstream, "--threads", "1", "--admin", admin]
         admin_url = f"http://{admin}"
     else:
         raise ValueError(f"unknown contender {contender.name}")
@@ -204,6 +235,21 @@ def holdfast_speaks_tls(holdfast):
         return False
     text = out.stdout + out.stderr
     return all(flag in text for flag in HOLDFAST_TLS_FLAGS)
+
+
+# The flag holdfast needs for the HTTP/2 scenarios (`--upstream h2c://` goes with it).
+HOLDFAST_H2_FLAGS = ("--h2c",)
+
+
+def holdfast_speaks_h2(holdfast):
+    """Whether this holdfast binary has the HTTP/2 flags (its `--help` names them)."""
+    try:
+        out = subprocess.run([str(holdfast), "--help"], capture_output=True, text=True,
+                             timeout=30, check=False)
+    except OSError:
+        return False
+    text = out.stdout + out.stderr
+    return all(flag in text for flag in HOLDFAST_H2_FLAGS)
 
 
 def _wait_admin(admin_url, child, timeout_s=10):

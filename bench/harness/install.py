@@ -1,6 +1,6 @@
 """Finds the programs the benchmark needs and installs missing ones from Debian packages.
 
-nginx, haproxy and wrk come from apt. The packages' maintainer scripts would start nginx and
+nginx, haproxy, wrk and h2load (nghttp2-client) come from apt. The packages' maintainer scripts would start nginx and
 HAProxy as system services; a temporary `/usr/sbin/policy-rc.d` that exits 101 forbids that
 during the install, and any service that started anyway is stopped afterwards, so only the
 harness's own instances (own configs, loopback ports) ever run.
@@ -16,6 +16,7 @@ PACKAGES = {
     "nginx": "nginx",
     "haproxy": "haproxy",
     "wrk": "wrk",
+    "h2load": "nghttp2-client",
     "node": "nodejs",
     "ip": "iproute2",
     "ss": "iproute2",

@@ -1,12 +1,15 @@
-"""Runs the load generators (wrk, bench-load) and turns their output into one result shape.
+"""Runs the load generators (wrk, bench-load, h2load) and turns their output into one
+result shape.
 
 Every load result is a dict with `requests`, `ok`, `non_2xx`, `socket_errors`, `errors`
 (non-2xx plus socket errors), `duration_s`, `rps`, `latency_us` (p50, p90, p99, p999, max,
-mean) and `loadgen_cpu_s` (user + system time of the load generator). Load generators run
-pinned to the load core, with a timeout of their duration plus a margin.
+mean; h2load reports only mean and max) and `loadgen_cpu_s` (user + system time of the
+load generator). Load generators run pinned to the load core, with a timeout of their
+duration plus a margin.
 """
 
 import json
+import re
 import time
 
 from . import procs
@@ -64,6 +67,77 @@ def wrk(ctx, name, url, *, duration_s, connections=64, closing=False, timeout_s=
         "duration_s": duration,
         "rps": requests / duration if duration else 0.0,
         "latency_us": summary["latency_us"],
+        "loadgen_cpu_s": done.cpu_s,
+    }
+
+
+# h2load's summary lines (nghttp2 1.52), e.g.
+#   finished in 10.00s, 120345.60 req/s, 14.46MB/s
+#   requests: 1203456 total, 1203520 started, 1203456 done, 1203456 succeeded, 0 failed, 0 errored, 0 timeout
+#   status codes: 1203456 2xx, 0 3xx, 0 4xx, 0 5xx
+#   time for request:      154us     11.79ms       385us       195us    98.60%
+_H2_FINISHED = re.compile(r"^finished in ([\d.]+)(m?s), ([\d.]+) req/s", re.M)
+_H2_REQUESTS = re.compile(
+    r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+    r"(\d+) errored, (\d+) timeout", re.M)
+_H2_STATUS = re.compile(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", re.M)
+_H2_REQUEST_TIME = re.compile(r"^time for request:\s+(\S+)\s+(\S+)\s+(\S+)", re.M)
+_H2_PROTOCOL = re.compile(r"^Application protocol: (\S+)", re.M)
+_H2_UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1e6}
+
+
+def _h2_time_us(text):
+    """h2load's `385us`, `11.79ms`, `1.02s` in microseconds."""
+    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    return round(float(match.group(1)) * _H2_UNITS_US[match.group(2)]) if match else None
+
+
+def h2load(ctx, name, url, *, connections, streams, duration_s=None, requests=None):
+    """h2load -t1 -cN -mM over HTTP/2 with prior knowledge (h2c, an http:// URL), for
+    `duration_s` whole seconds (-D) or for a number of `requests` (-n).
+
+    `requests` counts those done in the window; `errors` h2load's failed requests, of them
+    `socket_errors` the ones that failed below HTTP (stream or connection errors, timeouts)
+    and `non_2xx` the rest. h2load reports no latency percentiles, only the mean and max
+    time per request.
+    """
+    argv = [ctx.bins["h2load"], "-t1", f"-c{connections}", f"-m{streams}"]
+    if duration_s is not None:
+        argv += ["-D", str(int(duration_s))]
+        timeout_s = duration_s + 30
+    else:
+        argv += ["-n", str(requests)]
+        timeout_s = 30
+    argv.append(url)
+    done = procs.run(name, argv, log_dir=ctx.log_dir, timeout_s=timeout_s, cpu=procs.LOAD_CPU)
+    finished = _H2_FINISHED.search(done.stdout)
+    counts = _H2_REQUESTS.search(done.stdout)
+    status = _H2_STATUS.search(done.stdout)
+    if not (finished and counts and status):
+        raise LoadError(f"h2load printed no summary (exit {done.returncode}): "
+                        f"{(done.stdout + done.stderr)[-500:]}")
+    seconds = float(finished.group(1)) / (1000.0 if finished.group(2) == "ms" else 1.0)
+    _total, _started, done_n, succeeded, failed, errored, timeouts = (
+        int(g) for g in counts.groups())
+    timing = _H2_REQUEST_TIME.search(done.stdout)
+    latency = {}
+    if timing:
+        latency = {"max": _h2_time_us(timing.group(2)), "mean": _h2_time_us(timing.group(3))}
+    protocol = _H2_PROTOCOL.search(done.stdout)
+    return {
+        "tool": "h2load",
+        "argv": done.argv,
+        "protocol": protocol.group(1) if protocol else None,
+        "requests": done_n,
+        "ok": succeeded,
+        "status_2xx": int(status.group(1)),
+        "non_2xx": failed - errored,
+        "socket_errors": errored,
+        "socket_errors_by_kind": {"timeout": timeouts, "other": errored - timeouts},
+        "errors": failed,
+        "duration_s": seconds,
+        "rps": done_n / seconds if seconds else 0.0,
+        "latency_us": latency,
         "loadgen_cpu_s": done.cpu_s,
     }
 

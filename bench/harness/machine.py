@@ -45,6 +45,7 @@ def describe(bins):
         "nginx": [bins.get("nginx"), "-v"],
         "haproxy": [bins.get("haproxy"), "-v"],
         "wrk": [bins.get("wrk"), "-v"],
+        "h2load": [bins.get("h2load"), "--version"],
         "node": [bins.get("node"), "-v"],
         "openssl": [bins.get("openssl"), "version"],
         "rustc": ["rustc", "-V"],

@@ -10,6 +10,13 @@ HTTPS and adds `"tls": {"full", "resumed", "failed", "tls13"}`, the handshakes i
 `delta()` subtracts them like the rest. The harness's own stats request is a TLS
 connection too, with a full handshake; `calibrate()` measures that and every difference
 leaves it out.
+
+bench-origin in h2c mode (`start(..., h2c=True)`) serves the same routes over HTTP/2 with
+prior knowledge beside HTTP/1.1 on one port (the harness's stats request is HTTP/1.1) and
+adds `"h2": {"connections", "open", "requests", "max_streams"}`: connections that carried
+HTTP/2, of them open now, requests over HTTP/2, and the concurrent streams each connection
+allows; `stats()` flattens them into `h2_connections`, `h2_open`, `h2_requests`,
+`h2_max_streams`, and `delta()` subtracts the two counters among them.
 """
 
 import json
@@ -21,13 +28,17 @@ from . import procs, sockets
 
 # The handshake counts of an HTTPS origin, as `stats()` returns them.
 TLS_KEYS = ("tls_full", "tls_resumed", "tls_failed", "tls13")
+# The HTTP/2 counters of an h2c origin that `delta()` subtracts (`h2_open` and
+# `h2_max_streams` are readings, not counters).
+H2_KEYS = ("h2_connections", "h2_requests")
 
 
 class Origin:
     """A running origin on 127.0.0.1:`port`, possibly inside a network namespace."""
 
-    def __init__(self, kind, child, port, netns=None, certs=None):
+    def __init__(self, kind, child, port, netns=None, certs=None, h2c=False):
         self.kind = kind
+        self.h2c = h2c
         self.child = child
         self.port = port
         self.netns = netns
@@ -42,6 +53,8 @@ class Origin:
         self.overhead = {"connections": 0, "requests": 0}
         if self.tls:
             self.overhead |= {key: 0 for key in TLS_KEYS}
+        if self.h2c:
+            self.overhead |= {key: 0 for key in H2_KEYS}
         # Source ports for stats() inside a namespace (below its 40000-40999 range).
         self._source_port = 30000
 
@@ -52,6 +65,8 @@ class Origin:
                 stats = json.loads(resp.read())
             for key, value in (stats.pop("tls", None) or {}).items():
                 stats["tls13" if key == "tls13" else f"tls_{key}"] = value
+            for key, value in (stats.pop("h2", None) or {}).items():
+                stats[f"h2_{key}"] = value
             return stats
         # Inside a namespace whose local ports may all be taken, so the request comes from
         # a fixed port outside the namespace's ephemeral range, a new one for every call.
@@ -84,36 +99,41 @@ class Origin:
         self.overhead = {k: second[k] - first[k] for k in self.overhead}
 
     def delta(self, before, after):
-        """Connections accepted, requests served and (HTTPS origin) handshakes done between
-        two stats() snapshots."""
+        """Connections accepted, requests served, (HTTPS origin) handshakes done and (h2c
+        origin) HTTP/2 connections and requests between two stats() snapshots."""
         return {k: max(0, after[k] - before[k] - self.overhead[k]) for k in self.overhead}
 
     def stop(self):
         self.child.stop()
 
 
-def start(kind, *, port, bins, log_dir, netns=None, certs=None):
+def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False):
     """Starts origin `kind` ("rust" or "node"); returns an Origin or raises RuntimeError.
 
     With `certs` (rust only, not in a namespace) the origin serves HTTPS with the
-    session's server certificate.
+    session's server certificate; with `h2c` (rust only, not in a namespace) it also
+    speaks HTTP/2 with prior knowledge.
     """
     if kind == "rust":
         argv = [bins["bench-origin"], "--listen", f"127.0.0.1:{port}", "--threads", "1"]
         if certs is not None:
             argv += ["--tls-cert", certs.cert, "--tls-key", certs.key]
+        if h2c:
+            argv.append("--h2c")
     elif kind == "node":
         argv = [bins["node"], bins["node-origin"], "--port", str(port)]
     else:
         raise ValueError(f"unknown origin kind {kind}")
     if certs is not None and (kind != "rust" or netns is not None):
         raise ValueError("only bench-origin on the host serves HTTPS")
-    name = f"origin-{kind}" + ("-tls" if certs is not None else "")
+    if h2c and (kind != "rust" or netns is not None or certs is not None):
+        raise ValueError("only bench-origin on the host, in cleartext, serves h2c")
+    name = f"origin-{kind}" + ("-tls" if certs is not None else "") + ("-h2c" if h2c else "")
     child = procs.spawn(name, argv, log_dir=log_dir, cpu=procs.LOAD_CPU, netns=netns)
     if not sockets.wait_listening(port, timeout_s=15, netns=netns, child=child):
         tail = child.stderr_tail()
         child.stop()
         raise RuntimeError(f"{kind} origin did not start on port {port}: {tail}")
-    origin = Origin(kind, child, port, netns, certs)
+    origin = Origin(kind, child, port, netns, certs, h2c)
     origin.calibrate()
     return origin

@@ -13,6 +13,9 @@ MARK_END = "<!-- results:end -->"
 # The HTTPS scenarios' generated section (from results/https.json), inside BENCHMARKS.md's
 # hand-written HTTPS section.
 HTTPS_MARKS = ("<!-- https-results:start -->", "<!-- https-results:end -->")
+# The HTTP/2 scenarios' generated section (from results/h2.json), inside BENCHMARKS.md's
+# hand-written HTTP/2 section.
+H2_MARKS = ("<!-- h2-results:start -->", "<!-- h2-results:end -->")
 
 # Metric keys aggregated per (scenario, contender); latency percentiles are flattened.
 METRICS = (
@@ -35,6 +38,11 @@ METRICS = (
     "upstream_tls_handshakes", "upstream_tls_per_request", "upstream_tls_resumed_share",
     "upstream_tls_full_warmup", "upstream_tls_resumed_warmup", "holdfast_tls_full",
     "holdfast_tls_resumed",
+    # HTTP/2: h2load's mean latency, the h2c origin's HTTP/2 counts, connections open at
+    # the origin at the window's end, holdfast's gauge, the bound on upstream connections
+    "mean_us", "upstream_h2_connections", "upstream_h2_requests", "upstream_h2_share",
+    "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
+    "holdfast_h2_connections", "upstream_connections_bound",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
           for key in scenarios.HANDSHAKE_WINDOW_KEYS)
 
@@ -76,8 +84,14 @@ def _median(medians, scenario, contender, metric):
     return medians.get(scenario, {}).get(contender, {}).get(metric, {}).get("median")
 
 
+def _peers(scenario):
+    """The contenders that make "best peer" in `scenario` (its own, else PEERS)."""
+    known = scenarios.BY_NAME.get(scenario)
+    return (known.peers if known is not None and known.peers else None) or contenders.PEERS
+
+
 def _best_peer(medians, scenario, metric, lower_is_better):
-    found = [(v, name) for name in contenders.PEERS
+    found = [(v, name) for name in _peers(scenario)
              if (v := _median(medians, scenario, name, metric)) is not None]
     if not found:
         return None, None
@@ -202,6 +216,43 @@ def https_targets(medians):
     ]
 
 
+def h2_targets(medians, records):
+    """The HTTP/2 targets: in h2-to-h1 and h2-to-h2c, holdfast's CPU per request at most
+    the best peer's and no errors in any run; to the h2c origin, at most
+    ceil(streams in flight / the origin's max streams) + 1 upstream connections open at
+    once (the most in any run)."""
+    checks = []
+    for scenario in scenarios.H2:
+        if scenario not in medians:
+            continue
+        checks.append(_ratio_check(medians, "CPU per request <= 1.0x best peer", scenario,
+                                   "cpu_us_per_request", True, 1.0, "µs/req"))
+        runs = [r for r in records if r["scenario"] == scenario
+                and r["contender"] == "holdfast" and r["ok"]]
+        errors = [r["metrics"].get("errors") or 0 for r in runs]
+        checks.append({"target": "no errors (every run)", "scenario": scenario,
+                       "holdfast": max(errors) if errors else None, "reference": None,
+                       "reference_from": None, "ratio": None, "limit": "0",
+                       "unit": "errors", "pass": (max(errors) == 0) if errors else None})
+    if "h2-to-h2c" in medians:
+        runs = [r for r in records if r["scenario"] == "h2-to-h2c"
+                and r["contender"] == "holdfast" and r["ok"]]
+        peaks = [r["metrics"]["upstream_open_max"] for r in runs
+                 if r["metrics"].get("upstream_open_max") is not None]
+        bounds = [r["metrics"]["upstream_connections_bound"] for r in runs
+                  if r["metrics"].get("upstream_connections_bound") is not None]
+        bound = min(bounds) if bounds else None
+        ref, ref_name = _best_peer(medians, "h2-to-h2c", "upstream_open_max", True)
+        checks.append({
+            "target": "upstream connections open at once <= ceil(streams / origin's max "
+                      "streams) + 1 (most in any run)",
+            "scenario": "h2-to-h2c", "holdfast": max(peaks) if peaks else None,
+            "reference": ref, "reference_from": ref_name, "ratio": None,
+            "limit": f"<= {bound}" if bound is not None else "–", "unit": "connections",
+            "pass": (max(peaks) <= bound) if peaks and bound is not None else None})
+    return checks
+
+
 # Largest results file written indented; a larger one is written without indentation
 # (about 40% smaller), so results stay small enough to keep in git.
 JSON_INDENTED_LIMIT = 600_000
@@ -314,6 +365,12 @@ COLUMNS = {
     "upstream_tls_resumed_warmup": ("resumed in warm-up", lambda v: _num(v)),
     "holdfast_tls_full": ("holdfast's count: full", lambda v: _num(v)),
     "holdfast_tls_resumed": ("holdfast's count: resumed", lambda v: _num(v)),
+    "mean_us": ("mean latency", _us),
+    "upstream_h2_share": ("upstream requests over HTTP/2", _pct),
+    "upstream_h2_connections": ("upstream HTTP/2 conns opened", lambda v: _num(v)),
+    "upstream_open_end": ("upstream conns open at end", lambda v: _num(v)),
+    "holdfast_h2_connections": ("holdfast's HTTP/2 conns gauge", lambda v: _num(v)),
+    "upstream_connections_warmup": ("upstream conns opened in warm-up", lambda v: _num(v)),
 }
 # https-handshakes' two windows: the same columns, suffixed with the window's name.
 for _window in scenarios.HANDSHAKE_WINDOWS:
@@ -381,6 +438,16 @@ SCENARIO_COLUMNS.update({
                      "upstream_tls_per_request", "upstream_tls_full_warmup",
                      "upstream_tls_resumed_warmup", "holdfast_tls_full",
                      "holdfast_tls_resumed", "errors", "proxy_core_other"),
+})
+H2_COLUMNS = ("rps", "mean_us", "max_us", "cpu_us_per_request", "cpu_user_us_per_request",
+              "cpu_sys_us_per_request", "proxy_cpu_share", "loadgen_cpu_share",
+              "origin_cpu_share", "rss_kb", "upstream_connections_warmup",
+              "upstream_connections", "upstream_open_max", "upstream_open_end", "errors",
+              "proxy_core_other")
+SCENARIO_COLUMNS.update({
+    "h2-to-h1": H2_COLUMNS,
+    "h2-to-h2c": H2_COLUMNS[:-2] + ("upstream_h2_share", "holdfast_h2_connections",
+                                    "errors", "proxy_core_other"),
 })
 # https-handshakes has one table per window (`https_markdown`).
 for _window in scenarios.HANDSHAKE_WINDOWS:
@@ -518,6 +585,12 @@ CHART_PANELS.update({
         ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"),
         ("upstream_tls_per_request", "upstream TLS handshakes per request (lower is better)"),
     ),
+})
+CHART_PANELS.update({
+    name: (("rps", "requests/s (higher is better)"),
+           ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"),
+           ("upstream_open_max", "upstream connections open at once (lower is better)"))
+    for name in scenarios.H2
 })
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
@@ -861,6 +934,87 @@ def https_markdown(document, chart_files, *, image_prefix):
                         scenario_table(f"{name}/{window}", medians[name], order), ""]
         else:
             out += [scenario_table(name, medians[name], order), ""]
+        if name in chart_files:
+            out += [f"![{name}]({image_prefix}{chart_files[name]})", ""]
+    out += ["### Commands", "", "```sh"] + document["commands"] + ["```", ""]
+    failures = [r for r in document["runs"] if not r["ok"]]
+    if failures:
+        out += ["### Failed runs", ""]
+        for r in failures:
+            out.append(f"- round {r['round']}, {r['scenario']}, {r['contender']}: "
+                       f"{r['error'].splitlines()[0] if r['error'] else 'unknown'}")
+        out.append("")
+    return "\n".join(out)
+
+
+# ---- BENCHMARKS.md, HTTP/2 section ----------------------------------------------------------
+
+# Rows of the ratio table: (scenario, metric, what it is, lower is better).
+H2_RATIOS = (
+    ("h2-to-h1", "rps", "requests/s", False),
+    ("h2-to-h1", "cpu_us_per_request", "CPU µs per request", True),
+    ("h2-to-h1", "upstream_open_max", "upstream connections open at once", True),
+    ("h2-to-h2c", "rps", "requests/s", False),
+    ("h2-to-h2c", "cpu_us_per_request", "CPU µs per request", True),
+    ("h2-to-h2c", "upstream_open_max", "upstream connections open at once", True),
+)
+
+
+def h2_ratio_table(medians):
+    """holdfast against the best peer of each scenario on each metric."""
+    rows = []
+    for scenario, metric, what, lower in H2_RATIOS:
+        if scenario not in medians:
+            continue
+        mine = _median(medians, scenario, "holdfast", metric)
+        ref, ref_name = _best_peer(medians, scenario, metric, lower)
+        fmt = (lambda v: _num(v, 2)) if "cpu" in metric else (lambda v: _num(v))
+        ratio = f"{mine / ref:.2f}x" if mine is not None and ref else "–"
+        rows.append([scenario, what, fmt(mine) if mine is not None else "–",
+                     f"{fmt(ref)} ({ref_name})" if ref is not None else "–", ratio])
+    return _table(["scenario", "metric", "holdfast", "best peer", "holdfast / best peer"],
+                  rows)
+
+
+def h2_markdown(document, chart_files, *, image_prefix):
+    """The generated part of BENCHMARKS.md's HTTP/2 section, from results/h2.json."""
+    m = document["machine"]
+    opts = document["options"]
+    medians = document["medians"]
+    order = [c.name for c in contenders.CONTENDERS]
+    v = m["versions"]
+    out = [
+        f"Generated by `{document['command']}` on {m['date']} into "
+        "[bench/results/h2.json](bench/results/h2.json); the text between the "
+        "`h2-results` markers is rewritten by every run that writes that file.",
+        "",
+        f"- **Machine:** {m['cpu_model']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, "
+        f"Linux {m['kernel']} ({m['os']}).",
+        f"- **Versions:** holdfast `{document['holdfast_commit']}`; {v.get('nginx')}; "
+        f"{v.get('haproxy')}; {v.get('h2load') or 'h2load'}; {v.get('rustc')}; "
+        "bench-origin with hyper 1 (HTTP/2 by the h2 crate).",
+        f"- **Method:** {opts['runs']} run(s) per scenario and contender, contenders "
+        "interleaved within each round (order rotated per round); "
+        f"{opts['duration_s']:g} s windows after a {opts['warmup_s']:g} s warm-up. Cells "
+        f"show the median of the {opts['runs']} runs and, when they differ, (min–max). "
+        "Proxies run on core 0 (one worker or thread); h2load and the origins share core 1.",
+    ]
+    if not opts.get("holdfast_h2", True):
+        out.append("- **holdfast did not run:** the binary measured has no HTTP/2 flags "
+                   "(`--h2c`).")
+    for scenario, who in (opts.get("sitting_out") or {}).items():
+        for name, why in who.items():
+            out.append(f"- **{name} did not run {scenario}:** {why}.")
+    out += ["", "### Targets", "", targets_table(document["targets"]), "",
+            "### holdfast against the best peer", "",
+            "Best peer: the better of nginx-tuned and HAProxy (h2-to-h1), of nginx-grpc and "
+            "HAProxy (h2-to-h2c), on each metric, from the medians.", "",
+            h2_ratio_table(medians), ""]
+    for name in scenarios.H2:
+        if name not in medians:
+            continue
+        out += [f"### {name}", "", scenarios.BY_NAME[name].about + ".", "",
+                scenario_table(name, medians[name], order), ""]
         if name in chart_files:
             out += [f"![{name}]({image_prefix}{chart_files[name]})", ""]
     out += ["### Commands", "", "```sh"] + document["commands"] + ["```", ""]

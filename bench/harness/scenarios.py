@@ -10,6 +10,7 @@ TIME_WAIT sockets the window left. Each scenario returns one run record (a dict)
 """
 
 import http.client
+import math
 import re
 import ssl
 import threading
@@ -36,6 +37,14 @@ class Scenario:
     # origin; `direct` goes to the HTTPS origin); "origin" (clients speak cleartext, the
     # origin HTTPS).
     tls: str | None = None
+    # HTTP/2: None; "client" (clients speak HTTP/2 with prior knowledge, h2c, to the
+    # proxy, which forwards over HTTP/1.1); "both" (h2c on both sides, the origin in h2c
+    # mode). `direct` goes to the h2c origin in either.
+    h2: str | None = None
+    # h2load's concurrent streams per client connection (HTTP/2 scenarios).
+    streams: int = 1
+    # The contenders that make "best peer" here; None: contenders.PEERS.
+    peers: tuple | None = None
 
     @property
     def many_clients(self):
@@ -53,6 +62,15 @@ PROXIES_CLIENT_SIDE = ("nginx-tuned", "haproxy", "holdfast")
 # against the HTTPS origin); to an HTTPS origin, nginx without reuse as the reference line.
 HTTPS_CLIENTS = ("direct", "nginx-tuned", "haproxy", "holdfast")
 HTTPS_ORIGIN = ("nginx-tuned", "nginx-no-reuse", "haproxy", "holdfast")
+# HTTP/2: the proxies with an h2c listener, and no proxy at all (h2load straight to the
+# h2c origin, the load side's ceiling). To an h2c origin nginx runs as nginx-grpc
+# (`grpc_pass`), its only HTTP/2 upstream.
+H2_TO_H1 = ("direct", "nginx-tuned", "haproxy", "holdfast")
+H2_TO_H2C = ("direct", "nginx-grpc", "haproxy", "holdfast")
+# h2load's client connections and streams per connection: 64 requests in flight, as the
+# 64 connections of the HTTP/1.1 scenarios.
+H2_CONNECTIONS = 4
+H2_STREAMS = 16
 
 
 SCENARIOS = [
@@ -94,6 +112,17 @@ SCENARIOS = [
              "HTTPS origin (bench-origin in TLS mode), 100 B responses; the origin counts "
              "the TLS handshakes", "rust-tls", ("wrk", "openssl"), contenders=HTTPS_ORIGIN,
              tls="origin"),
+    Scenario("h2-to-h1", f"HTTP/2 clients with prior knowledge (h2load -c{H2_CONNECTIONS} "
+             f"-m{H2_STREAMS}: {H2_CONNECTIONS * H2_STREAMS} streams in flight over "
+             f"{H2_CONNECTIONS} connections) through the proxy to the HTTP/1.1 origin, 100 B "
+             "responses; direct goes to the h2c origin", "rust", ("h2load",),
+             clients=H2_CONNECTIONS, streams=H2_STREAMS, contenders=H2_TO_H1, h2="client"),
+    Scenario("h2-to-h2c", f"the same HTTP/2 clients (h2load -c{H2_CONNECTIONS} "
+             f"-m{H2_STREAMS}) through the proxy to an h2c origin (bench-origin --h2c, 100 "
+             "concurrent streams per connection), 100 B responses; nginx runs as "
+             "nginx-grpc (grpc_pass)", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
+             streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
+             peers=("nginx-grpc", "haproxy")),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -101,7 +130,10 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 # The HTTPS scenarios; their results go to results/https.json (see cli.py).
 HTTPS = ("https-keepalive-tiny", "https-handshakes", "https-origin")
 
-SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency") + HTTPS
+# The HTTP/2 scenarios; their results go to results/h2.json (see cli.py).
+H2 = ("h2-to-h1", "h2-to-h2c")
+
+SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency") + HTTPS + H2
 
 # Scenarios that measure memory, not requests: no requests/s, CPU per request or errors.
 NO_REQUESTS = ("pool-memory", "silent-clients")
@@ -109,16 +141,39 @@ NO_REQUESTS = ("pool-memory", "silent-clients")
 IN_NAMESPACE = ("port-exhaustion", "c500-netns")
 
 
-def contenders_for(scenario, plan_contenders, *, holdfast_tls=True):
+def contenders_for(scenario, plan_contenders, *, holdfast_tls=True, holdfast_h2=True):
     """The contenders of `plan_contenders` that run `scenario`, in their order; holdfast
-    sits out the HTTPS scenarios when its binary has no TLS flags (`holdfast_tls`)."""
+    sits out the HTTPS scenarios when its binary has no TLS flags (`holdfast_tls`) and the
+    HTTP/2 scenarios when it has no HTTP/2 flags (`holdfast_h2`), and a proxy without a
+    config for an HTTP/2 scenario's side sits it out (`sitting_out` says who and why)."""
     if scenario.tls is not None and not holdfast_tls:
         plan_contenders = [c for c in plan_contenders if c.name != "holdfast"]
+    if scenario.h2 is not None:
+        plan_contenders = [c for c in plan_contenders if c.runs_h2(scenario.h2)
+                           and (holdfast_h2 or c.name != "holdfast")]
     if scenario.name == "pool-memory":
         return [c for c in plan_contenders if c.name == "holdfast"]
     if scenario.contenders is not None:
         return [c for c in plan_contenders if c.name in scenario.contenders]
     return [c for c in plan_contenders if not c.only_where_named]
+
+
+def sitting_out(scenario, plan_contenders, *, holdfast_h2=True):
+    """[(contender, reason)] of the scenario's contenders in `plan_contenders` that cannot
+    run it: an HTTP/2 scenario a proxy has no config for, or a holdfast without `--h2c`."""
+    if scenario.h2 is None:
+        return []
+    named = [c for c in plan_contenders
+             if (c.name in scenario.contenders if scenario.contenders is not None
+                 else not c.only_where_named)]
+    out = []
+    for c in named:
+        if c.name == "holdfast" and not holdfast_h2:
+            out.append((c.name, "this holdfast binary has no --h2c"))
+        elif not c.runs_h2(scenario.h2):
+            out.append((c.name, "no config for " + ("an h2c origin" if scenario.h2 == "both"
+                                                    else "HTTP/2 clients")))
+    return out
 
 
 # Idle client connections in idle-clients, and idle pooled connections in pool-memory.
@@ -158,6 +213,8 @@ def run(ctx, scenario, contender, round_no):
             _silent_clients(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "https-handshakes":
             _handshakes(ctx, scenario, contender, run_dir, record)
+        elif scenario.h2 is not None:
+            _h2(ctx, scenario, contender, run_dir, record)
         else:
             origin = _origin_for(ctx, scenario, contender)
             running = _start(ctx, contender, origin, run_dir, tls=scenario.tls)
@@ -176,7 +233,7 @@ def run(ctx, scenario, contender, round_no):
 
 
 def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=None,
-           tls=None):
+           tls=None, h2=None):
     port = ctx.ports["proxy"]
     deadline = time.monotonic() + 10
     while contender.name != "direct" and sockets.is_listening(port, netns_name):
@@ -185,14 +242,17 @@ def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=
         time.sleep(0.1)
     return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
                             run_dir=run_dir, nofile=ctx.nofile, netns=netns_name,
-                            holdfast_config=holdfast_config, tls=tls, certs=ctx.certs)
+                            holdfast_config=holdfast_config, tls=tls, certs=ctx.certs, h2=h2)
 
 
 def _origin_for(ctx, scenario, contender):
     """The origin a contender forwards to in `scenario`; with HTTPS clients, `direct` has
-    no proxy to end TLS, so its clients go to the HTTPS origin."""
+    no proxy to end TLS, so its clients go to the HTTPS origin; with HTTP/2 clients, to
+    the h2c origin."""
     if scenario.tls == "client" and contender.name == "direct":
         return ctx.origins["rust-tls"]
+    if scenario.h2 is not None and contender.name == "direct":
+        return ctx.origins["rust-h2c"]
     return ctx.origins[scenario.origin]
 
 
@@ -418,6 +478,20 @@ def measure(running, origin, ports, drive, *, netns_name=None, sample_upstream=F
             "upstream_tls_resumed_share": (upstream["tls_resumed"] / handshakes
                                            if handshakes else None),
         })
+    if origin.h2c:
+        # The h2c origin's own count of what came over HTTP/2 (the proxy's upstream
+        # requests; the clients' for direct), and the connections open at the window's end
+        h2_requests = upstream["h2_requests"]
+        metrics.update({
+            "upstream_h2_connections": upstream["h2_connections"],
+            "upstream_h2_requests": h2_requests,
+            "upstream_h2_share": h2_requests / upstream_requests if upstream_requests else None,
+            "upstream_h2_open_end": origin_after.get("h2_open"),
+            "origin_max_streams": origin_after.get("h2_max_streams"),
+        })
+    # Connections open at the origin at the window's end; its `open` counts the stats
+    # request's own connection too.
+    metrics["upstream_open_end"] = max(0, (origin_after.get("open") or 1) - 1)
     return metrics, result
 
 
@@ -520,6 +594,95 @@ def _holdfast_tls_handshakes(running):
     if not counts:
         return None
     return {"full": counts.get("full", 0), "resumed": counts.get("resumed", 0)}
+
+
+def _h2(ctx, scenario, contender, run_dir, record):
+    """h2-to-h1 and h2-to-h2c: h2load's HTTP/2 clients (h2c, prior knowledge) through the
+    proxy, measured like the wrk scenarios.
+
+    A check first (a few requests with h2load, which must all answer 2xx over h2c, so a
+    contender that cannot serve HTTP/2 fails its run with the reason), then a warm-up with
+    the same clients (it fills the proxy's upstream connections), then the window. During
+    the window the connections open at the origin are counted every half second (`ss`),
+    for the most the proxy had open at once; after it holdfast's own gauge of its HTTP/2
+    upstream connections is read. To an h2c origin, `upstream_connections_bound` is what
+    a proxy that fills each upstream connection up to the origin's stream limit needs,
+    plus one: ceil(streams in flight / the origin's max streams) + 1.
+    """
+    origin = _origin_for(ctx, scenario, contender)
+    running = _start(ctx, contender, origin, run_dir, h2=scenario.h2)
+    record["command"] = running.child.argv if running.child else None
+    ctx_run = ctx.for_run(run_dir)
+    url = running.base_url + "/tiny"
+
+    def drive(name, seconds):
+        return load.h2load(ctx_run, name, url, connections=scenario.clients,
+                           streams=scenario.streams, duration_s=seconds)
+
+    try:
+        record["h2_probe"] = _probe_h2(ctx_run, running, url)
+        cold = origin.stats()
+        record["warmup_argv"] = drive("warmup", ctx.warmup_s)["argv"]
+        time.sleep(ctx.settle_s)
+        metrics, result = measure(running, origin, ctx.ports,
+                                  lambda: drive("load", ctx.duration_s), sample_upstream=True)
+        gauge = _holdfast_gauge(running, "holdfast_backend_h2_connections")
+        if gauge is not None:
+            metrics["holdfast_h2_connections"] = gauge
+        if running.admin_url:
+            record["holdfast_status"] = running.status()
+        if not running.is_alive():
+            raise RunFailed(f"{contender.name} exited during the window: "
+                            f"{running.child.stderr_tail(1000)}")
+    finally:
+        running.stop()
+    warm = origin.delta(cold, metrics["origin_stats"]["before"])
+    metrics["upstream_connections_warmup"] = warm["connections"]
+    metrics["upstream_connections_total"] = warm["connections"] + metrics["upstream_connections"]
+    in_flight = scenario.clients * scenario.streams
+    metrics["streams_in_flight"] = in_flight
+    if origin.h2c and metrics.get("origin_max_streams"):
+        metrics["upstream_connections_bound"] = math.ceil(
+            in_flight / metrics["origin_max_streams"]) + 1
+    metrics["protocol"] = result.get("protocol")
+    record["metrics"].update(metrics)
+    record["load"] = result
+
+
+# Requests of the check before an HTTP/2 scenario's load, over one connection.
+H2_PROBE_REQUESTS = 8
+
+
+def _probe_h2(ctx, running, url):
+    """A few requests over one h2c connection (h2load) before the load; raises RunFailed
+    unless every one answered 2xx over h2c. Returns what h2load saw."""
+    try:
+        result = load.h2load(ctx, "probe", url, connections=1, streams=1,
+                             requests=H2_PROBE_REQUESTS)
+    except load.LoadError as err:
+        raise RunFailed(f"{running.contender.name} does not serve HTTP/2 with prior "
+                        f"knowledge at {running.base_url}: {err}") from err
+    probe = {"protocol": result["protocol"], "requests": result["requests"],
+             "status_2xx": result["status_2xx"], "errors": result["errors"]}
+    if result["protocol"] != "h2c" or result["status_2xx"] != H2_PROBE_REQUESTS:
+        raise RunFailed(f"{running.contender.name} at {running.base_url}: {H2_PROBE_REQUESTS} "
+                        f"requests over HTTP/2 with prior knowledge gave {probe}")
+    return probe
+
+
+def _holdfast_gauge(running, name):
+    """The sum of holdfast's metric `name` over its labels, from /metrics on its admin
+    listener; None without an admin listener or when it does not export the metric."""
+    if not running.admin_url:
+        return None
+    try:
+        with urllib.request.urlopen(running.admin_url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(name + "{") or line.startswith(name + " ")]
+    return sum(values) if values else None
 
 
 def _port_exhaustion(ctx, contender, run_dir, record):

@@ -8,8 +8,11 @@
 //! every close a benchmark sees comes from the proxy. Accepting, counting connections and
 //! serving them with hyper is `holdfast-origin`'s job, shared with holdfast's demo and
 //! tests; this file adds the routes and the request count. [`serve_tls`] serves the same
-//! routes over TLS and also counts handshakes (see `tls.rs`).
+//! routes over TLS and also counts handshakes (see `tls.rs`); [`serve_h2c`] serves them
+//! over HTTP/2 with prior knowledge as well as HTTP/1.1 and counts what went over HTTP/2
+//! (see `h2c.rs`).
 
+mod h2c;
 mod tls;
 
 use std::convert::Infallible;
@@ -30,6 +33,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use h2c::{serve as serve_h2c, H2Snapshot, Options as H2cOptions, DEFAULT_MAX_STREAMS};
 /// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
 /// a burst of thousands of connects is not dropped at the listen queue.
 pub use holdfast_origin::bind;
@@ -55,6 +59,8 @@ pub struct OriginStats {
     requests: AtomicU64,
     /// Connections and handshakes of the TLS origin, set when [`serve_tls`] starts.
     tls: OnceLock<tls::TlsCounts>,
+    /// Connections and HTTP/2 counts of the h2c origin, set when [`serve_h2c`] starts.
+    h2c: OnceLock<h2c::H2Counts>,
 }
 
 /// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
@@ -71,26 +77,41 @@ pub struct StatsSnapshot {
     /// TLS handshakes, in TLS mode only (absent from the JSON otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<HandshakeSnapshot>,
+    /// What went over HTTP/2, in h2c mode only (absent from the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2: Option<H2Snapshot>,
 }
 
 impl OriginStats {
     pub fn snapshot(&self) -> StatsSnapshot {
         let requests = self.requests.load(Ordering::Relaxed);
-        match self.tls.get() {
-            Some(tls) => StatsSnapshot {
+        if let Some(tls) = self.tls.get() {
+            return StatsSnapshot {
                 connections: tls.accepted(),
                 open: tls.open(),
                 requests,
                 accept_errors: tls.accept_errors(),
                 tls: Some(tls.handshakes()),
-            },
-            None => StatsSnapshot {
-                connections: self.connections.accepted(),
-                open: self.connections.open(),
+                h2: None,
+            };
+        }
+        if let Some(h2c) = self.h2c.get() {
+            return StatsSnapshot {
+                connections: h2c.accepted(),
+                open: h2c.open(),
                 requests,
-                accept_errors: self.connections.accept_errors(),
+                accept_errors: h2c.accept_errors(),
                 tls: None,
-            },
+                h2: Some(h2c.h2()),
+            };
+        }
+        StatsSnapshot {
+            connections: self.connections.accepted(),
+            open: self.connections.open(),
+            requests,
+            accept_errors: self.connections.accept_errors(),
+            tls: None,
+            h2: None,
         }
     }
 }

@@ -1,7 +1,8 @@
-//! `bench-origin --listen ADDR [--threads N] [--tls-cert FILE --tls-key FILE]`: the
-//! HTTP/1.1 origin the benchmarked proxies front (routes in `holdfast_bench_tools::origin`),
-//! over TLS when given a certificate and key. Prints `listening on IP:PORT` once bound,
-//! serves until SIGTERM or SIGINT, then exits 0.
+//! `bench-origin --listen ADDR [--threads N] [--tls-cert FILE --tls-key FILE | --h2c
+//! [--h2-max-streams N]]`: the HTTP/1.1 origin the benchmarked proxies front (routes in
+//! `holdfast_bench_tools::origin`), over TLS when given a certificate and key, or also
+//! speaking HTTP/2 with prior knowledge (h2c) with `--h2c`. Prints `listening on IP:PORT`
+//! once bound, serves until SIGTERM or SIGINT, then exits 0.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -11,11 +12,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use holdfast_bench_tools::origin::{self, OriginStats};
+use holdfast_bench_tools::origin::{self, H2cOptions, OriginStats};
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 
 #[derive(Debug, Parser)]
-#[command(name = "bench-origin", about = "Fast HTTP/1.1 origin for holdfast's benchmarks")]
+#[command(
+    name = "bench-origin",
+    about = "Fast HTTP/1.1 (and h2c) origin for holdfast's benchmarks"
+)]
 struct Args {
     /// Address to listen on; port 0 picks a free port (printed on stdout).
     #[arg(long)]
@@ -29,6 +33,13 @@ struct Args {
     /// The certificate's private key (PEM); needs --tls-cert.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Also serve HTTP/2 with prior knowledge (h2c) on the cleartext listener, beside
+    /// HTTP/1.1: the first bytes of each connection decide.
+    #[arg(long, conflicts_with = "tls_cert")]
+    h2c: bool,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of each HTTP/2 connection; needs --h2c.
+    #[arg(long, requires = "h2c", default_value_t = origin::DEFAULT_MAX_STREAMS)]
+    h2_max_streams: u32,
 }
 
 fn main() -> std::process::ExitCode {
@@ -51,11 +62,26 @@ fn run(args: Args) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(tls::server_config(cert, key).context("setting up TLS")?),
         _ => None,
     };
+    let mode = match tls {
+        Some(config) => Mode::Tls(config),
+        None if args.h2c => Mode::H2c(H2cOptions { max_streams: args.h2_max_streams }),
+        None => Mode::Http1,
+    };
     let runtime = runtime::build(args.threads).context("building the tokio runtime")?;
-    runtime.block_on(serve(args.listen, tls))
+    runtime.block_on(serve(args.listen, mode))
 }
 
-async fn serve(listen: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> anyhow::Result<()> {
+/// What the listener speaks.
+enum Mode {
+    /// HTTP/1.1 in cleartext.
+    Http1,
+    /// HTTP/1.1 over TLS.
+    Tls(Arc<rustls::ServerConfig>),
+    /// HTTP/2 with prior knowledge or HTTP/1.1, in cleartext.
+    H2c(H2cOptions),
+}
+
+async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
     let listener = origin::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
@@ -64,9 +90,10 @@ async fn serve(listen: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> an
     stdout.flush().context("writing to stdout")?;
     drop(stdout);
     let stats = Arc::new(OriginStats::default());
-    match tls {
-        Some(config) => origin::serve_tls(listener, stats, config, stop).await,
-        None => origin::serve(listener, stats, stop).await,
+    match mode {
+        Mode::Tls(config) => origin::serve_tls(listener, stats, config, stop).await,
+        Mode::H2c(options) => origin::serve_h2c(listener, stats, options, stop).await,
+        Mode::Http1 => origin::serve(listener, stats, stop).await,
     }
     .with_context(|| format!("serving on {addr}"))?;
     eprintln!("bench-origin: stopping");

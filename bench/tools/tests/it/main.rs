@@ -2,9 +2,10 @@
 
 mod binaries; // bench-origin and bench-load end to end, as the harness runs them
 mod burst; // many requests in flight on new connections
+mod h2c; // the origin speaking HTTP/2 with prior knowledge beside HTTP/1.1
 mod hold; // many idle connections held open
 mod mixed; // keep-alive and closing workers side by side
 mod origin; // routes, bodies and counters of the benchmark origin
 mod rate; // open-loop fixed rate
-mod support; // in-process origin (cleartext or TLS), certificates, raw HTTP client, wait_until
+mod support; // in-process origin (cleartext, TLS or h2c), certificates, raw HTTP client, wait_until
 mod tls; // the origin over TLS and new TLS connections per request, full and resumed

@@ -1,4 +1,4 @@
-//! An in-process origin on 127.0.0.1:0 (cleartext or TLS), certificates made with the
+//! An in-process origin on 127.0.0.1:0 (cleartext, TLS or h2c), certificates made with the
 //! `openssl` command, a raw HTTP/1.1 client and `wait_until`.
 
 use std::net::SocketAddr;
@@ -46,6 +46,19 @@ impl TestOrigin {
             let _ = stopped.await;
         }));
         wait_until("the TLS counts are set up", || stats.snapshot().tls.is_some()).await;
+        Self { addr, stats, _stop: stop }
+    }
+
+    /// The origin in h2c mode: HTTP/2 with prior knowledge and HTTP/1.1 on one port.
+    pub async fn start_h2c(options: origin::H2cOptions) -> Self {
+        let listener = origin::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let stats = Arc::new(OriginStats::default());
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(origin::serve_h2c(listener, Arc::clone(&stats), options, async {
+            let _ = stopped.await;
+        }));
+        wait_until("the h2c counts are set up", || stats.snapshot().h2.is_some()).await;
         Self { addr, stats, _stop: stop }
     }
 

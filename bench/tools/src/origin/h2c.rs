@@ -1,0 +1,197 @@
+//! The origin in h2c mode (`bench-origin --h2c`): the same routes over HTTP/2 with prior
+//! knowledge, and over HTTP/1.1 on the same port, told apart by the first bytes a client
+//! sends (hyper-util's automatic server). The harness reads `/__origin/stats` over
+//! HTTP/1.1; a proxy that speaks h2c to the origin gets HTTP/2.
+//!
+//! Besides the TCP connections (counted as the cleartext origin counts them: accepted,
+//! open, failed accepts), it counts what went over HTTP/2: connections that carried at
+//! least one HTTP/2 request, how many of those are open, and requests. A proxy that says
+//! it speaks h2c to its origin shows here whether it did, and how many connections it
+//! spread its streams over. Each connection allows [`Options::max_streams`] concurrent
+//! streams (SETTINGS_MAX_CONCURRENT_STREAMS).
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use holdfast_origin::ACCEPT_ERROR_BACKOFF;
+use http::Version;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde::{Deserialize, Serialize};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::{respond, Gate, OriginStats};
+
+/// SETTINGS_MAX_CONCURRENT_STREAMS the origin announces unless told otherwise: 100, the
+/// value RFC 9113 recommends as the least a server should allow (section 6.5.2), and what
+/// many servers announce.
+pub const DEFAULT_MAX_STREAMS: u32 = 100;
+
+/// How the h2c origin serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Concurrent streams one HTTP/2 connection may carry (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_streams: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { max_streams: DEFAULT_MAX_STREAMS }
+    }
+}
+
+/// Connections and HTTP/2 counts of an origin in h2c mode, in plain atomics.
+#[derive(Debug, Default)]
+pub(super) struct H2Counts {
+    accepted: AtomicU64,
+    closed: AtomicU64,
+    accept_errors: AtomicU64,
+    h2_connections: AtomicU64,
+    h2_closed: AtomicU64,
+    h2_requests: AtomicU64,
+    max_streams: AtomicU64,
+}
+
+/// One reading of the HTTP/2 counts; `h2` in `/__origin/stats` in h2c mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct H2Snapshot {
+    /// Connections that carried at least one HTTP/2 request, since start.
+    pub connections: u64,
+    /// Of those, open now.
+    pub open: u64,
+    /// Requests served over HTTP/2 (the stats route not included).
+    pub requests: u64,
+    /// The SETTINGS_MAX_CONCURRENT_STREAMS every connection announces.
+    pub max_streams: u64,
+}
+
+impl H2Counts {
+    pub(super) fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn open(&self) -> u64 {
+        // `closed` first: the difference never goes below zero.
+        let closed = self.closed.load(Ordering::SeqCst);
+        self.accepted().saturating_sub(closed)
+    }
+
+    pub(super) fn accept_errors(&self) -> u64 {
+        self.accept_errors.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn h2(&self) -> H2Snapshot {
+        let closed = self.h2_closed.load(Ordering::SeqCst);
+        let connections = self.h2_connections.load(Ordering::SeqCst);
+        H2Snapshot {
+            connections,
+            open: connections.saturating_sub(closed),
+            requests: self.h2_requests.load(Ordering::Relaxed),
+            max_streams: self.max_streams.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counts its connection closed when dropped, however the connection's task ends, and its
+/// HTTP/2 connection closed if it carried HTTP/2.
+struct OpenConnection {
+    stats: Arc<OriginStats>,
+    is_h2: Arc<AtomicBool>,
+}
+
+impl OpenConnection {
+    fn counts(&self) -> &H2Counts {
+        self.stats.h2c.get().expect("serve initialises the h2c counts before accepting")
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let counts = self.counts();
+        if self.is_h2.load(Ordering::Relaxed) {
+            counts.h2_closed.fetch_add(1, Ordering::SeqCst);
+        }
+        counts.closed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts connections on `listener` and serves the routes over HTTP/2 (prior knowledge)
+/// or HTTP/1.1, whichever each connection starts with, until `shutdown` resolves; counts
+/// go to `stats` (its `h2c` part from then on).
+///
+/// Connections already open keep being served by their own tasks after this returns, as
+/// in the cleartext origin.
+pub async fn serve(
+    listener: TcpListener,
+    stats: Arc<OriginStats>,
+    options: Options,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let counts = stats.h2c.get_or_init(H2Counts::default);
+    counts.max_streams.store(u64::from(options.max_streams), Ordering::Relaxed);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(options.max_streams);
+    let gate = Arc::new(Gate::new());
+    tokio::select! {
+        () = accept_loop(listener, Arc::new(builder), stats, gate) => {}
+        () = shutdown => {}
+    }
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stats: Arc<OriginStats>,
+    gate: Arc<Gate>,
+) {
+    let counts = stats.h2c.get().expect("serve initialises the h2c counts before accepting");
+    // Each round accepts one connection or backs off after a failed accept.
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                counts.accept_errors.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        counts.accepted.fetch_add(1, Ordering::SeqCst);
+        // Small responses must not wait for Nagle; failing only costs latency.
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(
+            stream,
+            Arc::clone(&builder),
+            Arc::clone(&stats),
+            Arc::clone(&gate),
+        ));
+    }
+}
+
+/// Serves one connection, HTTP/2 or HTTP/1.1 with keep-alive and no idle timeout, until the
+/// peer closes it; counts it as an HTTP/2 connection at its first HTTP/2 request.
+async fn serve_connection(
+    stream: TcpStream,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stats: Arc<OriginStats>,
+    gate: Arc<Gate>,
+) {
+    let is_h2 = Arc::new(AtomicBool::new(false));
+    let _open = OpenConnection { stats: Arc::clone(&stats), is_h2: Arc::clone(&is_h2) };
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        if request.version() == Version::HTTP_2 {
+            let counts = stats.h2c.get().expect("initialised before accepting");
+            if !is_h2.swap(true, Ordering::Relaxed) {
+                counts.h2_connections.fetch_add(1, Ordering::SeqCst);
+            }
+            if request.uri().path() != "/__origin/stats" {
+                counts.h2_requests.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        respond(request, Arc::clone(&stats), Arc::clone(&gate))
+    });
+    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+}
