@@ -114,8 +114,11 @@ pub async fn serve(
                 streams.accepted.fetch_add(1, Relaxed);
                 let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
                 let streams = Arc::clone(&streams);
+                // The stream's state lives in a box of its own: the task then holds
+                // a pointer, and tokio moves no large future when it starts and ends.
+                let stream = Box::pin(run_stream(req, respond, addr, proxy, peer, tls));
                 tokio::spawn(async move {
-                    if run_stream(req, respond, addr, proxy, peer, tls).await {
+                    if stream.await {
                         streams.abandoned();
                     }
                 });
