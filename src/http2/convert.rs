@@ -92,19 +92,33 @@ pub struct NotH2(String);
 /// `http`, the fields but the connection-specific ones and the framing (HTTP/2 frames
 /// the body itself), and `te: trailers` when the client asked for trailers.
 pub fn origin_request(head: &[u8], tls: bool, te_trailers: bool) -> Result<Request<()>, NotH2> {
+    // One copy of the head: every value and the path are slices of it, not copies.
+    let shared = Bytes::copy_from_slice(head);
     // One slot per line is enough for every field.
     let lines = head.iter().filter(|b| **b == b'\n').count();
     let mut storage = vec![httparse::EMPTY_HEADER; lines];
     let mut req = httparse::Request::new(&mut storage);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(_)) => from_parsed(&req, tls, te_trailers),
+    match req.parse(&shared) {
+        Ok(httparse::Status::Complete(_)) => from_parsed(&req, &shared, tls, te_trailers),
         Ok(httparse::Status::Partial) => Err(NotH2("incomplete head".into())),
         Err(e) => Err(NotH2(e.to_string())),
     }
 }
 
+/// The names of the fields holdfast writes itself, so that they cost no allocation.
+const OWN_NAMES: [&str; 4] =
+    ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip"];
+
+fn header_name(name: &str) -> Result<HeaderName, NotH2> {
+    match OWN_NAMES.iter().find(|own| name.eq_ignore_ascii_case(own)) {
+        Some(own) => Ok(HeaderName::from_static(own)),
+        None => HeaderName::from_bytes(name.as_bytes()).map_err(|e| NotH2(e.to_string())),
+    }
+}
+
 fn from_parsed(
     req: &httparse::Request<'_, '_>,
+    shared: &Bytes,
     tls: bool,
     te_trailers: bool,
 ) -> Result<Request<()>, NotH2> {
@@ -117,11 +131,18 @@ fn from_parsed(
         .find(|h| h.name.eq_ignore_ascii_case("host"))
         .map(|h| h.value)
         .ok_or_else(|| bad("no host"))?;
-    let host = std::str::from_utf8(host).map_err(|_| bad("host is not text"))?;
-    let scheme = if tls { "https" } else { "http" };
-    // `*` (OPTIONS) has no HTTP/2 form but the authority's.
-    let path = if path == "*" { "" } else { path };
-    let uri = Uri::try_from(format!("{scheme}://{host}{path}")).map_err(|e| bad(&e.to_string()))?;
+    let authority = http::uri::Authority::from_maybe_shared(shared.slice_ref(host))
+        .map_err(|e| bad(&e.to_string()))?;
+    // `*` (OPTIONS) stays `*` (RFC 9113, 8.3.1).
+    let path = http::uri::PathAndQuery::from_maybe_shared(shared.slice_ref(path.as_bytes()))
+        .map_err(|e| bad(&e.to_string()))?;
+    let scheme = if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP };
+    let uri = Uri::builder()
+        .scheme(scheme)
+        .authority(authority)
+        .path_and_query(path)
+        .build()
+        .map_err(|e| bad(&e.to_string()))?;
     let mut builder = Request::builder()
         .method(Method::from_bytes(method.as_bytes()).map_err(|e| bad(&e.to_string()))?)
         .uri(uri)
@@ -131,9 +152,9 @@ fn from_parsed(
         if h.name.eq_ignore_ascii_case("host") || is_connection_specific(h.name) {
             continue;
         }
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|e| bad(&e.to_string()))?;
-        let value = HeaderValue::from_bytes(h.value).map_err(|e| bad(&e.to_string()))?;
-        headers.append(name, value);
+        let value = HeaderValue::from_maybe_shared(shared.slice_ref(h.value))
+            .map_err(|e| bad(&e.to_string()))?;
+        headers.append(header_name(h.name)?, value);
     }
     if te_trailers {
         headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
@@ -146,6 +167,8 @@ fn from_parsed(
 /// when the body has one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS).
 pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
+    // One copy of the head: the values are slices of it.
+    let shared = Bytes::copy_from_slice(resp.raw);
     for (i, h) in resp.headers.iter().enumerate() {
         if resp.dropped.contains(i)
             || resp.trailer_lines.contains(i)
@@ -154,9 +177,11 @@ pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
         {
             continue;
         }
-        if let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value))
-        {
+        let value = match within(resp.raw, h.value) {
+            Some(at) => HeaderValue::from_maybe_shared(shared.slice(at)),
+            None => HeaderValue::from_bytes(h.value),
+        };
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
             map.append(name, value);
         }
     }
@@ -165,6 +190,13 @@ pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
     }
     add_lines(&mut map, extra);
     map
+}
+
+/// Where `part`, a slice of `whole`, lies in it.
+fn within(whole: &[u8], part: &[u8]) -> Option<std::ops::Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= whole.len()).then_some(start..end)
 }
 
 /// Adds header lines (`Name: value\r\n`) to `map`.
@@ -212,6 +244,14 @@ mod tests {
         assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
         assert!(!text.contains("te:"), "{text}");
         assert!(text.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn options_star_keeps_its_asterisk() {
+        let head = b"OPTIONS * HTTP/1.1\r\nhost: app\r\n\r\n";
+        let req = origin_request(head, true, false).unwrap();
+        assert_eq!(req.uri().path(), "*");
+        assert_eq!(req.uri().scheme_str(), Some("https"));
     }
 
     #[test]

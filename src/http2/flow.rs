@@ -23,6 +23,17 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "timed out")
 }
 
+/// `fut`'s output, or `None` after `limit`. A future that is ready at once (the
+/// common case: a frame that came with the one before) costs no timer.
+pub async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let now = poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await;
+    match now {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => tokio::time::timeout(limit, fut).await.ok(),
+    }
+}
+
 /// Sends `data` on `stream` as the peer's window allows, waiting at most `stall` for
 /// each grant; `end` ends the stream with the last of it.
 pub async fn send(
@@ -38,12 +49,12 @@ pub async fn send(
         stream.reserve_capacity(data.len());
         let mut room = stream.capacity();
         while room == 0 {
-            let granted = tokio::time::timeout(stall, poll_fn(|cx| stream.poll_capacity(cx)));
+            let granted = within(stall, poll_fn(|cx| stream.poll_capacity(cx)));
             room = match granted.await {
-                Err(_) => return Err(timed_out()),
-                Ok(None) => return Err(io::ErrorKind::BrokenPipe.into()),
-                Ok(Some(Err(e))) => return Err(to_io(e)),
-                Ok(Some(Ok(n))) => n,
+                None => return Err(timed_out()),
+                Some(None) => return Err(io::ErrorKind::BrokenPipe.into()),
+                Some(Some(Err(e))) => return Err(to_io(e)),
+                Some(Some(Ok(n))) => n,
             };
         }
         let piece = data.split_to(room.min(data.len()));
@@ -55,11 +66,11 @@ pub async fn send(
 /// The next DATA frame's bytes from `body` within `stall`; `None` at the end of the
 /// stream. The caller gives the window back ([`release`]) once it has passed them on.
 pub async fn next(body: &mut RecvStream, stall: Duration) -> io::Result<Option<Bytes>> {
-    match tokio::time::timeout(stall, body.data()).await {
-        Err(_) => Err(timed_out()),
-        Ok(None) => Ok(None),
-        Ok(Some(Ok(data))) => Ok(Some(data)),
-        Ok(Some(Err(e))) => Err(to_io(e)),
+    match within(stall, body.data()).await {
+        None => Err(timed_out()),
+        Some(None) => Ok(None),
+        Some(Some(Ok(data))) => Ok(Some(data)),
+        Some(Some(Err(e))) => Err(to_io(e)),
     }
 }
 
@@ -74,10 +85,10 @@ pub async fn trailers(
     body: &mut RecvStream,
     stall: Duration,
 ) -> io::Result<Option<http::HeaderMap>> {
-    match tokio::time::timeout(stall, body.trailers()).await {
-        Err(_) => Err(timed_out()),
-        Ok(Ok(t)) => Ok(t),
-        Ok(Err(e)) => Err(to_io(e)),
+    match within(stall, body.trailers()).await {
+        None => Err(timed_out()),
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(to_io(e)),
     }
 }
 

@@ -78,18 +78,24 @@ pub async fn serve(
     let peer = Arc::new(PeerText::new(addr.ip(), tls.is_some()));
     let streams = Arc::new(StreamCounts::default());
     let idle = timeouts.client_idle;
-    let mut idle_at = crate::net::later(Instant::now(), idle);
     let mut stopping = false;
+    // Made once and kept: a timer, a stop watch and a notification made again for
+    // every stream would cost each stream their registrations.
+    let mut stop = std::pin::pin!(stopped(open));
+    let mut cut = std::pin::pin!(streams.cut.notified());
+    let mut idle_timer = std::pin::pin!(tokio::time::sleep(idle));
+    let mut seen = 0u64;
     loop {
         let accepted = tokio::select! {
+            biased;
             accepted = conn.accept() => accepted,
-            () = stopped(open), if !stopping => {
+            () = &mut stop, if !stopping => {
                 // Streams in flight finish; the client opens no new ones here.
                 stopping = true;
                 conn.graceful_shutdown();
                 continue;
             }
-            () = streams.cut.notified() => {
+            () = &mut cut, if !stopping => {
                 // Many streams reset or abandoned: a flood, not a client.
                 CLIENT.calm.fetch_add(1, Relaxed);
                 tracing::debug!(client = %addr, "HTTP/2 client abandoned too many streams; closing");
@@ -97,9 +103,12 @@ pub async fn serve(
                 stopping = true;
                 continue;
             }
-            () = tokio::time::sleep_until(idle_at), if !stopping => {
-                if conn.has_streams() {
-                    idle_at = crate::net::later(Instant::now(), idle);
+            () = &mut idle_timer, if !stopping => {
+                // Idle: no stream open, and none opened since the last look.
+                let opened = streams.accepted.load(Relaxed);
+                if conn.has_streams() || opened != seen {
+                    seen = opened;
+                    idle_timer.as_mut().reset(crate::net::later(Instant::now(), idle));
                 } else {
                     stopping = true;
                     conn.graceful_shutdown();
@@ -109,7 +118,6 @@ pub async fn serve(
         };
         match accepted {
             Some(Ok((req, respond))) => {
-                idle_at = crate::net::later(Instant::now(), idle);
                 CLIENT.streams.fetch_add(1, Relaxed);
                 streams.accepted.fetch_add(1, Relaxed);
                 let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
