@@ -26,7 +26,7 @@ use crate::support::tls::{
 };
 use crate::support::{
     wait_until, within, ChildProxy, ClientBody, ClosedPort, Fnv, HttpClient, Origin, Proxy,
-    RawClient, TempDir, DEADLINE,
+    RawClient, ReservedPort, TempDir, DEADLINE,
 };
 
 /// An h2c listener in front of the HTTP/1.1 `origin`.
@@ -740,6 +740,44 @@ async fn wait_refused(addr: SocketAddr, deadline: Duration) {
         assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} later");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_removes_the_listener_sends_goaway_and_finishes_the_stream() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("h2-reload-goaway");
+    let text = |listen: &str| {
+        format!(
+            "[[listener]]\naddress = \"{listen}\"\nupstream = \"app\"\nh2c = true\n\n\
+             [upstream.app]\nservers = [\"{}\"]\n",
+            origin.addr()
+        )
+    };
+    let path = dir.write("holdfast.toml", &text("127.0.0.1:0"));
+    let proxy = Proxy::start_file(&path).await;
+    let mut client = RawH2::connect(proxy.addr()).await;
+    client.get(1, "/hold/reload").await.expect("send the request");
+    wait_until("the origin has the request", DEADLINE, || origin.request_count() == 1).await;
+
+    // The listener moves to another port: the old one and its connections stop.
+    let reserved = ReservedPort::new();
+    let spare = reserved.addr();
+    dir.write("holdfast.toml", &text(&spare.to_string()));
+    proxy.reload().await.expect("a valid config");
+    let goaway = client.until(DEADLINE, |f| f.kind == frame::GOAWAY).await;
+    let goaway =
+        goaway.unwrap_or_else(|e| panic!("no GOAWAY after the reload ({e:?}): {:?}", client.kinds()));
+    let (last, code) = goaway.goaway().expect("a GOAWAY payload");
+    assert_eq!(code, 0, "GOAWAY with an error code");
+    assert!(last >= 1, "the GOAWAY drops the stream in flight (last stream {last})");
+
+    origin.release("reload");
+    let head = client.until(DEADLINE, |f| f.kind == frame::HEADERS && f.stream == 1).await;
+    let head = head.unwrap_or_else(|e| panic!("no response ({e:?}): {:?}", client.kinds()));
+    assert_eq!(head.status(), Some(200));
+    // The new listener serves HTTP/2 too.
+    let fresh = H2Client::connect(spare).await;
+    assert_eq!(fresh.get("/after").await.status, StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
