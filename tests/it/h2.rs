@@ -765,8 +765,8 @@ async fn a_reload_that_removes_the_listener_sends_goaway_and_finishes_the_stream
     dir.write("holdfast.toml", &text(&spare.to_string()));
     proxy.reload().await.expect("a valid config");
     let goaway = client.until(DEADLINE, |f| f.kind == frame::GOAWAY).await;
-    let goaway =
-        goaway.unwrap_or_else(|e| panic!("no GOAWAY after the reload ({e:?}): {:?}", client.kinds()));
+    let goaway = goaway
+        .unwrap_or_else(|e| panic!("no GOAWAY after the reload ({e:?}): {:?}", client.kinds()));
     let (last, code) = goaway.goaway().expect("a GOAWAY payload");
     assert_eq!(code, 0, "GOAWAY with an error code");
     assert!(last >= 1, "the GOAWAY drops the stream in flight (last stream {last})");
