@@ -30,7 +30,7 @@ use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
-use crate::net::{Stream, TlsFacts};
+use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{H2Wire, Proxy};
 
 /// Flow-control windows granted to a client: per stream, and for the connection. The
@@ -181,7 +181,8 @@ async fn run_stream(
     tls: Option<TlsFacts>,
 ) -> bool {
     let (parts, body) = req.into_parts();
-    let mut head = Vec::with_capacity(512);
+    // Both heads come from, and go back to, the thread's cache of head buffers.
+    let mut head = net::scratch();
     let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
     drop(parts);
     let limits = proxy.site().limits;
@@ -195,7 +196,7 @@ async fn run_stream(
         return false;
     }
     let mut storage = vec![MaybeUninit::uninit(); lines];
-    let mut origin_head = Vec::new();
+    let mut origin_head = net::scratch();
     let mut out = match request::parse(&head, &mut storage, &head_limits) {
         Ok(Some(req)) => proxy.prepare(&req, addr, &peer, tls, &mut origin_head),
         Ok(None) => {
@@ -208,9 +209,11 @@ async fn run_stream(
         }
     };
     drop(storage);
+    net::recycle(head);
     out.over_http2();
     let mut wire = H2Wire::new(respond, body, facts);
     proxy.forward(out, &origin_head, &mut wire).await;
+    net::recycle(origin_head);
     wire.client_failed()
 }
 
