@@ -118,6 +118,16 @@ impl Drop for H2Wire {
     }
 }
 
+/// Resolves when the client resets the stream (or its connection is gone).
+async fn client_reset(respond: &mut SendResponse<Bytes>) {
+    std::future::poll_fn(|cx| respond.poll_reset(cx).map(|_| ())).await
+}
+
+/// The attempt of a stream its client reset: nobody waits for the response.
+fn abandoned() -> Attempt {
+    Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed))
+}
+
 /// Why the client's body stopped: its own failure or delay.
 fn client_failed(e: io::Error) -> Attempt {
     if e.kind() == io::ErrorKind::TimedOut {
@@ -171,15 +181,21 @@ impl Wire for H2Wire {
             Instant::now()
         };
         let mut deadline = Deadline::on(&mut self.timer, net::later(sent_at, limit));
-        let start = h1::read_response_head(
+        let head = h1::read_response_head(
             out,
             Upload::Complete,
             stream,
             &mut self.origin_buf,
             &mut deadline,
             &mut self.head,
-        )
-        .await?;
+        );
+        // A client that resets the stream meanwhile ends the exchange: the origin
+        // connection closes instead of finishing work nobody waits for.
+        let start = tokio::select! {
+            biased;
+            start = head => start?,
+            () = client_reset(&mut self.respond) => return Err(abandoned()),
+        };
         Ok((Upload::Complete, start))
     }
 
@@ -490,7 +506,14 @@ impl MuxWire for H2Wire {
             }
             out.progress.body_consumed = true;
         }
-        match tokio::time::timeout(limit, response).await {
+        // A client that resets the stream meanwhile ends the exchange: the origin's
+        // stream is reset too (CANCEL) when the response future drops.
+        let waited = tokio::select! {
+            biased;
+            waited = tokio::time::timeout(limit, response) => waited,
+            () = client_reset(&mut self.respond) => return Err(abandoned()),
+        };
+        match waited {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(self.refused_keeps(stream_failed(e, sent_body), again)),
             Ok(Ok(answered)) => Ok(self.start_mux(out, answered, None)),

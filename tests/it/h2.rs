@@ -743,6 +743,25 @@ async fn wait_refused(addr: SocketAddr, deadline: Duration) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_client_resets_stops_waiting_for_the_origin() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
+    let mut client = RawH2::connect(proxy.addr()).await;
+    client.get(1, "/hold/cancelled").await.expect("send the request");
+    wait_until("the origin has the request", DEADLINE, || origin.request_count() == 1).await;
+    assert_eq!(origin.closed(), 0);
+    // RST_STREAM(CANCEL): the client no longer wants the response.
+    let cancel = encode_frame(frame::RST_STREAM, 0, 1, &8u32.to_be_bytes());
+    client.send(&cancel).await.expect("send the reset");
+    // The exchange ends at once: its upstream connection, mid-request, is closed.
+    wait_until("the origin connection is closed", DEADLINE, || origin.closed() == 1).await;
+    // The client's connection still serves.
+    client.get(3, "/after").await.expect("send another request");
+    let head = client.until(DEADLINE, |f| f.kind == frame::HEADERS && f.stream == 3).await;
+    assert_eq!(head.expect("a response").status(), Some(200));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_removes_the_listener_sends_goaway_and_finishes_the_stream() {
     let origin = Origin::start().await;
     let dir = TempDir::new("h2-reload-goaway");
