@@ -23,9 +23,58 @@ use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, Next, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::Framing;
+use crate::net::WaitError;
 use crate::telemetry::failures;
 use crate::upstream::settings::Speaks;
 use crate::upstream::{Backend, Lease, LeaseError};
+
+/// The response reached the client whole at `now`: recorded, and what the client's
+/// connection does next (`keep_client`: the response lets it stay open).
+pub(super) fn delivered(
+    out: Outbound,
+    status: u16,
+    bytes: u64,
+    now: Instant,
+    keep_client: bool,
+    upload: Upload,
+) -> Done {
+    out.record.finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: Some(now) });
+    let next = match (keep_client, upload) {
+        (true, _) => Next::KeepOpen,
+        // The origin answered before the whole body came: the client may still be
+        // sending it.
+        (false, Upload::Interrupted) => Next::Linger,
+        (false, Upload::Complete) => Next::Close,
+    };
+    Done { next, at: now }
+}
+
+/// The client left before the response ended (`bytes` of its body went out).
+pub(super) fn client_left(out: Outbound, status: u16, bytes: u64, error: &WaitError) -> Done {
+    tracing::debug!(error = %error, "client left before the response ended");
+    let at = out.record.started();
+    out.record.finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
+    Done { next: Next::Close, at }
+}
+
+/// The origin's response body failed after the head went out: counted against the
+/// backend, and the client's connection closes (the response is cut off).
+pub(super) fn origin_body_failed(
+    mut out: Outbound,
+    status: u16,
+    bytes: u64,
+    error: &std::io::Error,
+) -> Done {
+    if let Some(upstream) = out.route.upstream.as_ref() {
+        let backend = Some(out.backend().addr);
+        let message = format!("upstream response body failed: {error}");
+        failures::record(&upstream.name, backend, "origin_body", status, &message);
+    }
+    out.record.failed("origin_body");
+    let at = out.record.started();
+    out.record.finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
+    Done { next: Next::Close, at }
+}
 
 /// Responses whose unread remainder is at most this many bytes are drained after the
 /// client leaves, to keep the connection; 64 KiB is a few milliseconds on any link.
@@ -314,44 +363,20 @@ impl Proxy {
                         if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };
                     lease.discard(reason);
                 }
-                out.record.finish(
-                    out.route.upstream.as_deref(),
-                    Delivery { status, bytes: done.bytes, ended: Some(now) },
-                );
-                let next = match (keep_client, upload) {
-                    (true, _) => Next::KeepOpen,
-                    // The origin answered before the whole body came: the client may still
-                    // be sending it.
-                    (false, Upload::Interrupted) => Next::Linger,
-                    (false, Upload::Complete) => Next::Close,
-                };
-                Done { next, at: now }
+                delivered(out, status, done.bytes, now, keep_client, upload)
             }
             Err(DownloadError::Client { error, bytes, remaining }) => {
-                tracing::debug!(error = %error, "client left before the response ended");
                 match remaining {
                     Some(n) if reusable && n <= DRAIN_LIMIT_BYTES && !wire.origin_has_extra() => {
                         wire.drain_later(lease, n)
                     }
                     _ => lease.discard(CloseReason::Error),
                 }
-                let at = out.record.started();
-                out.record
-                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
-                Done { next: Next::Close, at }
+                client_left(out, status, bytes, &error)
             }
             Err(DownloadError::Upstream { error, bytes }) => {
-                if let Some(upstream) = out.route.upstream.as_ref() {
-                    let backend = Some(out.backend().addr);
-                    let message = format!("upstream response body failed: {error}");
-                    failures::record(&upstream.name, backend, "origin_body", status, &message);
-                }
                 lease.discard(CloseReason::Error);
-                out.record.failed("origin_body");
-                let at = out.record.started();
-                out.record
-                    .finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
-                Done { next: Next::Close, at }
+                origin_body_failed(out, status, bytes, &error)
             }
         }
     }

@@ -11,14 +11,13 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
-use super::record::Delivery;
+use super::exchange::{client_left, delivered, origin_body_failed};
 use super::retry::{self, Decision};
 use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
-use super::{error, record, Done, Next, Outbound, Proxy};
+use super::{error, record, Done, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
 use crate::http2::convert;
-use crate::telemetry::failures;
 use crate::upstream::multiplex::{Leased, MuxLease};
 use crate::upstream::settings::Speaks;
 use crate::upstream::LeaseError;
@@ -163,37 +162,13 @@ impl Proxy {
         let keep_client = start.connection != ConnectionOut::Close;
         let downloaded = wire.mux_relay(&out, &start).await;
         drop(lease);
-        let upstream = out.route.upstream.clone();
         match downloaded {
-            Ok(done) => {
-                let now = Instant::now();
-                out.record.finish(
-                    upstream.as_deref(),
-                    Delivery { status, bytes: done.bytes, ended: Some(now) },
-                );
-                let next = match (keep_client, upload) {
-                    (true, _) => Next::KeepOpen,
-                    (false, Upload::Interrupted) => Next::Linger,
-                    (false, Upload::Complete) => Next::Close,
-                };
-                Done { next, at: now }
-            }
+            Ok(done) => delivered(out, status, done.bytes, Instant::now(), keep_client, upload),
             Err(DownloadError::Client { error, bytes, .. }) => {
-                tracing::debug!(error = %error, "client left before the response ended");
-                let at = out.record.started();
-                out.record.finish(upstream.as_deref(), Delivery { status, bytes, ended: None });
-                Done { next: Next::Close, at }
+                client_left(out, status, bytes, &error)
             }
             Err(DownloadError::Upstream { error, bytes }) => {
-                if let Some(upstream) = upstream.as_ref() {
-                    let backend = Some(out.backend().addr);
-                    let message = format!("upstream response body failed: {error}");
-                    failures::record(&upstream.name, backend, "origin_body", status, &message);
-                }
-                out.record.failed("origin_body");
-                let at = out.record.started();
-                out.record.finish(upstream.as_deref(), Delivery { status, bytes, ended: None });
-                Done { next: Next::Close, at }
+                origin_body_failed(out, status, bytes, &error)
             }
         }
     }
