@@ -40,6 +40,18 @@ pub struct CheckConfig {
     pub thresholds: CheckThresholds,
 }
 
+impl CheckConfig {
+    /// Whether a check answered with `status` passes.
+    fn passes(&self, status: u16) -> bool {
+        self.expect_status.map_or((200..400).contains(&status), |s| s == status)
+    }
+
+    /// The check's host for the server at `addr`.
+    fn host_for(&self, addr: std::net::SocketAddr) -> String {
+        self.host.clone().unwrap_or_else(|| addr.to_string())
+    }
+}
+
 /// Default [`CheckConfig::interval`], the time between two checks of one server: a dead
 /// server is noticed within a couple of intervals even when no request goes to it.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
@@ -114,7 +126,7 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
         Some(lease) => lease,
         None => backend.conns.lease(check.timeout).await?,
     };
-    let host = check.host.clone().unwrap_or_else(|| backend.addr.to_string());
+    let host = check.host_for(backend.addr);
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: holdfast-health-check\r\n\r\n",
         check.path
@@ -136,7 +148,7 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
             Err(e) => return Err(CheckError::Io(e.into_io())),
         }
     };
-    let passed = check.expect_status.map_or((200..400).contains(&status), |s| s == status);
+    let passed = check.passes(status);
     finish(lease, buf, rest, check.timeout).await;
     if passed {
         Ok(())
@@ -151,7 +163,7 @@ async fn probe_h2(
     stream: MuxLease,
     check: &CheckConfig,
 ) -> Result<(), CheckError> {
-    let host = check.host.clone().unwrap_or_else(|| backend.addr.to_string());
+    let host = check.host_for(backend.addr);
     let scheme = if backend.conns.is_tls() { "https" } else { "http" };
     let request = http::Request::get(format!("{scheme}://{host}{}", check.path))
         .header(http::header::USER_AGENT, "holdfast-health-check")
@@ -162,7 +174,7 @@ async fn probe_h2(
     let response = tokio::time::timeout(check.timeout, response).await;
     let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status().as_u16();
     stream.answered();
-    if check.expect_status.map_or((200..400).contains(&status), |s| s == status) {
+    if check.passes(status) {
         Ok(())
     } else {
         Err(CheckError::Status(status))
