@@ -214,6 +214,17 @@ pub fn add_lines(map: &mut HeaderMap, lines: &[u8]) {
     }
 }
 
+/// The fields of a response holdfast makes itself (as `encode::local_response` writes
+/// them for HTTP/1.1): `extra` header lines, then plain text of `len` bytes.
+pub fn local_headers(extra: &[u8], len: usize) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    add_lines(&mut headers, extra);
+    headers
+        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+    headers
+}
+
 /// The body of a local answer as one frame's worth.
 pub fn text_body(text: &str) -> Bytes {
     Bytes::copy_from_slice(text.as_bytes())

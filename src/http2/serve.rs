@@ -31,7 +31,7 @@ use crate::http1::encode::PeerText;
 use crate::http1::request::{self, HeadLimits, Refusal};
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
-use crate::proxy::{H2Wire, Proxy};
+use crate::proxy::{ClientLimits, H2Wire, Proxy};
 
 /// Flow-control windows granted to a client: per stream, and for the connection. The
 /// connection's bounds what one client connection can make holdfast buffer.
@@ -75,7 +75,13 @@ pub async fn serve(
         Ok(Err(e)) => return CLIENT.failed(&e, addr),
         Err(_) => return,
     };
-    let peer = Arc::new(PeerText::new(addr.ip(), tls.is_some()));
+    let client = Arc::new(ClientSide {
+        addr,
+        proxy,
+        peer: PeerText::new(addr.ip(), tls.is_some()),
+        tls,
+        limits,
+    });
     let streams = Arc::new(StreamCounts::default());
     let idle = timeouts.client_idle;
     let mut stopping = false;
@@ -120,11 +126,11 @@ pub async fn serve(
             Some(Ok((req, respond))) => {
                 CLIENT.streams.fetch_add(1, Relaxed);
                 streams.accepted.fetch_add(1, Relaxed);
-                let (proxy, peer) = (Arc::clone(&proxy), Arc::clone(&peer));
+                let client = Arc::clone(&client);
                 let streams = Arc::clone(&streams);
                 // The stream's state lives in a box of its own: the task then holds
                 // a pointer, and tokio moves no large future when it starts and ends.
-                let stream = Box::pin(run_stream(req, respond, addr, proxy, peer, tls));
+                let stream = Box::pin(run_stream(req, respond, client));
                 tokio::spawn(async move {
                     if stream.await {
                         streams.abandoned();
@@ -175,36 +181,33 @@ async fn stopped(open: &mut OpenConnection) {
 async fn run_stream(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
-    addr: SocketAddr,
-    proxy: Arc<Proxy>,
-    peer: Arc<PeerText>,
-    tls: Option<TlsFacts>,
+    client: Arc<ClientSide>,
 ) -> bool {
+    let ClientSide { addr, ref proxy, ref peer, tls, limits } = *client;
     let (parts, body) = req.into_parts();
     // Both heads come from, and go back to, the thread's cache of head buffers.
     let mut head = net::scratch();
     let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
     drop(parts);
-    let limits = proxy.site().limits;
     let head_limits = HeadLimits {
         max_line_bytes: limits.max_line_bytes,
         max_head_bytes: limits.max_header_bytes,
     };
     let lines = head.iter().filter(|b| **b == b'\n').count();
     if lines > limits.max_headers.saturating_add(2) {
-        refuse(&proxy, addr, &mut respond, Refusal::TooManyHeaders);
+        refuse(proxy, addr, &mut respond, Refusal::TooManyHeaders);
         return false;
     }
     let mut storage = vec![MaybeUninit::uninit(); lines];
     let mut origin_head = net::scratch();
     let mut out = match request::parse(&head, &mut storage, &head_limits) {
-        Ok(Some(req)) => proxy.prepare(&req, addr, &peer, tls, &mut origin_head),
+        Ok(Some(req)) => proxy.prepare(&req, addr, peer, tls, &mut origin_head),
         Ok(None) => {
-            refuse(&proxy, addr, &mut respond, Refusal::Malformed);
+            refuse(proxy, addr, &mut respond, Refusal::Malformed);
             return false;
         }
         Err(refusal) => {
-            refuse(&proxy, addr, &mut respond, refusal);
+            refuse(proxy, addr, &mut respond, refusal);
             return false;
         }
     };
@@ -217,6 +220,18 @@ async fn run_stream(
     wire.client_failed()
 }
 
+/// What every stream of one client connection shares: who the client is, and the
+/// proxy with the client-side limits in force when the connection was accepted (as
+/// for an HTTP/1.1 connection).
+struct ClientSide {
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    /// The client's address as the forwarding headers give it.
+    peer: PeerText,
+    tls: Option<TlsFacts>,
+    limits: ClientLimits,
+}
+
 /// Answers a stream whose head cannot be forwarded; only the stream ends.
 fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut SendResponse<Bytes>, refusal: Refusal) {
     tracing::debug!(client = %addr, reason = %refusal.as_str(), "refused HTTP/2 request");
@@ -225,9 +240,7 @@ fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut SendResponse<Bytes>, re
     let mut response = http::Response::new(());
     *response.status_mut() =
         http::StatusCode::from_u16(refusal.status()).unwrap_or(http::StatusCode::BAD_REQUEST);
-    let headers = response.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
-    headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+    *response.headers_mut() = convert::local_headers(b"", text.len());
     if let Ok(mut body) = respond.send_response(response, false) {
         let _ = body.send_data(Bytes::from(text), true);
     }

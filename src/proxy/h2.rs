@@ -237,11 +237,8 @@ impl Wire for H2Wire {
         extra: &[u8],
         _keep: bool,
     ) -> bool {
-        let mut headers = HeaderMap::new();
-        convert::add_lines(&mut headers, extra);
+        let mut headers = convert::local_headers(extra, text.len());
         convert::add_lines(&mut headers, out.hsts(|| false));
-        convert::add_lines(&mut headers, b"content-type: text/plain; charset=utf-8\r\n");
-        headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
         let head_only = text.is_empty() || out.request.method == Method::HEAD;
         let Ok(mut stream) = self.start_response(status, headers, head_only) else {
             self.client_failed = true;
