@@ -226,15 +226,20 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
 HOLDFAST_TLS_FLAGS = ("--tls-cert", "--tls-key", "--upstream-ca")
 
 
-def holdfast_speaks_tls(holdfast):
-    """Whether this holdfast binary has the TLS flags (its `--help` names them all)."""
+def _holdfast_has_flags(holdfast, flags):
+    """Whether this holdfast binary has every one of `flags` (its `--help` names them)."""
     try:
         out = subprocess.run([str(holdfast), "--help"], capture_output=True, text=True,
                              timeout=30, check=False)
     except OSError:
         return False
     text = out.stdout + out.stderr
-    return all(flag in text for flag in HOLDFAST_TLS_FLAGS)
+    return all(flag in text for flag in flags)
+
+
+def holdfast_speaks_tls(holdfast):
+    """Whether this holdfast binary has the TLS flags."""
+    return _holdfast_has_flags(holdfast, HOLDFAST_TLS_FLAGS)
 
 
 # The flag holdfast needs for the HTTP/2 scenarios (`--upstream h2c://` goes with it).
@@ -242,14 +247,8 @@ HOLDFAST_H2_FLAGS = ("--h2c",)
 
 
 def holdfast_speaks_h2(holdfast):
-    """Whether this holdfast binary has the HTTP/2 flags (its `--help` names them)."""
-    try:
-        out = subprocess.run([str(holdfast), "--help"], capture_output=True, text=True,
-                             timeout=30, check=False)
-    except OSError:
-        return False
-    text = out.stdout + out.stderr
-    return all(flag in text for flag in HOLDFAST_H2_FLAGS)
+    """Whether this holdfast binary has the HTTP/2 flags."""
+    return _holdfast_has_flags(holdfast, HOLDFAST_H2_FLAGS)
 
 
 def _wait_admin(admin_url, child, timeout_s=10):

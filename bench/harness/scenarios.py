@@ -574,16 +574,24 @@ def _flat_latency(metrics):
 _TLS_METRIC = "holdfast_backend_tls_handshakes_total{"
 
 
-def _holdfast_tls_handshakes(running):
-    """holdfast's own count of its upstream TLS handshakes, {"full": n, "resumed": n}, from
-    `holdfast_backend_tls_handshakes_total{..., session="full|resumed"}` on its admin
-    listener; None when it has no admin listener or does not export the metric."""
+def _holdfast_metrics(running):
+    """holdfast's /metrics text from its admin listener; None without one, or when it
+    does not answer."""
     if not running.admin_url:
         return None
     try:
         with urllib.request.urlopen(running.admin_url + "/metrics", timeout=10) as resp:
-            text = resp.read().decode()
+            return resp.read().decode()
     except OSError:
+        return None
+
+
+def _holdfast_tls_handshakes(running):
+    """holdfast's own count of its upstream TLS handshakes, {"full": n, "resumed": n}, from
+    `holdfast_backend_tls_handshakes_total{..., session="full|resumed"}` on its admin
+    listener; None when it has no admin listener or does not export the metric."""
+    text = _holdfast_metrics(running)
+    if text is None:
         return None
     counts = {}
     for line in text.splitlines():
@@ -673,12 +681,8 @@ def _probe_h2(ctx, running, url):
 def _holdfast_gauge(running, name):
     """The sum of holdfast's metric `name` over its labels, from /metrics on its admin
     listener; None without an admin listener or when it does not export the metric."""
-    if not running.admin_url:
-        return None
-    try:
-        with urllib.request.urlopen(running.admin_url + "/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-    except OSError:
+    text = _holdfast_metrics(running)
+    if text is None:
         return None
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
               if line.startswith(name + "{") or line.startswith(name + " ")]
