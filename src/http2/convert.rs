@@ -94,24 +94,60 @@ pub struct NotH2(String);
 pub fn origin_request(head: &[u8], tls: bool, te_trailers: bool) -> Result<Request<()>, NotH2> {
     // One copy of the head: every value and the path are slices of it, not copies.
     let shared = Bytes::copy_from_slice(head);
-    // One slot per line is enough for every field.
-    let lines = head.iter().filter(|b| **b == b'\n').count();
-    let mut storage = vec![httparse::EMPTY_HEADER; lines];
-    let mut req = httparse::Request::new(&mut storage);
-    match req.parse(&shared) {
-        Ok(httparse::Status::Complete(_)) => from_parsed(&req, &shared, tls, te_trailers),
-        Ok(httparse::Status::Partial) => Err(NotH2("incomplete head".into())),
-        Err(e) => Err(NotH2(e.to_string())),
+    // Most heads fit the slots on the stack; a longer one gets a slot per line.
+    let mut few = [httparse::EMPTY_HEADER; FEW_FIELDS];
+    match parse_into(&shared, &mut few, tls, te_trailers) {
+        Err(Parse::TooMany) => {
+            let lines = head.iter().filter(|b| **b == b'\n').count();
+            let mut many = vec![httparse::EMPTY_HEADER; lines];
+            parse_into(&shared, &mut many, tls, te_trailers)
+        }
+        done => done,
+    }
+    .map_err(|e| match e {
+        Parse::TooMany => NotH2("too many fields".into()),
+        Parse::Bad(e) => e,
+    })
+}
+
+/// Fields a head can have before parsing it needs slots off the stack.
+const FEW_FIELDS: usize = 32;
+
+/// Why parsing a head into given slots stopped.
+enum Parse {
+    TooMany,
+    Bad(NotH2),
+}
+
+fn parse_into<'a>(
+    shared: &'a Bytes,
+    slots: &mut [httparse::Header<'a>],
+    tls: bool,
+    te_trailers: bool,
+) -> Result<Request<()>, Parse> {
+    let mut req = httparse::Request::new(slots);
+    match req.parse(shared) {
+        Ok(httparse::Status::Complete(_)) => {
+            from_parsed(&req, shared, tls, te_trailers).map_err(Parse::Bad)
+        }
+        Ok(httparse::Status::Partial) => Err(Parse::Bad(NotH2("incomplete head".into()))),
+        Err(httparse::Error::TooManyHeaders) => Err(Parse::TooMany),
+        Err(e) => Err(Parse::Bad(NotH2(e.to_string()))),
     }
 }
 
-/// The names of the fields holdfast writes itself, so that they cost no allocation.
-const OWN_NAMES: [&str; 4] =
-    ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip"];
+/// The names of the fields holdfast writes itself, made once, so that they cost no
+/// allocation or parsing per request.
+static OWN_NAMES: [HeaderName; 4] = [
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-real-ip"),
+];
 
 fn header_name(name: &str) -> Result<HeaderName, NotH2> {
-    match OWN_NAMES.iter().find(|own| name.eq_ignore_ascii_case(own)) {
-        Some(own) => Ok(HeaderName::from_static(own)),
+    match OWN_NAMES.iter().find(|own| name.eq_ignore_ascii_case(own.as_str())) {
+        Some(own) => Ok(own.clone()),
         None => HeaderName::from_bytes(name.as_bytes()).map_err(|e| NotH2(e.to_string())),
     }
 }
@@ -131,23 +167,24 @@ fn from_parsed(
         .find(|h| h.name.eq_ignore_ascii_case("host"))
         .map(|h| h.value)
         .ok_or_else(|| bad("no host"))?;
-    let authority = http::uri::Authority::from_maybe_shared(shared.slice_ref(host))
-        .map_err(|e| bad(&e.to_string()))?;
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
+    uri.authority = Some(
+        http::uri::Authority::from_maybe_shared(shared.slice_ref(host))
+            .map_err(|e| bad(&e.to_string()))?,
+    );
     // `*` (OPTIONS) stays `*` (RFC 9113, 8.3.1).
-    let path = http::uri::PathAndQuery::from_maybe_shared(shared.slice_ref(path.as_bytes()))
-        .map_err(|e| bad(&e.to_string()))?;
-    let scheme = if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP };
-    let uri = Uri::builder()
-        .scheme(scheme)
-        .authority(authority)
-        .path_and_query(path)
-        .build()
-        .map_err(|e| bad(&e.to_string()))?;
-    let mut builder = Request::builder()
-        .method(Method::from_bytes(method.as_bytes()).map_err(|e| bad(&e.to_string()))?)
-        .uri(uri)
-        .version(http::Version::HTTP_2);
-    let headers = builder.headers_mut().ok_or_else(|| bad("invalid head"))?;
+    uri.path_and_query = Some(
+        http::uri::PathAndQuery::from_maybe_shared(shared.slice_ref(path.as_bytes()))
+            .map_err(|e| bad(&e.to_string()))?,
+    );
+    let mut request = Request::new(());
+    *request.method_mut() =
+        Method::from_bytes(method.as_bytes()).map_err(|e| bad(&e.to_string()))?;
+    *request.uri_mut() = Uri::from_parts(uri).map_err(|e| bad(&e.to_string()))?;
+    *request.version_mut() = http::Version::HTTP_2;
+    let headers = request.headers_mut();
+    headers.reserve(req.headers.len().saturating_add(1));
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("host") || is_connection_specific(h.name) {
             continue;
@@ -159,7 +196,7 @@ fn from_parsed(
     if te_trailers {
         headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
-    builder.body(()).map_err(|e| bad(&e.to_string()))
+    Ok(request)
 }
 
 /// The fields of an HTTP/1.1 origin's response as an HTTP/2 client gets them: those
@@ -255,6 +292,21 @@ mod tests {
         assert!(text.contains("transfer-encoding: chunked\r\n"), "{text}");
         assert!(!text.contains("te:"), "{text}");
         assert!(text.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn a_head_with_more_fields_than_the_stack_slots_keeps_them_all() {
+        let mut head =
+            String::from("GET /many HTTP/1.1\r\nHost: app\r\nX-Forwarded-For: 10.0.0.1\r\n");
+        for i in 0..FEW_FIELDS * 2 {
+            head.push_str(&format!("x-field-{i}: {i}\r\n"));
+        }
+        head.push_str("\r\n");
+        let req = origin_request(head.as_bytes(), false, false).unwrap();
+        assert_eq!(req.headers().len(), FEW_FIELDS * 2 + 1);
+        assert_eq!(req.headers()["x-field-63"], "63");
+        assert_eq!(req.headers()["x-forwarded-for"], "10.0.0.1");
+        assert_eq!(req.uri(), "http://app/many");
     }
 
     #[test]

@@ -97,12 +97,16 @@ impl Proxy {
         head: &[u8],
         wire: &mut W,
     ) -> Done {
+        // holdfast's own answers are boxed, like every rare path here: their state
+        // would otherwise make every exchange's future larger, and each await of a
+        // future copies all of it.
         if let Some(local) = out.route.local.take() {
             let (status, reason, text, extra) = local.response();
-            return self.answer_with(out, status, reason, &text, extra.as_bytes(), wire).await;
+            let answer = self.answer_with(out, status, reason, &text, extra.as_bytes(), wire);
+            return Box::pin(answer).await;
         }
         if out.backend.is_none() {
-            return self.answer_unserved(out, wire).await;
+            return Box::pin(self.answer_unserved(out, wire)).await;
         }
         if let (Framing::Length(len), Some(max)) = (out.request.framing, out.route.max_body) {
             if len > max {
@@ -110,7 +114,7 @@ impl Proxy {
                 let kind = ProxyErrorKind::BodyTooLarge(max);
                 tracing::debug!(length = len, reason = %kind.as_str(), "{kind}");
                 let text = format!("holdfast: {kind}\n");
-                return self.answer(out, 413, "body_too_large", &text, wire).await;
+                return Box::pin(self.answer(out, 413, "body_too_large", &text, wire)).await;
             }
         }
         let mut kept = None;

@@ -96,7 +96,11 @@ impl OriginPool {
     pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
         loop {
             match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
-                Checkout::Connect(permit) => return self.open(permit, connect_timeout).await,
+                // Boxed: with reuse, connecting is the rare case, and its state would
+                // otherwise make every lease's future larger.
+                Checkout::Connect(permit) => {
+                    return Box::pin(self.open(permit, connect_timeout)).await
+                }
                 Checkout::Idle(lease) if lease.get().probe() => return Ok(lease),
                 Checkout::Idle(lease) => lease.discard(CloseReason::OriginClosed),
             }

@@ -204,7 +204,9 @@ impl Multiplexed {
                 }
             };
             if open {
-                match shared.open(connect_timeout, tls).await {
+                // Boxed: connecting is rare, and its state would otherwise make
+                // every lease's future larger.
+                match Box::pin(shared.open(connect_timeout, tls)).await {
                     Ok(Opened::H2(conn)) => shared.adopt(conn),
                     Ok(Opened::Http1(conn)) => {
                         shared.lock().connecting -= 1;
