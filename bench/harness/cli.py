@@ -381,6 +381,9 @@ def _session(opts, session, argv):
             log("wrote BENCHMARKS.md's HTTP/2 results section and bench/results/h2-*.svg")
     log("")
     log(report.targets_table(checks))
+    floor = report.h2_floor_line(report.aggregate(records))  # information, not a target
+    if floor:
+        log(floor)
     return _exit_status(opts, records, plan_contenders)
 
 

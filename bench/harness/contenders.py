@@ -15,6 +15,10 @@ HTTP/2 with prior knowledge, h2c; it forwards over HTTP/1.1) or `h2="both"` (h2c
 sides, to an origin in h2c mode); nginx and HAProxy render the config for that side
 (`Contender.h2_configs`), holdfast gets `--h2c` (and `--upstream h2c://`). A contender
 without a config for the side does not run that scenario (see `scenarios.contenders_for`).
+
+`h2-floor` is no proxy to compare with but a floor: the smallest h2c-to-h2c relay on the
+`h2` crate (bench/tools/src/bin/h2-floor.rs), run only in h2-to-h2c, where holdfast's CPU
+per request over its own says how much of holdfast's cost is the crate's. It is not a peer.
 """
 
 import json
@@ -33,7 +37,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 @dataclass(frozen=True)
 class Contender:
     name: str
-    program: str | None  # the program it needs ("nginx", "haproxy", "holdfast"), None for direct
+    program: str | None  # "nginx", "haproxy", "holdfast" or "h2-floor"; None for direct
     config: str | None  # template in bench/configs/
     about: str
     # Runs only in the scenarios that name it (Scenario.contenders), not in every scenario.
@@ -42,7 +46,7 @@ class Contender:
     # (HTTPS upstream); a side it has no template for, it does not run.
     tls_configs: tuple = ()
     # (side, template) pairs for the HTTP/2 scenarios: "client" (h2c listener, HTTP/1.1
-    # upstream) and "both" (h2c upstream too).
+    # upstream) and "both" (h2c upstream too); template None: it takes no config (h2-floor).
     h2_configs: tuple = ()
 
     def config_for(self, tls, h2=None):
@@ -57,7 +61,7 @@ class Contender:
     def runs_h2(self, h2):
         """Whether it can run an HTTP/2 scenario of side `h2` (holdfast: when its binary
         has the flags, checked apart)."""
-        return self.program in (None, "holdfast") or self.config_for(None, h2) is not None
+        return self.program in (None, "holdfast") or h2 in dict(self.h2_configs)
 
 
 CONTENDERS = [
@@ -90,11 +94,16 @@ CONTENDERS = [
                            ("origin", "haproxy-https-origin.cfg")),
               h2_configs=(("client", "haproxy-h2.cfg"), ("both", "haproxy-h2c.cfg"))),
     Contender("holdfast", "holdfast", None, "holdfast, no tuning, --threads 1"),
+    Contender("h2-floor", "h2-floor", None,
+              "the smallest h2c-to-h2c relay on the h2 crate (bench/tools/src/bin/h2-floor.rs), "
+              "one upstream connection: the crate's own cost, a floor for holdfast",
+              only_where_named=True, h2_configs=(("both", None),)),
 ]
 
 BY_NAME = {c.name: c for c in CONTENDERS}
 
-# The better of these two, per metric, is the "best peer" the targets compare against.
+# The better of these two, per metric, is the "best peer" the targets compare against
+# (h2-floor never is: it is a floor, see report.h2_floor_line).
 PEERS = ("nginx-tuned", "haproxy")
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -205,6 +214,10 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
             argv = [bins["holdfast"], "--listen", listen, *tls_args, *h2_args, "--upstream",
                     upstream, "--threads", "1", "--admin", admin]
         admin_url = f"http://{admin}"
+    elif contender.program == "h2-floor":
+        if h2 != "both":
+            raise StartError(f"{contender.name} only relays h2c clients to an h2c origin")
+        argv = [bins["h2-floor"], "--listen", listen, "--upstream", origin.address]
     else:
         raise ValueError(f"unknown contender {contender.name}")
     child = procs.spawn(contender.name, argv, log_dir=run_dir, cpu=procs.PROXY_CPU, netns=netns)

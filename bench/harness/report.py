@@ -976,6 +976,19 @@ def h2_ratio_table(medians):
                   rows)
 
 
+def h2_floor_line(medians):
+    """holdfast's CPU per request in h2-to-h2c over h2-floor's (ratio of medians): how far
+    holdfast is from the h2 crate's own cost. Information, not a target; None unless both
+    ran there."""
+    mine = _median(medians, "h2-to-h2c", "holdfast", "cpu_us_per_request")
+    floor = _median(medians, "h2-to-h2c", "h2-floor", "cpu_us_per_request")
+    if mine is None or not floor:
+        return None
+    return (f"holdfast / h2-floor CPU per request (h2-to-h2c; information, not a target): "
+            f"{mine / floor:.2f}x ({_num(mine, 2)} µs against {_num(floor, 2)} µs; h2-floor is "
+            "the smallest relay on the h2 crate, a floor for holdfast, not a peer)")
+
+
 def h2_markdown(document, chart_files, *, image_prefix):
     """The generated part of BENCHMARKS.md's HTTP/2 section, from results/h2.json."""
     m = document["machine"]
@@ -1010,6 +1023,9 @@ def h2_markdown(document, chart_files, *, image_prefix):
             "Best peer: the better of nginx-tuned and HAProxy (h2-to-h1), of nginx-grpc and "
             "HAProxy (h2-to-h2c), on each metric, from the medians.", "",
             h2_ratio_table(medians), ""]
+    floor = h2_floor_line(medians)
+    if floor:
+        out += [floor + ".", ""]
     for name in scenarios.H2:
         if name not in medians:
             continue
