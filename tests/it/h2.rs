@@ -188,7 +188,15 @@ async fn h2load_without_failures_over_few_upstream_connections() {
     assert_eq!(h2load_counts(&report), (2000, 2000, 0, 0), "{report}");
     assert!(report.contains("2000 2xx"), "{report}");
     assert_eq!(origin.request_count(), 2000);
-    assert!(origin.accepted() <= 64, "{} upstream connections for 64 streams", origin.accepted());
+    // At most one open connection per stream in flight. A few more are opened over the
+    // run: when the streams in flight dip below the recent peak, the pool closes idle
+    // connections above demand (`above_demand`), and opens them again as the streams
+    // come back (measured at 64-71 opened, up to 7 closed, on a 2-core machine).
+    // Without reuse it would be one per request, 2000.
+    let accepted = origin.accepted();
+    assert!(accepted <= 64 + 16, "{accepted} upstream connections for 64 streams");
+    let pool = proxy.pool();
+    assert!(pool.idle + pool.active <= 64, "more connections kept than streams: {pool:?}");
 
     // To an h2c origin with no stream limit: the streams share a connection or two.
     let h2_origin = H2Origin::start().await;
