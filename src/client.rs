@@ -42,8 +42,9 @@ use crate::net::{self, Deadline, InBuf, Timer, TlsFacts, TlsStream, WaitError};
 use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 
 /// How long a closing connection keeps reading what the client still sends, so that
-/// its last response is not lost to a reset.
-const LINGER: Duration = Duration::from_secs(2);
+/// its last response is not lost to a reset: long enough for a busy client to read it
+/// (nginx's `lingering_timeout` is 5 s too), short enough not to hold sockets.
+const LINGER: Duration = Duration::from_secs(5);
 
 /// What a client connection needs besides its socket: the proxy, and the client-side
 /// limits of the config in force when it was accepted.
