@@ -95,16 +95,18 @@ async fn a_trickling_upload_is_cut_after_its_head_start_with_408() {
         .write_all(b"POST /trickle HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\n")
         .await
         .unwrap();
-    // A byte every 100 ms, never long enough apart for a per-read timeout: 10 B/s.
+    // A byte every 100 ms, never long enough apart for a per-read timeout: 10 B/s, for
+    // 20 s unless holdfast cuts it: after the 0.5 s head start, and the 5 s it lingers
+    // reading what the client still sends so that the 408 is not lost to a reset.
     let trickle = async {
-        for _ in 0..100 {
+        for _ in 0..200 {
             if stream.write_all(b"x").await.is_err() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    within_for("the trickle is cut", Duration::from_secs(5), trickle).await;
+    within_for("the trickle is cut", Duration::from_secs(10), trickle).await;
     let mut client = crate::support::RawClient::from_stream(stream);
     let resp = client.response_then_close().await.expect("a 408");
     assert_eq!(resp.status, 408, "{}", resp.body_text());
