@@ -54,13 +54,24 @@ static LARGE_BODY: [u8; LARGE_BODY_BYTES] = [b'b'; LARGE_BODY_BYTES];
 /// What the origin counted since it started, in plain atomics.
 #[derive(Debug, Default)]
 pub struct OriginStats {
-    /// Connections of the cleartext origin, counted by holdfast-origin.
+    /// TCP connections, counted by holdfast-origin (the cleartext origin) or by the TLS
+    /// and h2c accept loops, in whichever mode the origin serves.
     connections: Arc<Connections>,
     requests: AtomicU64,
-    /// Connections and handshakes of the TLS origin, set when [`serve_tls`] starts.
+    /// Handshakes of the TLS origin, set when [`serve_tls`] starts.
     tls: OnceLock<tls::TlsCounts>,
-    /// Connections and HTTP/2 counts of the h2c origin, set when [`serve_h2c`] starts.
+    /// HTTP/2 counts of the h2c origin, set when [`serve_h2c`] starts.
     h2c: OnceLock<h2c::H2Counts>,
+}
+
+/// Counts an accepted connection closed in the origin's counts when dropped, however its
+/// task ends (the TLS and h2c accept loops; holdfast-origin counts the cleartext ones).
+struct ClosedOnDrop(Arc<Connections>);
+
+impl Drop for ClosedOnDrop {
+    fn drop(&mut self) {
+        self.0.count_closed();
+    }
 }
 
 /// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
@@ -84,34 +95,13 @@ pub struct StatsSnapshot {
 
 impl OriginStats {
     pub fn snapshot(&self) -> StatsSnapshot {
-        let requests = self.requests.load(Ordering::Relaxed);
-        if let Some(tls) = self.tls.get() {
-            return StatsSnapshot {
-                connections: tls.accepted(),
-                open: tls.open(),
-                requests,
-                accept_errors: tls.accept_errors(),
-                tls: Some(tls.handshakes()),
-                h2: None,
-            };
-        }
-        if let Some(h2c) = self.h2c.get() {
-            return StatsSnapshot {
-                connections: h2c.accepted(),
-                open: h2c.open(),
-                requests,
-                accept_errors: h2c.accept_errors(),
-                tls: None,
-                h2: Some(h2c.h2()),
-            };
-        }
         StatsSnapshot {
             connections: self.connections.accepted(),
             open: self.connections.open(),
-            requests,
+            requests: self.requests.load(Ordering::Relaxed),
             accept_errors: self.connections.accept_errors(),
-            tls: None,
-            h2: None,
+            tls: self.tls.get().map(tls::TlsCounts::handshakes),
+            h2: self.h2c.get().map(h2c::H2Counts::h2),
         }
     }
 }

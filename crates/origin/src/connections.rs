@@ -44,12 +44,19 @@ impl Connections {
         self.accept_errors.load(Ordering::SeqCst)
     }
 
-    /// Counts one accepted connection; returns its number in accept order, from 1.
-    pub(crate) fn count_accepted(&self) -> u64 {
+    /// Counts one accepted connection; returns its number in accept order, from 1. Public
+    /// for origins that accept their own connections (the benchmark's TLS and h2c ones).
+    pub fn count_accepted(&self) -> u64 {
         self.accepted.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    pub(crate) fn count_accept_error(&self) {
+    /// Counts one accepted connection closed (a counted socket does it when dropped).
+    pub fn count_closed(&self) {
+        self.closed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Counts one failed `accept` call.
+    pub fn count_accept_error(&self) {
         self.accept_errors.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -68,7 +75,7 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.connections.closed.fetch_add(1, Ordering::SeqCst);
+        self.connections.count_closed();
     }
 }
 

@@ -3,8 +3,8 @@
 //! sends (hyper-util's automatic server). The harness reads `/__origin/stats` over
 //! HTTP/1.1; a proxy that speaks h2c to the origin gets HTTP/2.
 //!
-//! Besides the TCP connections (counted as the cleartext origin counts them: accepted,
-//! open, failed accepts), it counts what went over HTTP/2: connections that carried at
+//! Besides the TCP connections (counted in the same holdfast-origin counts as the
+//! cleartext origin's: accepted, open, failed accepts), it counts what went over HTTP/2: connections that carried at
 //! least one HTTP/2 request, how many of those are open, and requests. A proxy that says
 //! it speaks h2c to its origin shows here whether it did, and how many connections it
 //! spread its streams over. Each connection allows [`Options::max_streams`] concurrent
@@ -23,7 +23,7 @@ use hyper_util::server::conn::auto;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{respond, Gate, OriginStats};
+use super::{respond, ClosedOnDrop, Gate, OriginStats};
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS the origin announces unless told otherwise: 100, the
 /// value RFC 9113 recommends as the least a server should allow (section 6.5.2), and what
@@ -43,12 +43,9 @@ impl Default for Options {
     }
 }
 
-/// Connections and HTTP/2 counts of an origin in h2c mode, in plain atomics.
+/// HTTP/2 counts of an origin in h2c mode, in plain atomics.
 #[derive(Debug, Default)]
 pub(super) struct H2Counts {
-    accepted: AtomicU64,
-    closed: AtomicU64,
-    accept_errors: AtomicU64,
     h2_connections: AtomicU64,
     h2_closed: AtomicU64,
     h2_requests: AtomicU64,
@@ -69,20 +66,6 @@ pub struct H2Snapshot {
 }
 
 impl H2Counts {
-    pub(super) fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    pub(super) fn open(&self) -> u64 {
-        // `closed` first: the difference never goes below zero.
-        let closed = self.closed.load(Ordering::SeqCst);
-        self.accepted().saturating_sub(closed)
-    }
-
-    pub(super) fn accept_errors(&self) -> u64 {
-        self.accept_errors.load(Ordering::SeqCst)
-    }
-
     pub(super) fn h2(&self) -> H2Snapshot {
         let closed = self.h2_closed.load(Ordering::SeqCst);
         let connections = self.h2_connections.load(Ordering::SeqCst);
@@ -95,26 +78,19 @@ impl H2Counts {
     }
 }
 
-/// Counts its connection closed when dropped, however the connection's task ends, and its
-/// HTTP/2 connection closed if it carried HTTP/2.
-struct OpenConnection {
+/// Counts its HTTP/2 connection closed when dropped, if it carried HTTP/2, however the
+/// connection's task ends.
+struct OpenH2 {
     stats: Arc<OriginStats>,
     is_h2: Arc<AtomicBool>,
 }
 
-impl OpenConnection {
-    fn counts(&self) -> &H2Counts {
-        self.stats.h2c.get().expect("serve initialises the h2c counts before accepting")
-    }
-}
-
-impl Drop for OpenConnection {
+impl Drop for OpenH2 {
     fn drop(&mut self) {
-        let counts = self.counts();
+        let counts = self.stats.h2c.get().expect("serve initialises the h2c counts");
         if self.is_h2.load(Ordering::Relaxed) {
             counts.h2_closed.fetch_add(1, Ordering::SeqCst);
         }
-        counts.closed.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -148,18 +124,17 @@ async fn accept_loop(
     stats: Arc<OriginStats>,
     gate: Arc<Gate>,
 ) {
-    let counts = stats.h2c.get().expect("serve initialises the h2c counts before accepting");
     // Each round accepts one connection or backs off after a failed accept.
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(_) => {
-                counts.accept_errors.fetch_add(1, Ordering::SeqCst);
+                stats.connections.count_accept_error();
                 tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
                 continue;
             }
         };
-        counts.accepted.fetch_add(1, Ordering::SeqCst);
+        stats.connections.count_accepted();
         // Small responses must not wait for Nagle; failing only costs latency.
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(
@@ -180,7 +155,8 @@ async fn serve_connection(
     gate: Arc<Gate>,
 ) {
     let is_h2 = Arc::new(AtomicBool::new(false));
-    let _open = OpenConnection { stats: Arc::clone(&stats), is_h2: Arc::clone(&is_h2) };
+    let _open = ClosedOnDrop(Arc::clone(&stats.connections));
+    let _open_h2 = OpenH2 { stats: Arc::clone(&stats), is_h2: Arc::clone(&is_h2) };
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         if request.version() == Version::HTTP_2 {
             let counts = stats.h2c.get().expect("initialised before accepting");

@@ -5,7 +5,7 @@
 //! resumes a session instead of a full handshake, in counts the origin keeps the same way
 //! whatever the proxy: full, resumed, failed, and of those done how many were TLS 1.3.
 //! holdfast-origin serves plain TCP only, so this file has its own accept loop; it counts
-//! connections as holdfast-origin does (accepted, open, failed accepts).
+//! connections in the origin's holdfast-origin counts (accepted, open, failed accepts).
 
 use std::future::Future;
 use std::io;
@@ -22,18 +22,15 @@ use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-use super::{respond, Gate, OriginStats};
+use super::{respond, ClosedOnDrop, Gate, OriginStats};
 
 /// A handshake not done within this fails (and closes its connection), so a client that
 /// connects and sends nothing holds nothing for long.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connections and handshakes of an origin in TLS mode, in plain atomics.
+/// Handshakes of an origin in TLS mode, in plain atomics.
 #[derive(Debug, Default)]
 pub(super) struct TlsCounts {
-    accepted: AtomicU64,
-    closed: AtomicU64,
-    accept_errors: AtomicU64,
     full: AtomicU64,
     resumed: AtomicU64,
     failed: AtomicU64,
@@ -54,20 +51,6 @@ pub struct HandshakeSnapshot {
 }
 
 impl TlsCounts {
-    pub(super) fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    pub(super) fn open(&self) -> u64 {
-        // `closed` first, as in holdfast-origin: the difference never goes below zero.
-        let closed = self.closed.load(Ordering::SeqCst);
-        self.accepted().saturating_sub(closed)
-    }
-
-    pub(super) fn accept_errors(&self) -> u64 {
-        self.accept_errors.load(Ordering::SeqCst)
-    }
-
     pub(super) fn handshakes(&self) -> HandshakeSnapshot {
         HandshakeSnapshot {
             full: self.full.load(Ordering::Relaxed),
@@ -89,15 +72,6 @@ impl TlsCounts {
         if version == Some(ProtocolVersion::TLSv1_3) {
             self.tls13.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-/// Counts its connection closed when dropped, however the connection's task ends.
-struct OpenConnection<'a>(&'a TlsCounts);
-
-impl Drop for OpenConnection<'_> {
-    fn drop(&mut self) {
-        self.0.closed.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -128,18 +102,17 @@ async fn accept_loop(
     stats: Arc<OriginStats>,
     gate: Arc<Gate>,
 ) {
-    let counts = stats.tls.get().expect("serve initialises the TLS counts before accepting");
     // Each round accepts one connection or backs off after a failed accept.
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(_) => {
-                counts.accept_errors.fetch_add(1, Ordering::SeqCst);
+                stats.connections.count_accept_error();
                 tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
                 continue;
             }
         };
-        counts.accepted.fetch_add(1, Ordering::SeqCst);
+        stats.connections.count_accepted();
         // Small responses must not wait for Nagle; failing only costs latency.
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(
@@ -160,7 +133,7 @@ async fn serve_connection(
     gate: Arc<Gate>,
 ) {
     let counts = stats.tls.get().expect("serve initialises the TLS counts before accepting");
-    let _open = OpenConnection(counts);
+    let _open = ClosedOnDrop(Arc::clone(&stats.connections));
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(_)) | Err(_) => {
