@@ -14,7 +14,6 @@ use bytes::Bytes;
 use holdfast::Config;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::support::http2::{
@@ -25,8 +24,8 @@ use crate::support::tls::{
     have_tool, run_tool, tls_connect, toml_path, Pki, TlsOrigin, TlsOriginOptions,
 };
 use crate::support::{
-    wait_until, within, ChildProxy, ClientBody, ClosedPort, Fnv, HttpClient, Origin, Proxy,
-    RawClient, ReservedPort, TempDir, DEADLINE,
+    wait_refused, wait_until, within, ChildProxy, ClientBody, ClosedPort, Fnv, HttpClient, Origin,
+    Proxy, RawClient, ReservedPort, TempDir, DEADLINE,
 };
 
 /// An h2c listener in front of the HTTP/1.1 `origin`.
@@ -171,6 +170,18 @@ fn h2load_counts(report: &str) -> (u64, u64, u64, u64) {
     (count("done"), count("succeeded"), count("failed"), count("errored"))
 }
 
+/// Runs h2load for 2000 requests, 4 connections of 16 streams, through `proxy`; checks
+/// that it ran and that every request succeeded, and returns its report.
+async fn h2load_2000_without_failures(proxy: &Proxy) -> String {
+    let url = format!("http://{}/h2load", proxy.addr());
+    let out =
+        run_tool("h2load", &["-n", "2000", "-c", "4", "-m", "16", "-T", "10", &url], b"").await;
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "h2load: {report}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(h2load_counts(&report), (2000, 2000, 0, 0), "{report}");
+    report
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2load_without_failures_over_few_upstream_connections() {
     if !have_tool("h2load") {
@@ -180,12 +191,7 @@ async fn h2load_without_failures_over_few_upstream_connections() {
     // (4 connections x 16 streams).
     let origin = Origin::start().await;
     let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
-    let url = format!("http://{}/h2load", proxy.addr());
-    let out =
-        run_tool("h2load", &["-n", "2000", "-c", "4", "-m", "16", "-T", "10", &url], b"").await;
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "h2load: {report}{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(h2load_counts(&report), (2000, 2000, 0, 0), "{report}");
+    let report = h2load_2000_without_failures(&proxy).await;
     assert!(report.contains("2000 2xx"), "{report}");
     assert_eq!(origin.request_count(), 2000);
     // At most one open connection per stream in flight. A few more are opened over the
@@ -201,12 +207,7 @@ async fn h2load_without_failures_over_few_upstream_connections() {
     // To an h2c origin with no stream limit: the streams share a connection or two.
     let h2_origin = H2Origin::start().await;
     let proxy = Proxy::start(h2c_to_h2c(&h2_origin)).await;
-    let url = format!("http://{}/h2load", proxy.addr());
-    let out =
-        run_tool("h2load", &["-n", "2000", "-c", "4", "-m", "16", "-T", "10", &url], b"").await;
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "h2load: {report}{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(h2load_counts(&report), (2000, 2000, 0, 0), "{report}");
+    h2load_2000_without_failures(&proxy).await;
     wait_until("the origin answered every stream", DEADLINE, || h2_origin.answered() == 2000).await;
     assert!(h2_origin.accepted() <= 4, "{} connections to the h2c origin", h2_origin.accepted());
 }
@@ -738,17 +739,6 @@ async fn metrics_count_h2_connections_and_streams() {
 }
 
 // Stopping.
-
-/// Polls until a connect to `addr` is refused; panics if it still connects after
-/// `deadline`.
-async fn wait_refused(addr: SocketAddr, deadline: Duration) {
-    let start = Instant::now();
-    // Bounded by `deadline`; each round waits 10 ms.
-    while TcpStream::connect(addr).await.is_ok() {
-        assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} later");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_the_client_resets_stops_waiting_for_the_origin() {

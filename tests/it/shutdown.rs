@@ -1,15 +1,13 @@
 //! Stopping holdfast: requests in flight finish, idle upstream connections are closed.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::support::{
-    config_for, wait_until, within, ChildProxy, HttpClient, Origin, Proxy, RawClient, RawError,
-    TempDir, DEADLINE,
+    config_for, wait_refused, wait_until, within, ChildProxy, HttpClient, Origin, Proxy, RawClient,
+    RawError, TempDir, DEADLINE,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,17 +55,6 @@ async fn shutdown_stops_accepting_clients() {
     proxy.shutdown(Duration::from_secs(1)).await;
     let refused = within("connect after shutdown", tokio::net::TcpStream::connect(addr)).await;
     assert!(refused.is_err(), "holdfast still accepts after shutdown");
-}
-
-/// Polls until a connect to `addr` is refused; panics if it still connects after
-/// `deadline`.
-async fn wait_refused(addr: SocketAddr, deadline: Duration) {
-    let start = Instant::now();
-    // Bounded by `deadline`; each round waits 10 ms.
-    while TcpStream::connect(addr).await.is_ok() {
-        assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} later");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,6 +20,7 @@ pub mod tls;
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 pub use client::{request, ClientBody, HttpClient, RawClient, RawError};
@@ -51,6 +53,17 @@ pub async fn wait_until(what: &str, deadline: Duration, mut cond: impl FnMut() -
         }
         assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting until {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Polls until a connect to `addr` is refused; panics if it still connects after
+/// `deadline`.
+pub async fn wait_refused(addr: SocketAddr, deadline: Duration) {
+    let start = Instant::now();
+    // Bounded by `deadline`; each round waits 10 ms.
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(start.elapsed() < deadline, "{addr} still accepts {deadline:?} later");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
