@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 use h2::client::SendRequest;
-use h2::SendStream;
+use h2::{RecvStream, SendStream};
 
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, H1Wire};
@@ -53,11 +53,7 @@ impl MuxWire for H1Wire<'_> {
                     let Some(answered) = answer_despite(response, limit).await else {
                         return Err(failed);
                     };
-                    let (parts, body) = answered.into_parts();
-                    let mut start = start_of(out, &parts, body.is_end_stream());
-                    start.connection = ConnectionOut::for_client(false, out.request.version);
-                    self.mux = Some(Box::new((parts, body)));
-                    return Ok((Upload::Interrupted, start));
+                    return Ok(self.start_mux(out, answered, Upload::Interrupted));
                 }
                 Err(failed) => return Err(failed),
             }
@@ -67,12 +63,7 @@ impl MuxWire for H1Wire<'_> {
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e, sent_body)),
-            Ok(Ok(answered)) => {
-                let (parts, body) = answered.into_parts();
-                let start = start_of(out, &parts, body.is_end_stream());
-                self.mux = Some(Box::new((parts, body)));
-                Ok((Upload::Complete, start))
-            }
+            Ok(Ok(answered)) => Ok(self.start_mux(out, answered, Upload::Complete)),
         }
     }
 
@@ -131,6 +122,23 @@ impl MuxWire for H1Wire<'_> {
 }
 
 impl H1Wire<'_> {
+    /// Keeps an HTTP/2 origin's response for [`MuxWire::mux_relay`]; after an
+    /// interrupted upload the client's connection closes after it.
+    fn start_mux(
+        &mut self,
+        out: &Outbound,
+        answered: http::Response<RecvStream>,
+        upload: Upload,
+    ) -> (Upload, ResponseStart) {
+        let (parts, body) = answered.into_parts();
+        let mut start = start_of(out, &parts, body.is_end_stream());
+        if upload == Upload::Interrupted {
+            start.connection = ConnectionOut::for_client(false, out.request.version);
+        }
+        self.mux = Some(Box::new((parts, body)));
+        (upload, start)
+    }
+
     /// Streams the client's body, out of its HTTP/1.1 framing, to an HTTP/2 origin,
     /// within the route's limit; true when some of it went.
     async fn upload_h2(
