@@ -18,8 +18,7 @@ use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::{error, record, Done, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
 use crate::http2::convert;
-use crate::upstream::multiplex::{Leased, MuxLease};
-use crate::upstream::settings::Speaks;
+use crate::upstream::multiplex::MuxLease;
 use crate::upstream::LeaseError;
 
 /// Refused streams sent again, at most, before the request fails: an origin that
@@ -65,18 +64,11 @@ impl Proxy {
         let mut refused = 0usize;
         loop {
             let backend = Arc::clone(out.backend());
-            let Some(mux) = backend.mux.as_ref() else {
-                return Err(MuxFailure::SpeaksHttp1(kept));
-            };
             let started = Instant::now();
             let connect = out.route.site.timeouts.connect;
-            let lease = match mux.lease(connect, backend.conns.tls_counts()).await {
-                Ok(Leased::Stream(lease)) => lease,
-                Ok(Leased::Http1(conn)) => {
-                    backend.learned(Speaks::Http1);
-                    backend.conns.offer(conn).await;
-                    return Err(MuxFailure::SpeaksHttp1(kept));
-                }
+            let lease = match backend.lease_stream(connect).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => return Err(MuxFailure::SpeaksHttp1(kept)),
                 Err(LeaseError::Connect(e)) => {
                     if e.is_backend_failure() {
                         backend.connect_failed(Instant::now());
@@ -88,9 +80,6 @@ impl Proxy {
                 }
                 Err(e) => return Err(error(out, e.into(), false).into()),
             };
-            if backend.speaks() == Speaks::Either {
-                backend.learned(Speaks::H2);
-            }
             out.record.connected(started.elapsed());
             let reused = lease.is_reused();
             out.record.sending(reused);

@@ -21,9 +21,9 @@ use super::connect::Dial;
 use super::lease::OriginPool;
 use super::load::Load;
 use super::metrics::BackendMetrics;
-use super::multiplex::Multiplexed;
+use super::multiplex::{Leased, Multiplexed, MuxLease};
 use super::settings::Speaks;
-use super::UpstreamConfig;
+use super::{LeaseError, UpstreamConfig};
 use crate::balance::Candidate;
 
 /// One resolved address of an upstream group, with its connections, load, health and
@@ -99,6 +99,32 @@ impl Backend {
     /// ALPN told what it speaks.
     pub fn learned(&self, speaks: Speaks) {
         self.speaks.store(speaks as u8, Ordering::Relaxed);
+    }
+
+    /// A stream on one of its HTTP/2 connections, within `connect_timeout` if one has to
+    /// open; `None` when it speaks HTTP/1.1: it has no HTTP/2 connections, it said so
+    /// before, or ALPN chose HTTP/1.1 just now (that connection then joins the HTTP/1.1
+    /// pool). What ALPN chose is remembered.
+    pub async fn lease_stream(
+        &self,
+        connect_timeout: Duration,
+    ) -> Result<Option<MuxLease>, LeaseError> {
+        let Some(mux) = self.mux.as_ref().filter(|_| self.speaks() != Speaks::Http1) else {
+            return Ok(None);
+        };
+        match mux.lease(connect_timeout, self.conns.tls_counts()).await? {
+            Leased::Stream(lease) => {
+                if self.speaks() == Speaks::Either {
+                    self.learned(Speaks::H2);
+                }
+                Ok(Some(lease))
+            }
+            Leased::Http1(conn) => {
+                self.learned(Speaks::Http1);
+                self.conns.offer(conn).await;
+                Ok(None)
+            }
+        }
     }
 }
 

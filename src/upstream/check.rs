@@ -18,8 +18,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::health::CheckThresholds;
-use super::multiplex::{Leased, MuxLease};
-use super::settings::Speaks;
+use super::multiplex::MuxLease;
 use super::{Backend, Lease, Upstream};
 use crate::http1::head::HeadScan;
 use crate::http1::response;
@@ -113,14 +112,8 @@ pub async fn check_one(backend: Arc<Backend>, check: Arc<CheckConfig>) {
 }
 
 async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError> {
-    if let Some(mux) = backend.mux.as_ref().filter(|_| backend.speaks() != Speaks::Http1) {
-        match mux.lease(check.timeout, backend.conns.tls_counts()).await? {
-            Leased::Stream(stream) => return probe_h2(backend, stream, check).await,
-            Leased::Http1(conn) => {
-                backend.learned(Speaks::Http1);
-                backend.conns.offer(conn).await;
-            }
-        }
+    if let Some(stream) = backend.lease_stream(check.timeout).await? {
+        return probe_h2(backend, stream, check).await;
     }
     let mut lease = match backend.conns.try_idle(Instant::now()) {
         Some(lease) => lease,
