@@ -417,10 +417,16 @@ async fn pump(
                 *copy = None;
             }
         }
-        flow::send(to, data, false, stall)
+        // The client's last DATA frame ends the origin's stream too, instead of an
+        // empty frame after it.
+        let last = body.is_end_stream();
+        flow::send(to, data, last, stall)
             .await
             .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
         flow::release(body, n);
+        if last {
+            return Ok(());
+        }
     }
     let end = match flow::trailers(body, stall).await.map_err(client_failed)? {
         Some(trailers) => {
@@ -646,9 +652,15 @@ async fn relay_stream(
             }
         };
         let n = data.len();
-        flow::send(client, data, false, stall).await.map_err(|e| to_client(e, bytes))?;
+        // The origin's last DATA frame ends the client's stream too, instead of an
+        // empty frame after it.
+        let last = origin.is_end_stream();
+        flow::send(client, data, last, stall).await.map_err(|e| to_client(e, bytes))?;
         flow::release(origin, n);
         bytes = bytes.saturating_add(n as u64);
+        if last {
+            return Ok(Downloaded { bytes, extra: false });
+        }
     }
     let trailers = match flow::trailers(origin, stall).await {
         Ok(t) => t,
