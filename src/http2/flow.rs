@@ -8,6 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use h2::{Reason, RecvStream, SendStream};
 
+use crate::net::{self, Deadline};
+
 /// An HTTP/2 error as an I/O error, for the callers that report either the same way.
 pub fn to_io(e: h2::Error) -> io::Error {
     if e.is_io() {
@@ -24,14 +26,9 @@ fn timed_out() -> io::Error {
 }
 
 /// `fut`'s output, or `None` after `limit`. A future that is ready at once (the
-/// common case: a frame that came with the one before) costs no timer.
-pub async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    let now = poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await;
-    match now {
-        std::task::Poll::Ready(out) => Some(out),
-        std::task::Poll::Pending => tokio::time::timeout(limit, fut).await.ok(),
-    }
+/// common case: a frame that came with the one before) costs no timer ([`net::wait`]).
+async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Output> {
+    net::wait(fut, &mut Deadline::after(limit)).await.ok()
 }
 
 /// Sends `data` on `stream` as the peer's window allows, waiting at most `stall` for

@@ -231,7 +231,10 @@ impl InBuf {
 
 /// Runs `fut` until `deadline`. It is polled once first: only a future that has to wait
 /// costs a clock read and a timer.
-async fn wait<F: Future>(fut: F, deadline: &mut Deadline<'_>) -> Result<F::Output, WaitError> {
+pub(crate) async fn wait<F: Future>(
+    fut: F,
+    deadline: &mut Deadline<'_>,
+) -> Result<F::Output, WaitError> {
     let mut fut = pin!(fut);
     if let Poll::Ready(out) = poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
         return Ok(out);
