@@ -20,6 +20,53 @@ pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// The last chunk of a chunked body; trailer lines and an empty line follow.
 pub const LAST_CHUNK: &[u8] = b"0\r\n";
 
+/// Longest text of an IP address: an IPv6 address with an embedded IPv4 one.
+const IP_TEXT_MAX: usize = 45;
+
+/// `ip` as text in `out`, without allocating: an IPv4 address (the common case, once per
+/// client connection) digit by digit, an IPv6 one through its `Display`.
+fn ip_text(ip: std::net::IpAddr, out: &mut [u8; IP_TEXT_MAX]) -> &[u8] {
+    let len = match ip {
+        std::net::IpAddr::V4(v4) => dotted_quad(v4.octets(), out),
+        std::net::IpAddr::V6(v6) => {
+            let mut rest = &mut out[..];
+            // `Display` of an IPv6 address fits IP_TEXT_MAX, so the write cannot fail.
+            let _ = std::io::Write::write_fmt(&mut rest, format_args!("{v6}"));
+            IP_TEXT_MAX.saturating_sub(rest.len())
+        }
+    };
+    out.get(..len).unwrap_or_default()
+}
+
+/// Writes `octets` as dotted decimal at the start of `out`; returns its length.
+fn dotted_quad(octets: [u8; 4], out: &mut [u8; IP_TEXT_MAX]) -> usize {
+    let mut len = 0usize;
+    for (i, octet) in octets.into_iter().enumerate() {
+        if i > 0 {
+            push_byte(out, &mut len, b'.');
+        }
+        if octet >= 100 {
+            push_byte(out, &mut len, digit(octet / 100));
+        }
+        if octet >= 10 {
+            push_byte(out, &mut len, digit(octet / 10));
+        }
+        push_byte(out, &mut len, digit(octet));
+    }
+    len
+}
+
+/// The last decimal digit of `n`, as text.
+fn digit(n: u8) -> u8 {
+    b"0123456789".get(usize::from(n % 10)).copied().unwrap_or(b'0')
+}
+
+fn push_byte(out: &mut [u8; IP_TEXT_MAX], len: &mut usize, byte: u8) {
+    if let Some(slot) = out.get_mut(*len) {
+        *slot = byte;
+        *len = len.saturating_add(1);
+    }
+}
 /// The forwarding header text that depends only on a client's address, written once
 /// per client connection: its address, the lines an untrusted peer's requests carry
 /// whatever the host (`X-Forwarded-For`, `-Proto`, `X-Real-IP`), and its `Forwarded`
@@ -37,21 +84,19 @@ pub struct PeerText {
 impl PeerText {
     /// The text for a client at `ip`, connected over TLS when `tls`.
     pub fn new(ip: std::net::IpAddr, tls: bool) -> PeerText {
-        let ip = ip.to_canonical().to_string();
+        let mut text = [0u8; IP_TEXT_MAX];
+        let ip = ip_text(ip.to_canonical(), &mut text);
         let scheme: &'static [u8] = if tls { b"https" } else { b"http" };
         let mut bytes = Vec::with_capacity(ip.len().saturating_mul(3).saturating_add(80));
-        bytes.extend_from_slice(ip.as_bytes());
+        bytes.extend_from_slice(ip);
         let ip_end = bytes.len();
-        put(
-            &mut bytes,
-            &[b"x-forwarded-for: ", ip.as_bytes(), b"\r\nx-forwarded-proto: ", scheme, b"\r\n"],
-        );
-        header(&mut bytes, b"x-real-ip", ip.as_bytes());
+        put(&mut bytes, &[b"x-forwarded-for: ", ip, b"\r\nx-forwarded-proto: ", scheme, b"\r\n"]);
+        header(&mut bytes, b"x-real-ip", ip);
         let lines_end = bytes.len();
         // RFC 7239, 6: an IPv6 address is quoted and bracketed.
-        match ip.contains(':') {
-            true => put(&mut bytes, &[b"for=\"[", ip.as_bytes(), b"]\""]),
-            false => put(&mut bytes, &[b"for=", ip.as_bytes()]),
+        match ip.contains(&b':') {
+            true => put(&mut bytes, &[b"for=\"[", ip, b"]\""]),
+            false => put(&mut bytes, &[b"for=", ip]),
         }
         PeerText { bytes, ip_end, lines_end, scheme }
     }

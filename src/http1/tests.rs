@@ -493,6 +493,16 @@ fn peer_text_brackets_ipv6_and_unmaps_ipv4() {
 }
 
 #[test]
+fn peer_text_writes_ipv4_as_std_does() {
+    for ip in ["0.0.0.0", "1.2.3.4", "9.10.99.100", "127.0.0.1", "255.255.255.255", "10.200.7.65"] {
+        assert_eq!(PeerText::new(ip.parse().unwrap(), false).ip(), ip.as_bytes());
+    }
+    let longest = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
+    let v6: std::net::IpAddr = longest.parse().unwrap();
+    assert_eq!(PeerText::new(v6, false).ip(), v6.to_string().as_bytes());
+}
+
+#[test]
 fn upstream_head_is_origin_form_http11_with_one_host() {
     let abs =
         upstream_head(b"GET http://public.test/abs?q=1 HTTP/1.1\r\nHost: internal.test\r\n\r\n");
