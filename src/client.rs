@@ -92,7 +92,9 @@ pub async fn serve(
     let header_limit = site.timeouts.client_header;
     let stream = match tls {
         None => Stream::from(tcp),
-        Some(tls) => match tls.accept(tcp, addr, header_limit).await {
+        // Boxed: the handshake's state would otherwise size every connection's task,
+        // cleartext ones included, and the task's future is moved as it starts and ends.
+        Some(tls) => match Box::pin(tls.accept(tcp, addr, header_limit)).await {
             Some(Accepted { stream, acme_challenge: false }) => stream,
             // A TLS-ALPN-01 validation ends with the handshake.
             Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
@@ -186,6 +188,10 @@ async fn serve_requests(
     };
     let phase = Phase::default();
     serve_until_stopped(&mut conn, &settings, &phase, &mut open).await;
+    // The head buffer goes back for the thread's next connection, as it does while
+    // the connection is idle: a client that closes after each request would
+    // otherwise cost an allocation of it per request.
+    net::recycle(std::mem::take(&mut conn.head));
     // A TLS client learns the close was meant (close_notify); TCP's FIN follows on drop.
     conn.stream.close_notify();
 }
