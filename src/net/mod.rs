@@ -402,6 +402,45 @@ pub async fn write_all_by(
     Box::pin(write_rest(stream, parts, written, total, deadline)).await
 }
 
+/// [`write_all_by`] for the last bytes before the connection closes. On Linux a TCP
+/// socket is told that more follows (`MSG_MORE`), so what the kernel has not sent yet
+/// waits for the close and leaves in the same segment as the FIN: one segment less
+/// per closing connection for each side's TCP stack. Only for bytes the connection's
+/// close or `shutdown` follows at once: nothing else sends them.
+pub async fn write_last_by(
+    stream: &Stream,
+    parts: &[&[u8]],
+    deadline: &mut Deadline<'_>,
+) -> Result<(), (u64, WaitError)> {
+    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
+    let written = match try_write_more(stream, parts) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err((0, WaitError::Io(e))),
+    };
+    if written >= total {
+        return Ok(());
+    }
+    Box::pin(write_rest(stream, parts, written, total, deadline)).await
+}
+
+/// One vectored write of `parts` with `MSG_MORE` on a TCP socket (Linux); an ordinary
+/// one elsewhere and over TLS.
+fn try_write_more(stream: &Stream, parts: &[&[u8]]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    if let Stream::Tcp(tcp) = stream {
+        let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+        for (slot, part) in slices.iter_mut().zip(parts) {
+            *slot = IoSlice::new(part);
+        }
+        let slices = slices.get(..parts.len().min(MAX_PARTS)).unwrap_or_default();
+        return tcp.try_io(tokio::io::Interest::WRITABLE, || {
+            socket2::SockRef::from(tcp).send_vectored_with_flags(slices, libc::MSG_MORE)
+        });
+    }
+    try_write_from(stream, parts, 0)
+}
+
 /// Writes what the socket takes now of `parts`, from byte `written` on: how far it got,
 /// or how far it got before an error.
 fn write_now(

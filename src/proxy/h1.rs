@@ -128,6 +128,7 @@ impl Wire for H1Wire<'_> {
             upstream_stall: timeouts.read,
             client_stall: timeouts.read,
             pace: pace_config(&out.route.site),
+            then_close: start.connection == ConnectionOut::Close,
         };
         transfer::download(
             &mut conn.stream,

@@ -289,10 +289,14 @@ struct ToClient<'a> {
 }
 
 impl ToClient<'_> {
-    /// Writes `parts`, of which the first `head` bytes are the response head.
-    async fn send(&mut self, parts: &Parts<'_>, head: usize) -> Result<(), WaitError> {
+    /// Writes `parts`, of which the first `head` bytes are the response head; `last`:
+    /// nothing follows them before the connection closes.
+    async fn send(&mut self, parts: &Parts<'_>, head: usize, last: bool) -> Result<(), WaitError> {
         let mut deadline = Deadline::after(self.pace.allowance());
-        let written = net::write_all_by(self.stream, parts.as_slice(), &mut deadline).await;
+        let written = match last {
+            true => net::write_last_by(self.stream, parts.as_slice(), &mut deadline).await,
+            false => net::write_all_by(self.stream, parts.as_slice(), &mut deadline).await,
+        };
         charge(&mut self.pace, &deadline);
         written.map_err(|(_, e)| e)?;
         let n = parts.bytes();
@@ -310,6 +314,9 @@ pub struct DownloadLimits {
     /// Longest single wait for the client to take more.
     pub client_stall: Duration,
     pub pace: PaceConfig,
+    /// The client's connection closes after this response: its last write may wait
+    /// for the close and leave with the FIN ([`net::write_last_by`]).
+    pub then_close: bool,
 }
 
 /// Sends the client its response: `head`, then the body the origin frames with
@@ -341,7 +348,8 @@ pub async fn download(
             }
             let payload = buf.data().get(..piece.payload).unwrap_or_default();
             body.frame(payload, piece.done, &mut size_line, &mut parts);
-            let sent = to.send(&parts, head_len).await;
+            let last = piece.done && limits.then_close;
+            let sent = to.send(&parts, head_len, last).await;
             buf.consume(piece.used);
             if let Err(error) = sent {
                 let remaining = body.remaining();
@@ -357,7 +365,7 @@ pub async fn download(
                     let mut parts = Parts::new();
                     parts.push(LAST_CHUNK);
                     parts.push(b"\r\n");
-                    let sent = to.send(&parts, 0).await;
+                    let sent = to.send(&parts, 0, false).await;
                     sent.map_err(|error| DownloadError::Client {
                         error,
                         bytes: to.bytes,
