@@ -73,7 +73,7 @@ def parse(argv):
     )
     p.add_argument("--smoke", action="store_true",
                    help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
-                        "rate-latency, https-keepalive-tiny, https-handshakes, https-origin, "
+                        "rate-latency, latency-tiny, https-keepalive-tiny, https-handshakes, https-origin, "
                         "h2-to-h1, h2-to-h2c), installed contenders only; writes "
                         "bench/results/smoke.json")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
