@@ -9,10 +9,13 @@ Children, namespaces and the session directory (certificates included) are clean
 `finally` whatever happens.
 
 Where results go: a full run writes results/latest.json and, for the HTTPS scenarios,
-results/https.json, for the HTTP/2 scenarios results/h2.json (latest.json is near the size
-a result file may have); a run of exactly the HTTPS scenarios, or exactly the HTTP/2
-scenarios, with every contender writes https.json or h2.json alone; any other subset
-results/partial.json; --smoke results/smoke.json.
+results/https.json, for the HTTP/2 scenarios results/h2.json, for the performance
+scenarios (scenarios.PERF: latency-tiny, latency-50k) results/perf.json (latest.json is
+near the size a result file may have); a run of exactly the HTTPS scenarios, exactly the
+HTTP/2 scenarios or exactly the performance scenarios, with every contender, writes
+https.json, h2.json or perf.json alone; any other subset results/partial.json; --smoke
+results/smoke.json. Each of latest.json, https.json, h2.json and perf.json rewrites its
+own charts and its own generated section of BENCHMARKS.md.
 """
 
 import argparse
@@ -70,7 +73,7 @@ def parse(argv):
     )
     p.add_argument("--smoke", action="store_true",
                    help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
-                        "rate-latency, https-keepalive-tiny, https-handshakes, https-origin, "
+                        "rate-latency, latency-tiny, https-keepalive-tiny, https-handshakes, https-origin, "
                         "h2-to-h1, h2-to-h2c), installed contenders only; writes "
                         "bench/results/smoke.json")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
@@ -126,6 +129,10 @@ def parse(argv):
     opts.h2_only = (set(opts.scenarios) == set(scenarios.H2)
                     and set(opts.contenders) == set(contender_names)
                     and not opts.holdfast)
+    # Exactly the performance scenarios, every contender: likewise for perf.json.
+    opts.perf_only = (set(opts.scenarios) == set(scenarios.PERF)
+                      and set(opts.contenders) == set(contender_names)
+                      and not opts.holdfast)
     return opts
 
 
@@ -310,11 +317,14 @@ def _session(opts, session, argv):
             checks = report.https_targets(medians)
         elif mode == "h2":
             checks = report.h2_targets(medians, recs)
+        elif mode == "perf":
+            checks = report.perf_targets(medians)
         elif mode == "full":
             checks = report.targets(medians, recs)
         else:  # a subset: the targets of the scenarios it ran
             checks = [c for c in report.targets(medians, recs) + report.https_targets(medians)
-                      + report.h2_targets(medians, recs) if c["scenario"] in names]
+                      + report.h2_targets(medians, recs) + report.perf_targets(medians)
+                      if c["scenario"] in names]
         return {
             "generated_by": "bench/run",
             "command": "bench/run" + ("" if not argv else " " + shlex.join(argv)),
@@ -340,17 +350,20 @@ def _session(opts, session, argv):
 
     https_records = [r for r in records if r["scenario"] in scenarios.HTTPS]
     h2_records = [r for r in records if r["scenario"] in scenarios.H2]
+    perf_records = [r for r in records if r["scenario"] in scenarios.PERF]
     other_records = [r for r in records
-                     if r["scenario"] not in scenarios.HTTPS + scenarios.H2]
+                     if r["scenario"] not in scenarios.HTTPS + scenarios.H2 + scenarios.PERF]
     if opts.smoke:
         outputs = [("smoke", "smoke.json", records)]
     elif not opts.is_subset:
         outputs = [("full", "latest.json", other_records), ("https", "https.json", https_records),
-                   ("h2", "h2.json", h2_records)]
+                   ("h2", "h2.json", h2_records), ("perf", "perf.json", perf_records)]
     elif opts.https_only:
         outputs = [("https", "https.json", records)]
     elif opts.h2_only:
         outputs = [("h2", "h2.json", records)]
+    elif opts.perf_only:
+        outputs = [("perf", "perf.json", records)]
     else:
         outputs = [("partial", "partial.json", records)]
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -379,6 +392,12 @@ def _session(opts, session, argv):
             generated = report.h2_markdown(doc, files, image_prefix="bench/results/")
             report.splice(REPO / "BENCHMARKS.md", generated, marks=report.H2_MARKS)
             log("wrote BENCHMARKS.md's HTTP/2 results section and bench/results/h2-*.svg")
+        elif mode == "perf":
+            files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
+            generated = report.perf_markdown(doc, files, image_prefix="bench/results/")
+            report.splice(REPO / "BENCHMARKS.md", generated, marks=report.PERF_MARKS)
+            log("wrote BENCHMARKS.md's Performance results section and its charts in "
+                "bench/results/ (" + ", ".join(f"{n}.svg" for n in sorted(files)) + ")")
     log("")
     log(report.targets_table(checks))
     floor = report.h2_floor_line(report.aggregate(records))  # information, not a target
@@ -431,6 +450,18 @@ def _one_line(record):
                          + (f" {cpu:7.1f} µs/handshake" if cpu is not None else "")
                          + (f" ({share * 100:.1f}% resumed)" if share is not None else ""))
         return "  ".join(parts) + f"  errors {m.get('errors')}"
+    if m.get("rate_asked") is not None:  # latency at a share of capacity
+        lat = m.get("latency_us") or {}
+        cpu = m.get("cpu_us_per_request")
+        return (f"capacity {m.get('capacity_rps') or 0:>9,.0f} req/s (probe errors "
+                f"{m.get('capacity_errors')}); asked {m['rate_asked']:,}/s, achieved "
+                f"{m.get('rps') or 0:,.0f}/s"
+                + (" (SATURATED)" if m.get("saturated") else "")
+                + f"  p50 {lat.get('p50', 0):,} p99 {lat.get('p99', 0):,} p99.9 "
+                f"{lat.get('p999', 0):,} max {lat.get('max', 0):,} µs"
+                + (f"  {cpu:6.2f} µs/req" if cpu is not None else "")
+                + f"  errors {m.get('errors')}  load gen lag max "
+                f"{m.get('max_send_lag_us') or 0:,} µs")
     if record["scenario"] == "silent-clients":
         ok = m.get("bytes_per_silent_connection") is not None
         return (f"{m.get('silent_connections') or 0:,} silent connections held; RSS "
@@ -524,11 +555,15 @@ def _commands(records, origin_argvs, session, argv):
             lines.append("ip netns add $NS; ip -n $NS link set lo up; ip netns exec $NS sysctl "
                          f"-w net.ipv4.ip_local_port_range='{netns.PORT_RANGE}' "
                          "net.ipv4.tcp_tw_reuse=0   # origin and contender also run in $NS")
-        for key in ("warmup_argv", "hold_argv", "full_argv"):
+        for key in ("probe_argv", "warmup_argv", "hold_argv", "full_argv"):
             if rec.get(key):
                 lines.append(shorten(rec[key]))
         if rec["load"].get("argv"):
-            lines.append(shorten(rec["load"]["argv"]))
+            rate_note = ""
+            if scenario.capacity_share is not None:
+                rate_note = (f"   # --rate: round({scenario.capacity_share:g} x the probe's "
+                             f"req/s), {rec['contender']}'s here; each contender its own")
+            lines.append(shorten(rec["load"]["argv"]) + rate_note)
     return lines
 
 

@@ -16,6 +16,9 @@ HTTPS_MARKS = ("<!-- https-results:start -->", "<!-- https-results:end -->")
 # The HTTP/2 scenarios' generated section (from results/h2.json), inside BENCHMARKS.md's
 # hand-written HTTP/2 section.
 H2_MARKS = ("<!-- h2-results:start -->", "<!-- h2-results:end -->")
+# The performance scenarios' generated section (from results/perf.json), inside
+# BENCHMARKS.md's hand-written Performance section.
+PERF_MARKS = ("<!-- perf-results:start -->", "<!-- perf-results:end -->")
 
 # Metric keys aggregated per (scenario, contender); latency percentiles are flattened.
 METRICS = (
@@ -43,6 +46,10 @@ METRICS = (
     "mean_us", "upstream_h2_connections", "upstream_h2_requests", "upstream_h2_share",
     "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
     "holdfast_h2_connections", "upstream_connections_bound",
+    # latency at a share of capacity: the probe, the rate asked and the share reached,
+    # bench-load's own lateness and requests it never sent
+    "capacity_rps", "capacity_errors", "rate_asked", "rate_achieved_share", "max_send_lag_us",
+    "unsent",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
           for key in scenarios.HANDSHAKE_WINDOW_KEYS)
 
@@ -253,6 +260,23 @@ def h2_targets(medians, records):
     return checks
 
 
+def perf_targets(medians):
+    """The performance targets, for the scenarios of scenarios.PERF that ran: in each
+    latency scenario, holdfast's p99 and p99.9 at most the best peer's (medians)."""
+    checks = []
+    for name in scenarios.PERF:
+        if name not in medians:
+            continue
+        if scenarios.BY_NAME[name].capacity_share is not None:
+            checks += [
+                _ratio_check(medians, "p99 latency <= 1.0x best peer", name, "p99_us", True,
+                             1.0, "µs"),
+                _ratio_check(medians, "p99.9 latency <= 1.0x best peer", name, "p999_us", True,
+                             1.0, "µs"),
+            ]
+    return checks
+
+
 # Largest results file written indented; a larger one is written without indentation
 # (about 40% smaller), so results stay small enough to keep in git.
 JSON_INDENTED_LIMIT = 600_000
@@ -371,6 +395,11 @@ COLUMNS = {
     "upstream_open_end": ("upstream conns open at end", lambda v: _num(v)),
     "holdfast_h2_connections": ("holdfast's HTTP/2 conns gauge", lambda v: _num(v)),
     "upstream_connections_warmup": ("upstream conns opened in warm-up", lambda v: _num(v)),
+    "capacity_rps": ("capacity req/s (probe)", lambda v: _num(v)),
+    "capacity_errors": ("probe errors", lambda v: _num(v)),
+    "rate_asked": ("asked req/s", lambda v: _num(v)),
+    "rate_achieved_share": ("achieved / asked", lambda v: f"{v * 100:.1f}%"),
+    "max_send_lag_us": ("load gen lag, max", _us),
 }
 # https-handshakes' two windows: the same columns, suffixed with the window's name.
 for _window in scenarios.HANDSHAKE_WINDOWS:
@@ -449,6 +478,14 @@ SCENARIO_COLUMNS.update({
     "h2-to-h2c": H2_COLUMNS[:-2] + ("upstream_h2_share", "holdfast_h2_connections",
                                     "errors", "proxy_core_other"),
 })
+# Latency at a share of capacity: the probe, the rate asked and reached, latency, CPU.
+LATENCY_COLUMNS = ("capacity_rps", "rate_asked", "rps", "rate_achieved_share", "p50_us",
+                   "p90_us", "p99_us", "p999_us", "max_us", "errors", "cpu_us_per_request",
+                   "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share",
+                   "loadgen_cpu_share", "origin_cpu_share", "max_send_lag_us",
+                   "proxy_core_other")
+SCENARIO_COLUMNS.update({s.name: LATENCY_COLUMNS for s in scenarios.SCENARIOS
+                         if s.capacity_share is not None})
 # https-handshakes has one table per window (`https_markdown`).
 for _window in scenarios.HANDSHAKE_WINDOWS:
     SCENARIO_COLUMNS[f"https-handshakes/{_window}"] = tuple(
@@ -591,6 +628,13 @@ CHART_PANELS.update({
            ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"),
            ("upstream_open_max", "upstream connections open at once (lower is better)"))
     for name in scenarios.H2
+})
+CHART_PANELS.update({
+    s.name: (("p50_us", "p50 latency, µs (lower is better)"),
+             ("p99_us", "p99 latency, µs (lower is better)"),
+             ("p999_us", "p99.9 latency, µs (lower is better)"),
+             ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
+    for s in scenarios.SCENARIOS if s.capacity_share is not None
 })
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
@@ -863,8 +907,10 @@ def _notes(document):
     return notes
 
 
-def _saturation_note(document):
-    runs = [r for r in document["runs"] if r["scenario"] == "rate-latency" and r["ok"]]
+def _saturation_note(document, scenario="rate-latency"):
+    """Whether every contender reached the rate asked of it in `scenario` (a fixed-rate
+    scenario marks a run `saturated` below 97% of it)."""
+    runs = [r for r in document["runs"] if r["scenario"] == scenario and r["ok"]]
     if not runs:
         return ""
     saturated = sorted({r["contender"] for r in runs if r["metrics"].get("saturated")})
@@ -1026,6 +1072,66 @@ def h2_markdown(document, chart_files, *, image_prefix):
     if floor:
         out += [floor + ".", ""]
     for name in (n for n in scenarios.H2 if n in medians):
+        out += _scenario_section(name, [scenario_table(name, medians[name], order)],
+                                 chart_files, image_prefix)
+    out += _commands_and_failures(document)
+    return "\n".join(out)
+
+
+# ---- BENCHMARKS.md, Performance section -----------------------------------------------------
+
+def perf_ratio_table(medians):
+    """holdfast against the best peer on the latency percentiles of each latency scenario
+    that ran."""
+    rows = [(name, metric, what, True) for name in scenarios.PERF if name in medians
+            and scenarios.BY_NAME[name].capacity_share is not None
+            for metric, what in (("p99_us", "p99 latency, µs"),
+                                 ("p999_us", "p99.9 latency, µs"))]
+    return _ratio_table(medians, rows)
+
+
+def perf_markdown(document, chart_files, *, image_prefix):
+    """The generated part of BENCHMARKS.md's Performance section, from results/perf.json."""
+    m = document["machine"]
+    opts = document["options"]
+    medians = document["medians"]
+    order = [c.name for c in contenders.CONTENDERS]
+    names = [n for n in scenarios.PERF if n in medians]
+    v = m["versions"]
+    out = [
+        f"Generated by `{document['command']}` on {m['date']} into "
+        "[bench/results/perf.json](bench/results/perf.json); the text between the "
+        "`perf-results` markers is rewritten by every run that writes that file.",
+        "",
+        _machine_line(m) + ".",
+        f"- **Versions:** holdfast `{document['holdfast_commit']}`; {v.get('nginx')}; "
+        f"{v.get('haproxy')}; {v.get('wrk')}; {v.get('rustc')}; bench-origin and bench-load.",
+        f"- **Method:** {opts['runs']} run(s) per scenario and contender, contenders "
+        "interleaved within each round (order rotated per round). Cells show the median of "
+        f"the {opts['runs']} runs and, when they differ, (min–max). Proxies run on core 0 "
+        "(one worker or thread); wrk, bench-load and the origin share core 1.",
+    ]
+    latency = [n for n in names if scenarios.BY_NAME[n].capacity_share is not None]
+    if latency:
+        share = scenarios.BY_NAME[latency[0]].capacity_share
+        out.append(
+            f"- **Latency ({', '.join(latency)}):** per contender and run, a "
+            f"{min(scenarios.CAPACITY_PROBE_S, opts['duration_s']):g} s capacity probe (wrk "
+            "-t1 -c64, keep-alive; *capacity req/s*), then `bench-load rate` over 64 "
+            f"keep-alive connections at round({share:g} x capacity) (*asked req/s*): a "
+            f"{opts['warmup_s']:g} s warm-up and a {opts['duration_s']:g} s window. Latency "
+            "counts from each request's due time when its connection was still busy with the "
+            "previous one (no coordinated omission), else from when it went out; *load gen "
+            "lag, max* is the most bench-load sent late on an idle connection, its own "
+            "timer and CPU lateness. CPU per request covers the warm-up and the window "
+            "(same rate), over the requests the origin counted.")
+        for name in latency:
+            out.append(f"- **{name}:** " + _saturation_note(document, name))
+    out += ["", "### Targets", "", targets_table(document["targets"]), "",
+            "### holdfast against the best peer", "",
+            "Best peer: the better of nginx-tuned and HAProxy on each metric, from the "
+            "medians.", "", perf_ratio_table(medians), ""]
+    for name in names:
         out += _scenario_section(name, [scenario_table(name, medians[name], order)],
                                  chart_files, image_prefix)
     out += _commands_and_failures(document)

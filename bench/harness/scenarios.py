@@ -45,6 +45,11 @@ class Scenario:
     streams: int = 1
     # The contenders that make "best peer" here; None: contenders.PEERS.
     peers: tuple | None = None
+    # The origin's path the clients ask for (the Node origin serves "/" whatever it is).
+    path: str = "/tiny"
+    # Latency at a share of each contender's own capacity: a wrk probe measures its
+    # requests/s first, then bench-load rate runs at round(share x that) (see `_latency`).
+    capacity_share: float | None = None
 
     @property
     def many_clients(self):
@@ -72,11 +77,18 @@ H2_TO_H2C = ("direct", "nginx-grpc", "haproxy", "holdfast", "h2-floor")
 # 64 connections of the HTTP/1.1 scenarios.
 H2_CONNECTIONS = 4
 H2_STREAMS = 16
+# Latency under load: the proxies compared elsewhere with 64 keep-alive clients, and no
+# proxy at all (the load side's own latency).
+LATENCY = ("direct", "nginx-tuned", "haproxy", "holdfast")
+# The share of each contender's capacity the latency scenarios run at: busy, with room
+# left, where tail latency says how a proxy queues rather than that it is saturated.
+LATENCY_SHARE = 0.7
 
 
 SCENARIOS = [
     Scenario("keepalive-tiny", "64 keep-alive clients (wrk), 100-byte responses", "rust", ("wrk",)),
-    Scenario("keepalive-50k", "64 keep-alive clients (wrk), 50 kB responses", "rust", ("wrk",)),
+    Scenario("keepalive-50k", "64 keep-alive clients (wrk), 50 kB responses", "rust", ("wrk",),
+             path="/50k"),
     Scenario("closing-tiny", "64 clients, `Connection: close` on every request (wrk), 100 B",
              "rust", ("wrk",)),
     Scenario("rate-latency", "a fixed rate over 64 keep-alive connections (bench-load rate)",
@@ -125,6 +137,14 @@ SCENARIOS = [
              "as a floor, not a peer", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
              streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
              peers=("nginx-grpc", "haproxy")),
+    Scenario("latency-tiny", f"latency at {LATENCY_SHARE:.0%} of each contender's capacity, "
+             "100 B responses: a capacity probe (wrk, 64 keep-alive clients), then a fixed "
+             f"rate of round({LATENCY_SHARE:g} x the probe's requests/s) over 64 keep-alive "
+             "connections (bench-load rate)", "rust", ("wrk",), contenders=LATENCY,
+             capacity_share=LATENCY_SHARE),
+    Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probe, then "
+             f"round({LATENCY_SHARE:g} x its requests/s) over 64 keep-alive connections",
+             "rust", ("wrk",), contenders=LATENCY, path="/50k", capacity_share=LATENCY_SHARE),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -135,7 +155,14 @@ HTTPS = ("https-keepalive-tiny", "https-handshakes", "https-origin")
 # The HTTP/2 scenarios; their results go to results/h2.json (see cli.py).
 H2 = ("h2-to-h1", "h2-to-h2c")
 
-SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency") + HTTPS + H2
+# The performance scenarios; their results go to results/perf.json (see cli.py). A
+# scenario joins the group, its results file and BENCHMARKS.md's Performance section by
+# its name here.
+PERF = ("latency-tiny", "latency-50k")
+
+# latency-tiny is the one performance scenario in it: the probe and the rate run are the
+# code latency-50k shares, and it adds about 25 s.
+SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency", "latency-tiny") + HTTPS + H2
 
 # Scenarios that measure memory, not requests: no requests/s, CPU per request or errors.
 NO_REQUESTS = ("pool-memory", "silent-clients")
@@ -217,6 +244,8 @@ def run(ctx, scenario, contender, round_no):
             _handshakes(ctx, scenario, contender, run_dir, record)
         elif scenario.h2 is not None:
             _h2(ctx, scenario, contender, run_dir, record)
+        elif scenario.capacity_share is not None:
+            _latency(ctx, scenario, contender, run_dir, record)
         else:
             origin = _origin_for(ctx, scenario, contender)
             running = _start(ctx, contender, origin, run_dir, tls=scenario.tls)
@@ -297,11 +326,10 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
             running, origin, ctx.ports,
             lambda: load.rate(ctx_run, "load", url + "/tiny", rate=ctx.rate,
                               duration_s=duration, warmup_s=ctx.warmup_s))
-        saturated = record["load"]["rps"] < 0.97 * ctx.rate
+        saturated = record["load"]["rps"] < SATURATED_BELOW * ctx.rate
         record["metrics"]["saturated"] = saturated
         return
-    path = "/" if scenario.origin == "node" else {"keepalive-50k": "/50k"}.get(scenario.name,
-                                                                             "/tiny")
+    path = "/" if scenario.origin == "node" else scenario.path
     closing = scenario.name == "closing-tiny"
 
     def wrk(name, seconds):
@@ -360,6 +388,74 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
             record["hold_final"] = holder.stop()
     if running.admin_url:
         record["holdfast_status"] = running.status()
+
+
+# The capacity probe of the latency scenarios: as long as this (at most the window), with
+# keepalive-tiny's and keepalive-50k's wrk clients.
+CAPACITY_PROBE_S = 3
+# A rate run that reached less than this share of the rate asked is `saturated`.
+SATURATED_BELOW = 0.97
+
+
+def _latency(ctx, scenario, contender, run_dir, record):
+    """latency-tiny and latency-50k: latency at `scenario.capacity_share` of the
+    contender's own capacity.
+
+    First a capacity probe: wrk with 64 keep-alive clients, as keepalive-tiny and
+    keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the contender's
+    capacity (it also fills the proxy's upstream pool). Then, after the usual pause,
+    bench-load rate asks for round(share x capacity) requests/s over 64 keep-alive
+    connections, for the warm-up and the window, measured like any window (CPU and the
+    origin's counts cover both, at the same rate). Each contender thus runs as busy as
+    its own capacity allows, not at one rate for all, which would leave the fast ones
+    idle or push the slow ones past saturation.
+
+    bench-load counts a request's latency from its due time when its connection was still
+    busy with the previous one (a stall shows in every request queued behind it: no
+    coordinated omission), else from when it went out (see bench/tools/src/load/rate.rs).
+    A run that reached less than 97% of the rate asked is `saturated`: its latency
+    includes the generator's own queueing.
+    """
+    origin = _origin_for(ctx, scenario, contender)
+    running = _start(ctx, contender, origin, run_dir)
+    record["command"] = running.child.argv if running.child else None
+    ctx_run = ctx.for_run(run_dir)
+    url = running.base_url + scenario.path
+    try:
+        probe = load.wrk(ctx_run, "probe", url, duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
+                         connections=scenario.clients)
+        record["probe_argv"] = probe["argv"]
+        record["probe"] = {k: probe.get(k) for k in (
+            "requests", "rps", "errors", "socket_errors_by_kind", "latency_us", "duration_s")}
+        capacity = probe["rps"]
+        if not capacity:
+            raise RunFailed(f"the capacity probe through {contender.name} served no requests "
+                            f"({probe['errors']} errors)")
+        asked = max(1, round(scenario.capacity_share * capacity))
+        time.sleep(ctx.settle_s)
+        metrics, result = measure(
+            running, origin, ctx.ports,
+            lambda: load.rate(ctx_run, "load", url, rate=asked, duration_s=ctx.duration_s,
+                              connections=scenario.clients, warmup_s=ctx.warmup_s))
+        if running.admin_url:
+            record["holdfast_status"] = running.status()
+    finally:
+        running.stop()
+    achieved = (result.get("rps") or 0) / asked
+    metrics.update({
+        "capacity_rps": capacity,
+        "capacity_errors": probe["errors"],
+        "capacity_share": scenario.capacity_share,
+        "rate_asked": asked,
+        "rate_achieved_share": achieved,
+        "saturated": achieved < SATURATED_BELOW,
+        # due in the window but never sent, and bench-load's own lateness on idle
+        # connections (milliseconds here mean the generator was short of CPU)
+        "unsent": result.get("unsent"),
+        "max_send_lag_us": result.get("max_send_lag_us"),
+    })
+    record["metrics"].update(metrics)
+    record["load"] = result
 
 
 def measure(running, origin, ports, drive, *, netns_name=None, sample_upstream=False):
