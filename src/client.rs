@@ -94,18 +94,22 @@ pub async fn serve(
         None => Stream::from(tcp),
         // Boxed: the handshake's state would otherwise size every connection's task,
         // cleartext ones included, and the task's future is moved as it starts and ends.
-        Some(tls) => match Box::pin(tls.accept(tcp, addr, header_limit)).await {
-            Some(Accepted { stream, acme_challenge: false }) => stream,
-            // A TLS-ALPN-01 validation ends with the handshake.
-            Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
-            None => return,
-        },
+        Some(tls) => {
+            let handshake = Box::pin(tls.accept(tcp, addr, header_limit));
+            match handshake.await {
+                Some(Accepted { stream, acme_challenge: false }) => stream,
+                // A TLS-ALPN-01 validation ends with the handshake.
+                Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
+                None => return,
+            }
+        }
     };
     let facts = stream.tls().map(TlsStream::facts);
     if facts.is_some_and(|f| f.alpn == "h2") {
         drop(site);
-        return Box::pin(http2::serve::serve(stream, Vec::new(), addr, proxy, &mut open, facts))
-            .await;
+        let serving =
+            Box::pin(http2::serve::serve(stream, Vec::new(), addr, proxy, &mut open, facts));
+        return serving.await;
     }
     let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
     else {
@@ -115,11 +119,13 @@ pub async fn serve(
         drop(site);
         let prefix = buf.data().to_vec();
         drop(buf);
-        return Box::pin(http2::serve::serve(stream, prefix, addr, proxy, &mut open, None)).await;
+        let serving = Box::pin(http2::serve::serve(stream, prefix, addr, proxy, &mut open, None));
+        return serving.await;
     }
     let settings = ClientSettings::of(proxy, &site);
     drop(site);
-    Box::pin(serve_requests(stream, addr, settings, open, accepted, buf)).await;
+    let serving = Box::pin(serve_requests(stream, addr, settings, open, accepted, buf));
+    serving.await;
 }
 
 /// Waits for the client's first bytes and reads them; `None` when the connection
@@ -265,7 +271,8 @@ impl Conn {
             let mut wire = H1Wire::new(client);
             // Boxed: the exchange's state (a few kB) exists only while a request is in
             // flight, so an idle connection's task stays small.
-            let done = Box::pin(settings.proxy.forward(out, &self.head, &mut wire)).await;
+            let forwarding = Box::pin(settings.proxy.forward(out, &self.head, &mut wire));
+            let done = forwarding.await;
             drop(wire);
             self.idle_since = done.at;
             match done.next {

@@ -399,7 +399,8 @@ pub async fn write_all_by(
     if written >= total {
         return Ok(());
     }
-    Box::pin(write_rest(stream, parts, written, total, deadline)).await
+    let rest = Box::pin(write_rest(stream, parts, written, total, deadline));
+    rest.await
 }
 
 /// [`write_all_by`] for the last bytes before the connection closes. On Linux a TCP
@@ -421,7 +422,8 @@ pub async fn write_last_by(
     if written >= total {
         return Ok(());
     }
-    Box::pin(write_rest(stream, parts, written, total, deadline)).await
+    let rest = Box::pin(write_rest(stream, parts, written, total, deadline));
+    rest.await
 }
 
 /// One vectored write of `parts` with `MSG_MORE` on a TCP socket (Linux); an ordinary

@@ -102,11 +102,13 @@ impl Proxy {
         // future copies all of it.
         if let Some(local) = out.route.local.take() {
             let (status, reason, text, extra) = local.response();
-            let answer = self.answer_with(out, status, reason, &text, extra.as_bytes(), wire);
-            return Box::pin(answer).await;
+            let answer =
+                Box::pin(self.answer_with(out, status, reason, &text, extra.as_bytes(), wire));
+            return answer.await;
         }
         if out.backend.is_none() {
-            return Box::pin(self.answer_unserved(out, wire)).await;
+            let answer = Box::pin(self.answer_unserved(out, wire));
+            return answer.await;
         }
         if let (Framing::Length(len), Some(max)) = (out.request.framing, out.route.max_body) {
             if len > max {
@@ -114,16 +116,22 @@ impl Proxy {
                 let kind = ProxyErrorKind::BodyTooLarge(max);
                 tracing::debug!(length = len, reason = %kind.as_str(), "{kind}");
                 let text = format!("holdfast: {kind}\n");
-                return Box::pin(self.answer(out, 413, "body_too_large", &text, wire)).await;
+                let answer = Box::pin(self.answer(out, 413, "body_too_large", &text, wire));
+                return answer.await;
             }
         }
         let mut kept = None;
         if out.backend().speaks() != Speaks::Http1 {
             // Boxed: only exchanges with HTTP/2 origins carry this state.
-            match Box::pin(self.send_mux(&mut out, head, wire)).await {
-                Ok(sent) => return Box::pin(self.respond_mux(out, sent, wire)).await,
+            let sending = Box::pin(self.send_mux(&mut out, head, wire));
+            match sending.await {
+                Ok(sent) => {
+                    let responding = Box::pin(self.respond_mux(out, sent, wire));
+                    return responding.await;
+                }
                 Err(MuxFailure::Failed(e)) => {
-                    return Box::pin(self.answer_error(out, e, wire)).await
+                    let answer = Box::pin(self.answer_error(out, e, wire));
+                    return answer.await;
                 }
                 // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool.
                 Err(MuxFailure::SpeaksHttp1(body)) => kept = body,
@@ -133,7 +141,10 @@ impl Proxy {
             Ok(sent) => self.respond(out, sent, wire).await,
             // Boxed, as the upgrade: a rare path's state would otherwise make every
             // exchange's (boxed per request) larger.
-            Err(e) => Box::pin(self.answer_error(out, e, wire)).await,
+            Err(e) => {
+                let answer = Box::pin(self.answer_error(out, e, wire));
+                answer.await
+            }
         }
     }
 
@@ -347,7 +358,8 @@ impl Proxy {
         let (header, now) = out.record.response_head(start.status);
         out.backend().observe(start.status, header, now);
         if start.connection == ConnectionOut::Upgrade {
-            return Box::pin(self.switch(out, lease, wire)).await;
+            let switching = Box::pin(self.switch(out, lease, wire));
+            return switching.await;
         }
         lease.limit_by_origin(start.limits);
         let reusable = start.reusable && upload == Upload::Complete;

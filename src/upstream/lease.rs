@@ -99,7 +99,8 @@ impl OriginPool {
                 // Boxed: with reuse, connecting is the rare case, and its state would
                 // otherwise make every lease's future larger.
                 Checkout::Connect(permit) => {
-                    return Box::pin(self.open(permit, connect_timeout)).await
+                    let opening = Box::pin(self.open(permit, connect_timeout));
+                    return opening.await;
                 }
                 Checkout::Idle(lease) if lease.get().probe() => return Ok(lease),
                 Checkout::Idle(lease) => lease.discard(CloseReason::OriginClosed),

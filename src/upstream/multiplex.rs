@@ -206,7 +206,8 @@ impl Multiplexed {
             if open {
                 // Boxed: connecting is rare, and its state would otherwise make
                 // every lease's future larger.
-                match Box::pin(shared.open(connect_timeout, tls)).await {
+                let opening = Box::pin(shared.open(connect_timeout, tls));
+                match opening.await {
                     Ok(Opened::H2(conn)) => shared.adopt(conn),
                     Ok(Opened::Http1(conn)) => {
                         shared.lock().connecting -= 1;
