@@ -821,10 +821,10 @@ def markdown(document, chart_files, *, image_prefix):
             "smallest HTTP/1.1 relay that still does a proxy's job: one thread, pooled "
             "upstream connections, heads forwarded byte for byte without their hop-by-hop "
             "lines, no routing, limits, timeouts, logs or metrics. It is information, not a "
-            "peer comparison: it is never the best peer, and its CPU per request is the cost "
-            "of relaying the bytes on this machine, which holdfast's can approach but not go "
-            f"below (target: at most {FLOOR_CPU_LIMIT:g}x on keepalive-tiny). Ratios of "
-            "medians:",
+            "peer comparison: it is never the best peer, and its CPU per request is about "
+            "what relaying the bytes costs on this machine, which a proxy doing more can "
+            f"approach but hardly go below (target: at most {FLOOR_CPU_LIMIT:g}x on "
+            "keepalive-tiny). Ratios of medians:",
             "",
             floor,
             "",
