@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-BINARIES = ("holdfast", "bench-origin", "bench-load", "h2-floor")
+BINARIES = ("holdfast", "bench-origin", "bench-load", "h2-floor", "floor")
 
 
 class BuildError(RuntimeError):

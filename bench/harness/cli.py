@@ -400,9 +400,10 @@ def _session(opts, session, argv):
                 "bench/results/ (" + ", ".join(f"{n}.svg" for n in sorted(files)) + ")")
     log("")
     log(report.targets_table(checks))
-    floor = report.h2_floor_line(report.aggregate(records))  # information, not a target
-    if floor:
-        log(floor)
+    medians = report.aggregate(records)
+    for floor in (report.floor_line(medians), report.h2_floor_line(medians)):
+        if floor:  # information; the HTTP/1.1 floor's target is in the table above
+            log(floor)
     return _exit_status(opts, records, plan_contenders)
 
 
@@ -574,6 +575,9 @@ def _exit_status(opts, records, plan_contenders):
     holdfast_errors = [r for r in records if r["contender"] == "holdfast" and r["ok"]
                        and r["scenario"] not in scenarios.NO_REQUESTS
                        and r["metrics"].get("errors")]
+    # floor's figures are holdfast's floor only while it serves every request.
+    floor_errors = [r for r in records if r["contender"] == "floor" and r["ok"]
+                    and r["metrics"].get("errors")]
     if "holdfast" in opts.contenders and not any(c.name == "holdfast" for c in plan_contenders):
         failed.append({"scenario": "-", "contender": "holdfast", "error": "not run"})
     problems = [f"--install: {p} is still not installed"
@@ -583,6 +587,8 @@ def _exit_status(opts, records, plan_contenders):
     if opts.smoke:
         problems += [f"{r['scenario']}/{r['contender']}: holdfast had "
                      f"{r['metrics']['errors']} errors" for r in holdfast_errors]
+        problems += [f"{r['scenario']}/floor: {r['metrics']['errors']} errors"
+                     for r in floor_errors]
         # Over HTTPS any contender that answers with errors fails the check: a certificate,
         # a TLS setting or a config a contender does not take shows up there first.
         problems += [f"{r['scenario']}/{r['contender']}: {r['metrics']['errors']} errors over "

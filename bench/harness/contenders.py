@@ -19,6 +19,14 @@ without a config for the side does not run that scenario (see `scenarios.contend
 `h2-floor` is no proxy to compare with but a floor: the smallest h2c-to-h2c relay on the
 `h2` crate (bench/tools/src/bin/h2-floor.rs), run only in h2-to-h2c, where holdfast's CPU
 per request over its own says how much of holdfast's cost is the crate's. It is not a peer.
+
+`floor` is the same for HTTP/1.1: the smallest relay that still does a proxy's job
+(bench/tools/src/bin/floor.rs: one thread, pooled upstream connections, heads forwarded
+byte for byte without their hop-by-hop lines, `Content-Length` framing), run only in
+keepalive-tiny, keepalive-50k, closing-tiny and rate-latency. holdfast's CPU per request
+over its own is how much holdfast costs beyond relaying the bytes; the report shows it as
+information and holds holdfast to at most 1.1x of it on keepalive-tiny. It is not a peer
+either.
 """
 
 import json
@@ -37,7 +45,7 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 @dataclass(frozen=True)
 class Contender:
     name: str
-    program: str | None  # "nginx", "haproxy", "holdfast" or "h2-floor"; None for direct
+    program: str | None  # "nginx", "haproxy", "holdfast", "h2-floor" or "floor"; None: direct
     config: str | None  # template in bench/configs/
     about: str
     # Runs only in the scenarios that name it (Scenario.contenders), not in every scenario.
@@ -98,12 +106,17 @@ CONTENDERS = [
               "the smallest h2c-to-h2c relay on the h2 crate (bench/tools/src/bin/h2-floor.rs), "
               "one upstream connection: the crate's own cost, a floor for holdfast",
               only_where_named=True, h2_configs=(("both", None),)),
+    Contender("floor", "floor", None,
+              "the smallest HTTP/1.1 relay with pooled upstream connections "
+              "(bench/tools/src/bin/floor.rs), one thread: the cost of relaying the bytes, "
+              "a floor for holdfast", only_where_named=True),
 ]
 
 BY_NAME = {c.name: c for c in CONTENDERS}
 
 # The better of these two, per metric, is the "best peer" the targets compare against
-# (h2-floor never is: it is a floor, see report.h2_floor_line).
+# (h2-floor and floor never are: they are floors, see report.h2_floor_line and
+# report.floor_table).
 PEERS = ("nginx-tuned", "haproxy")
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -218,6 +231,10 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
         if h2 != "both":
             raise StartError(f"{contender.name} only relays h2c clients to an h2c origin")
         argv = [bins["h2-floor"], "--listen", listen, "--upstream", origin.address]
+    elif contender.program == "floor":
+        if tls is not None or h2 is not None:
+            raise StartError(f"{contender.name} only relays cleartext HTTP/1.1")
+        argv = [bins["floor"], "--listen", listen, "--upstream", origin.address]
     else:
         raise ValueError(f"unknown contender {contender.name}")
     child = procs.spawn(contender.name, argv, log_dir=run_dir, cpu=procs.PROXY_CPU, netns=netns)

@@ -53,6 +53,9 @@ METRICS = (
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
           for key in scenarios.HANDSHAKE_WINDOW_KEYS)
 
+# holdfast's CPU per request over floor's (the smallest HTTP/1.1 relay) on keepalive-tiny.
+FLOOR_CPU_LIMIT = 1.1
+
 # silent-clients targets for holdfast: RSS per silent client connection, and what is left
 # once they all closed (a tenth of that budget per connection, 2 MB for 10,000).
 SILENT_BYTES_LIMIT = 2000
@@ -105,10 +108,14 @@ def _best_peer(medians, scenario, metric, lower_is_better):
     return min(found) if lower_is_better else max(found)
 
 
-def _ratio_check(medians, name, scenario, metric, lower_is_better, limit, unit):
-    """A target on holdfast's median of `metric` over the best peer's."""
+def _ratio_check(medians, name, scenario, metric, lower_is_better, limit, unit, against=None):
+    """A target on holdfast's median of `metric` over the best peer's, or over contender
+    `against`'s when given (floor's)."""
     mine = _median(medians, scenario, "holdfast", metric)
-    ref, ref_name = _best_peer(medians, scenario, metric, lower_is_better)
+    if against is None:
+        ref, ref_name = _best_peer(medians, scenario, metric, lower_is_better)
+    else:
+        ref, ref_name = _median(medians, scenario, against, metric), against
     ratio = mine / ref if mine is not None and ref else None
     if ratio is None:
         passed = None
@@ -133,6 +140,10 @@ def targets(medians, records):
                 True, 1.0, "µs/req")
     ratio_check("requests/s >= 1.15x best peer", "keepalive-tiny", "rps", False, 1.15, "req/s")
     ratio_check("p99 no worse than best peer", "rate-latency", "p99_us", True, 1.0, "µs")
+    # floor is no peer but the smallest relay (bench/tools/src/bin/floor.rs): holdfast may
+    # cost at most a tenth more than relaying the bytes does.
+    ratio_check(f"CPU per request <= {FLOOR_CPU_LIMIT:g}x floor", "keepalive-tiny",
+                "cpu_us_per_request", True, FLOOR_CPU_LIMIT, "µs/req", "floor")
 
     for scenario in ("keepalive-tiny", "closing-tiny"):
         reuse = _median(medians, scenario, "holdfast", "reuse")
@@ -773,6 +784,43 @@ def _ratio_table(medians, rows_spec):
                   rows)
 
 
+def floor_table(medians):
+    """holdfast against floor, the smallest HTTP/1.1 relay, in every scenario both ran: CPU
+    per request and requests/s, each with holdfast's over floor's (ratio of medians); ""
+    when there is no such scenario."""
+    rows = []
+    for name in (s.name for s in scenarios.SCENARIOS):
+        if "holdfast" not in medians.get(name, {}) or "floor" not in medians.get(name, {}):
+            continue
+        row = [name]
+        for metric, fmt in (("cpu_us_per_request", lambda v: _num(v, 2)), ("rps", _num)):
+            mine = _median(medians, name, "holdfast", metric)
+            floor = _median(medians, name, "floor", metric)
+            row += [fmt(mine), fmt(floor),
+                    f"{mine / floor:.2f}x" if mine is not None and floor else "–"]
+        rows.append(row)
+    if not rows:
+        return ""
+    return _table(["scenario", "holdfast CPU µs/req", "floor CPU µs/req", "holdfast / floor",
+                   "holdfast req/s", "floor req/s", "holdfast / floor"], rows)
+
+
+def floor_line(medians):
+    """holdfast's CPU per request over floor's, per scenario both ran (ratio of medians),
+    for the log; None when there is no such scenario."""
+    parts = []
+    for name in (s.name for s in scenarios.SCENARIOS):
+        mine = _median(medians, name, "holdfast", "cpu_us_per_request")
+        floor = _median(medians, name, "floor", "cpu_us_per_request")
+        if mine is not None and floor:
+            parts.append(f"{name} {mine / floor:.2f}x ({_num(mine, 2)} µs against "
+                         f"{_num(floor, 2)} µs)")
+    if not parts:
+        return None
+    return ("holdfast / floor CPU per request (floor is the smallest HTTP/1.1 relay, not a "
+            f"peer; target <= {FLOOR_CPU_LIMIT:g}x on keepalive-tiny): " + "; ".join(parts))
+
+
 def markdown(document, chart_files, *, image_prefix):
     """The generated results section: machine, versions, commands, targets and tables."""
     m = document["machine"]
@@ -802,10 +850,30 @@ def markdown(document, chart_files, *, image_prefix):
         "",
         "### Targets",
         "",
-        "Best peer is the better of nginx-tuned and HAProxy for each metric, from the medians.",
+        "Best peer is the better of nginx-tuned and HAProxy for each metric, from the medians; "
+        "the floor target's reference is floor, the smallest relay (see below), not a peer.",
         "",
         targets_table(document["targets"]),
         "",
+    ]
+    floor = floor_table(medians)
+    if floor:
+        out += [
+            "### holdfast / floor",
+            "",
+            "floor ([bench/tools/src/bin/floor.rs](bench/tools/src/bin/floor.rs)) is the "
+            "smallest HTTP/1.1 relay that still does a proxy's job: one thread, pooled "
+            "upstream connections, heads forwarded byte for byte without their hop-by-hop "
+            "lines, no routing, limits, timeouts, logs or metrics. It is information, not a "
+            "peer comparison: it is never the best peer, and its CPU per request is about "
+            "what relaying the bytes costs on this machine, which a proxy doing more can "
+            f"approach but hardly go below (target: at most {FLOOR_CPU_LIMIT:g}x on "
+            "keepalive-tiny). Ratios of medians:",
+            "",
+            floor,
+            "",
+        ]
+    out += [
         "### Summary",
         "",
         "Requests per second (median):",

@@ -73,6 +73,11 @@ HTTPS_ORIGIN = ("nginx-tuned", "nginx-no-reuse", "haproxy", "holdfast")
 # there as holdfast's floor (not a peer).
 H2_TO_H1 = ("direct", "nginx-tuned", "haproxy", "holdfast")
 H2_TO_H2C = ("direct", "nginx-grpc", "haproxy", "holdfast", "h2-floor")
+# The HTTP/1.1 scenarios floor runs in: every contender that runs wherever it is not named
+# (contenders.Contender.only_where_named), then floor, the smallest HTTP/1.1 relay, as
+# holdfast's floor (not a peer).
+WITH_FLOOR = ("direct", "nginx-default", "nginx-recipe", "nginx-tuned", "haproxy", "holdfast",
+              "floor")
 # h2load's client connections and streams per connection: 64 requests in flight, as the
 # 64 connections of the HTTP/1.1 scenarios.
 H2_CONNECTIONS = 4
@@ -86,13 +91,14 @@ LATENCY_SHARE = 0.7
 
 
 SCENARIOS = [
-    Scenario("keepalive-tiny", "64 keep-alive clients (wrk), 100-byte responses", "rust", ("wrk",)),
+    Scenario("keepalive-tiny", "64 keep-alive clients (wrk), 100-byte responses", "rust", ("wrk",),
+             contenders=WITH_FLOOR),
     Scenario("keepalive-50k", "64 keep-alive clients (wrk), 50 kB responses", "rust", ("wrk",),
-             path="/50k"),
+             path="/50k", contenders=WITH_FLOOR),
     Scenario("closing-tiny", "64 clients, `Connection: close` on every request (wrk), 100 B",
-             "rust", ("wrk",)),
+             "rust", ("wrk",), contenders=WITH_FLOOR),
     Scenario("rate-latency", "a fixed rate over 64 keep-alive connections (bench-load rate)",
-             "rust", ()),
+             "rust", (), contenders=WITH_FLOOR),
     Scenario("idle-clients", "10,000 idle client connections held open while 64 keep-alive "
              "clients run (wrk), 100 B", "rust", ("wrk",)),
     Scenario("silent-clients", "10,000 client connections that never send a byte "
