@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from . import (build, certs, contenders, install, machine, netns, origins, procs, report,
-               scenarios, sockets)
+               scenarios, sockets, threads_reuse)
 from .certs import Certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -381,6 +381,9 @@ def _session(opts, session, argv):
             log("wrote BENCHMARKS.md's HTTP/2 results section and bench/results/h2-*.svg")
     log("")
     log(report.targets_table(checks))
+    reuse_table = threads_reuse.log_table(report.aggregate(records))
+    if reuse_table:
+        log(reuse_table)
     floor = report.h2_floor_line(report.aggregate(records))  # information, not a target
     if floor:
         log(floor)
@@ -414,6 +417,8 @@ def _one_line(record):
     if not record["ok"]:
         return f"FAILED: {(record['error'] or '').splitlines()[0][:200]}"
     m = record["metrics"]
+    if record["scenario"] == threads_reuse.NAME:
+        return threads_reuse.one_line(record)
     if record["scenario"] == "pool-memory":
         per = m.get("bytes_per_idle_connection")
         if per is None:

@@ -6,7 +6,7 @@ import re
 import statistics
 from pathlib import Path
 
-from . import contenders, scenarios, svg
+from . import contenders, scenarios, svg, threads_reuse
 
 MARK_START = "<!-- results:start -->"
 MARK_END = "<!-- results:end -->"
@@ -44,7 +44,7 @@ METRICS = (
     "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
     "holdfast_h2_connections", "upstream_connections_bound",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
-          for key in scenarios.HANDSHAKE_WINDOW_KEYS)
+          for key in scenarios.HANDSHAKE_WINDOW_KEYS) + threads_reuse.METRICS
 
 # silent-clients targets for holdfast: RSS per silent client connection, and what is left
 # once they all closed (a tenth of that budget per connection, 2 MB for 10,000).
@@ -192,6 +192,7 @@ def targets(medians, records):
                    "scenario": "pool-memory", "holdfast": per_conn, "reference": None,
                    "reference_from": None, "ratio": None, "limit": "< 20000 bytes",
                    "unit": "bytes", "pass": None if per_conn is None else per_conn < 20000})
+    checks += threads_reuse.targets(medians)
     return checks
 
 
@@ -468,6 +469,8 @@ def _table(header, rows):
 
 
 def scenario_table(name, per_contender, order):
+    if name == threads_reuse.NAME:  # a row per contender and thread count
+        return threads_reuse.table(per_contender, order)
     keys = SCENARIO_COLUMNS.get(name, DEFAULT_COLUMNS)
     header = ["contender"] + [COLUMNS[k][0] for k in keys]
     rows = []
@@ -592,6 +595,7 @@ CHART_PANELS.update({
            ("upstream_open_max", "upstream connections open at once (lower is better)"))
     for name in scenarios.H2
 })
+CHART_PANELS[threads_reuse.NAME] = threads_reuse.CHART_PANELS
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
 

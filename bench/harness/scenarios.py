@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contenders, load, netns, origins, procs, sockets
+from . import contenders, load, netns, origins, procs, sockets, threads_reuse
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,9 @@ SCENARIOS = [
              "as a floor, not a peer", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
              streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
              peers=("nginx-grpc", "haproxy")),
+    # its runner, configs, table and targets: threads_reuse.py
+    Scenario(threads_reuse.NAME, threads_reuse.ABOUT, "rust", (),
+             contenders=threads_reuse.CONTENDERS),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -211,6 +214,8 @@ def run(ctx, scenario, contender, round_no):
             _many_clients_in_namespace(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "pool-memory":
             _pool_memory(ctx, run_dir, record)
+        elif scenario.name == threads_reuse.NAME:
+            threads_reuse.run(ctx, contender, run_dir, record)
         elif scenario.name == "silent-clients":
             _silent_clients(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "https-handshakes":
