@@ -125,11 +125,28 @@ def _row(ctx, contender, threads, origin, row_dir):
             raise RunFailed(f"{running.contender.name} ×{threads} exited during the window: "
                             f"{running.child.stderr_tail(1000)}")
         after = origin.stats()
+        # holdfast's own view: per server opened, idle and closed by reason
+        status = running.status()
     finally:
         running.stop()
+    metrics = _row_metrics(origin, before, after, result, samples, held_end)
+    metrics["closed_by_reason"] = _closed_by_reason(status)
     return {"threads": threads, "command": running.child.argv, "load": result,
-            "samples": samples,
-            "metrics": _row_metrics(origin, before, after, result, samples, held_end)}
+            "samples": samples, "holdfast_status": status, "metrics": metrics}
+
+
+def _closed_by_reason(status):
+    """holdfast's upstream connections closed during the row, by reason, summed over
+    every server in /status; None for the other proxies (or without /status)."""
+    if not isinstance(status, dict):
+        return None
+    closed = {}
+    for group in status.get("upstreams") or []:
+        for server in (group.get("servers") or []) if isinstance(group, dict) else []:
+            for reason, count in (server.get("closed") or {}).items():
+                if isinstance(count, int) and count:
+                    closed[reason] = closed.get(reason, 0) + count
+    return closed
 
 
 def _row_metrics(origin, before, after, result, samples, held_end):
@@ -385,6 +402,14 @@ def targets(medians):
     return checks
 
 
+def _closed_words(record, threads):
+    closed = ((record.get("rows") or {}).get(str(threads)) or {}).get("metrics", {}).get(
+        "closed_by_reason")
+    if not closed:
+        return ""
+    return " (closed: " + ", ".join(f"{k} {v}" for k, v in sorted(closed.items())) + ")"
+
+
 def one_line(record):
     """The session log's line for one run of the scenario."""
     m = record["metrics"]
@@ -398,6 +423,7 @@ def one_line(record):
             f"{m.get(f'opened_x{threads}')}, held max {m.get(f'held_max_x{threads}')} "
             f"end {m.get(f'held_end_x{threads}')}, reuse "
             + (f"{reuse * 100:.2f}%" if reuse is not None else "–")
-            + f", errors {m.get(f'errors_x{threads}')}, p99 {m.get(f'p99_us_x{threads}')} µs")
+            + f", errors {m.get(f'errors_x{threads}')}, p99 {m.get(f'p99_us_x{threads}')} µs"
+            + _closed_words(record, threads))
     return "  ".join(parts)
 
