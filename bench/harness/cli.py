@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from . import (build, certs, contenders, install, machine, netns, origins, procs, report,
-               scenarios, sockets)
+               scenarios, sockets, threads_reuse)
 from .certs import Certs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -404,6 +404,9 @@ def _session(opts, session, argv):
     for floor in (report.floor_line(medians), report.h2_floor_line(medians)):
         if floor:  # information; the HTTP/1.1 floor's target is in the table above
             log(floor)
+    reuse_table = threads_reuse.log_table(medians)
+    if reuse_table:
+        log(reuse_table)
     return _exit_status(opts, records, plan_contenders)
 
 
@@ -434,6 +437,8 @@ def _one_line(record):
     if not record["ok"]:
         return f"FAILED: {(record['error'] or '').splitlines()[0][:200]}"
     m = record["metrics"]
+    if record["scenario"] == threads_reuse.NAME:
+        return threads_reuse.one_line(record)
     if record["scenario"] == "pool-memory":
         per = m.get("bytes_per_idle_connection")
         if per is None:

@@ -170,6 +170,23 @@ def rate(ctx, name, url, *, rate, duration_s, connections=64, warmup_s=1.0, netn
     return result
 
 
+def hosts(ctx, name, url, *, rate, duration_s, connections, hosts, steady, bursty, idle_s,
+          burst_s):
+    """bench-load hosts: `rate` with each request's Host from a schedule (`hosts` with
+    `{}` for the number): `steady` hosts all the time, `bursty` hosts only in a burst of
+    `burst_s` after every `idle_s`."""
+    result = _bench_load(
+        ctx, name, "hosts",
+        ["--url", url, "--rate", rate, "--duration", f"{duration_s}s",
+         "--connections", connections, "--hosts", hosts, "--steady", steady,
+         "--bursty", bursty, "--idle", f"{idle_s}s", "--burst", f"{burst_s}s"],
+        timeout_s=duration_s + 30,
+    )
+    result["tool"] = "bench-load hosts"
+    result["errors"] = result.get("non_2xx", 0) + result.get("socket_errors", 0)
+    return result
+
+
 def mixed(ctx, name, url, *, keepalive, closing, duration_s, netns=None):
     """bench-load mixed: keep-alive and closing clients together, with a per-second timeline."""
     result = _bench_load(

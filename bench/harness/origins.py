@@ -41,6 +41,7 @@ class Origin:
         self.h2c = h2c
         self.child = child
         self.port = port
+        self.ports = (port,)  # every port it listens on (see `start`'s extra_ports)
         self.netns = netns
         self.address = f"127.0.0.1:{port}"
         self.tls = certs is not None
@@ -107,15 +108,21 @@ class Origin:
         self.child.stop()
 
 
-def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False):
+def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False, extra_ports=()):
     """Starts origin `kind` ("rust" or "node"); returns an Origin or raises RuntimeError.
 
     With `certs` (rust only, not in a namespace) the origin serves HTTPS with the
     session's server certificate; with `h2c` (rust only, not in a namespace) it also
-    speaks HTTP/2 with prior knowledge.
+    speaks HTTP/2 with prior knowledge. With `extra_ports` (rust, cleartext HTTP/1.1
+    only) the one process also listens on each of them: its stats, read on `port`, are
+    the totals of every port, with each port's own under `listeners`.
     """
+    if extra_ports and (kind != "rust" or certs is not None or h2c):
+        raise ValueError("only cleartext bench-origin listens on several ports")
     if kind == "rust":
         argv = [bins["bench-origin"], "--listen", f"127.0.0.1:{port}", "--threads", "1"]
+        for extra in extra_ports:
+            argv += ["--listen", f"127.0.0.1:{extra}"]
         if certs is not None:
             argv += ["--tls-cert", certs.cert, "--tls-key", certs.key]
         if h2c:
@@ -130,10 +137,12 @@ def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False):
         raise ValueError("only bench-origin on the host, in cleartext, serves h2c")
     name = f"origin-{kind}" + ("-tls" if certs is not None else "") + ("-h2c" if h2c else "")
     child = procs.spawn(name, argv, log_dir=log_dir, cpu=procs.LOAD_CPU, netns=netns)
-    if not sockets.wait_listening(port, timeout_s=15, netns=netns, child=child):
-        tail = child.stderr_tail()
-        child.stop()
-        raise RuntimeError(f"{kind} origin did not start on port {port}: {tail}")
+    for listening in (port, *extra_ports):
+        if not sockets.wait_listening(listening, timeout_s=15, netns=netns, child=child):
+            tail = child.stderr_tail()
+            child.stop()
+            raise RuntimeError(f"{kind} origin did not start on port {listening}: {tail}")
     origin = Origin(kind, child, port, netns, certs, h2c)
+    origin.ports = (port, *extra_ports)
     origin.calibrate()
     return origin

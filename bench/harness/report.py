@@ -6,7 +6,7 @@ import re
 import statistics
 from pathlib import Path
 
-from . import contenders, scenarios, svg
+from . import contenders, scenarios, svg, threads_reuse
 
 MARK_START = "<!-- results:start -->"
 MARK_END = "<!-- results:end -->"
@@ -51,7 +51,7 @@ METRICS = (
     "capacity_rps", "capacity_errors", "rate_asked", "rate_achieved_share", "max_send_lag_us",
     "unsent",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
-          for key in scenarios.HANDSHAKE_WINDOW_KEYS)
+          for key in scenarios.HANDSHAKE_WINDOW_KEYS) + threads_reuse.METRICS
 
 # holdfast's CPU per request over floor's (the smallest HTTP/1.1 relay) on keepalive-tiny.
 FLOOR_CPU_LIMIT = 1.1
@@ -285,6 +285,8 @@ def perf_targets(medians):
                 _ratio_check(medians, "p99.9 latency <= 1.0x best peer", name, "p999_us", True,
                              1.0, "µs"),
             ]
+    if threads_reuse.NAME in medians:
+        checks += threads_reuse.targets(medians)
     return checks
 
 
@@ -516,6 +518,8 @@ def _table(header, rows):
 
 
 def scenario_table(name, per_contender, order):
+    if name == threads_reuse.NAME:  # a row per contender and thread count
+        return threads_reuse.table(per_contender, order)
     keys = SCENARIO_COLUMNS.get(name, DEFAULT_COLUMNS)
     header = ["contender"] + [COLUMNS[k][0] for k in keys]
     rows = []
@@ -647,6 +651,7 @@ CHART_PANELS.update({
              ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
     for s in scenarios.SCENARIOS if s.capacity_share is not None
 })
+CHART_PANELS[threads_reuse.NAME] = threads_reuse.CHART_PANELS
 DEFAULT_PANELS = (("rps", "requests/s (higher is better)"),
                   ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"))
 

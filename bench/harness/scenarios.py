@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import contenders, load, netns, origins, procs, sockets
+from . import contenders, load, netns, origins, procs, sockets, threads_reuse
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,9 @@ SCENARIOS = [
     Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probe, then "
              f"round({LATENCY_SHARE:g} x its requests/s) over 64 keep-alive connections",
              "rust", ("wrk",), contenders=LATENCY, path="/50k", capacity_share=LATENCY_SHARE),
+    # its runner, configs, table and targets: threads_reuse.py
+    Scenario(threads_reuse.NAME, threads_reuse.ABOUT, "rust", (),
+             contenders=threads_reuse.CONTENDERS),
 ]
 
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -164,7 +167,7 @@ H2 = ("h2-to-h1", "h2-to-h2c")
 # The performance scenarios; their results go to results/perf.json (see cli.py). A
 # scenario joins the group, its results file and BENCHMARKS.md's Performance section by
 # its name here.
-PERF = ("latency-tiny", "latency-50k")
+PERF = ("latency-tiny", "latency-50k", threads_reuse.NAME)
 
 # latency-tiny is the one performance scenario in it: the probe and the rate run are the
 # code latency-50k shares, and it adds about 25 s.
@@ -244,6 +247,8 @@ def run(ctx, scenario, contender, round_no):
             _many_clients_in_namespace(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "pool-memory":
             _pool_memory(ctx, run_dir, record)
+        elif scenario.name == threads_reuse.NAME:
+            threads_reuse.run(ctx, contender, run_dir, record)
         elif scenario.name == "silent-clients":
             _silent_clients(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "https-handshakes":

@@ -67,6 +67,16 @@ def established_count(local_port, netns=None):
     return len(_ss(["state", "established", f"( sport = :{local_port} )"], netns))
 
 
+def established_on_any(local_ports, netns=None):
+    """Established connections whose local port is any of `local_ports` (a server's
+    accepted sockets on several ports), filtered in the kernel like `established_count`."""
+    ports = list(local_ports)
+    if not ports:
+        return 0
+    expression = " or ".join(f"sport = :{port}" for port in ports)
+    return len(_ss(["state", "established", f"( {expression} )"], netns))
+
+
 def not_closed(local_port, netns=None):
     """A server's connections on `local_port` that it has not closed yet: established, or
     closed by the peer and not yet by the server (CLOSE_WAIT), or closing. Not TIME_WAIT,

@@ -10,9 +10,11 @@
 //! tests; this file adds the routes and the request count. [`serve_tls`] serves the same
 //! routes over TLS and also counts handshakes (see `tls.rs`); [`serve_h2c`] serves them
 //! over HTTP/2 with prior knowledge as well as HTTP/1.1 and counts what went over HTTP/2
-//! (see `h2c.rs`).
+//! (see `h2c.rs`). [`serve_many`] serves them on several listeners at once and counts per
+//! listener (see `listeners.rs`).
 
 mod h2c;
+mod listeners;
 mod tls;
 
 use std::convert::Infallible;
@@ -37,6 +39,7 @@ pub use h2c::{serve as serve_h2c, H2Snapshot, Options as H2cOptions, DEFAULT_MAX
 /// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
 /// a burst of thousands of connects is not dropped at the listen queue.
 pub use holdfast_origin::bind;
+pub use listeners::{serve_many, ListenerSnapshot, Listeners};
 pub use tls::{serve as serve_tls, HandshakeSnapshot, HANDSHAKE_TIMEOUT};
 
 /// Body of `/tiny`, `/slow` and unknown paths.
@@ -75,7 +78,7 @@ impl Drop for ClosedOnDrop {
 }
 
 /// One reading of [`OriginStats`]; also the JSON body of `/__origin/stats`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct StatsSnapshot {
     /// TCP connections accepted since start.
     pub connections: u64,
@@ -91,6 +94,10 @@ pub struct StatsSnapshot {
     /// What went over HTTP/2, in h2c mode only (absent from the JSON otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub h2: Option<H2Snapshot>,
+    /// Each listener's counts, when the origin serves several (absent from the JSON
+    /// otherwise); the fields above are then their totals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listeners: Option<Vec<ListenerSnapshot>>,
 }
 
 impl OriginStats {
@@ -102,6 +109,7 @@ impl OriginStats {
             accept_errors: self.connections.accept_errors(),
             tls: self.tls.get().map(tls::TlsCounts::handshakes),
             h2: self.h2c.get().map(h2c::H2Counts::h2),
+            listeners: None,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `bench-load [--threads N] rate|mixed|hold|burst|handshakes ...`: load shapes wrk cannot produce
+//! `bench-load [--threads N] rate|hosts|mixed|hold|burst|handshakes ...`: load shapes wrk cannot produce
 //! (logic in `holdfast_bench_tools::load`). Each prints one JSON object on stdout at the end
 //! and exits 0, failed requests included; progress and errors go to stderr. Non-zero exit
 //! only for bad arguments (2) or when the run could not start at all (1).
@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_bench_tools::load::exchange::ErrorKind;
 use holdfast_bench_tools::load::target::{Target, TargetError};
-use holdfast_bench_tools::load::{burst, handshakes, hold, mixed, rate};
+use holdfast_bench_tools::load::{burst, handshakes, hold, hosts, mixed, rate};
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 use serde::Serialize;
 
@@ -24,6 +24,8 @@ const DEFAULT_HOLD: Duration = Duration::from_secs(600);
 const MAX_CONNECTIONS: u64 = 1_000_000;
 /// Highest `--rate` accepted, requests per second.
 const MAX_RATE: f64 = 10_000_000.0;
+/// Most hosts `hosts` may spread requests over (steady and bursty each).
+const MAX_HOSTS: u64 = hosts::MAX_HOSTS as u64;
 
 #[derive(Debug, Parser)]
 #[command(name = "bench-load", about = "Load shapes for holdfast's benchmarks (loopback only)")]
@@ -51,6 +53,35 @@ enum Command {
         /// Sent like the rest but not recorded.
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         warmup: Duration,
+    },
+    /// `rate` spread over many virtual hosts: each request's Host from a schedule in which
+    /// most hosts get steady traffic and some sit idle between bursts.
+    Hosts {
+        /// Where to connect (the proxy), and the path; the Host header comes from --hosts.
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        /// Requests per second over all connections.
+        #[arg(long, value_parser = parse_rate)]
+        rate: f64,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// Host names, `{}` standing for each host's number from 0.
+        #[arg(long, default_value = "app{}.bench")]
+        hosts: String,
+        /// Hosts 0 .. N-1 get traffic all the time.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_HOSTS))]
+        steady: u64,
+        /// The next N hosts get traffic only in bursts.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_HOSTS), default_value = "0")]
+        bursty: u64,
+        /// How long the bursty hosts get nothing before each burst.
+        #[arg(long, value_parser = parse_duration, default_value = "3s")]
+        idle: Duration,
+        /// How long each burst lasts (half the rate goes to the bursty hosts meanwhile).
+        #[arg(long, value_parser = parse_duration, default_value = "1s")]
+        burst: Duration,
     },
     /// Closed loop: keep-alive workers next to workers that close after every request.
     Mixed {
@@ -176,9 +207,32 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
                 connections: to_usize(connections),
                 warmup,
                 connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+                hosts: None,
             };
             let report = rate::run(config).await;
             finish(&report, &report.first_errors)
+        }
+        Command::Hosts { url, rate, duration, connections, hosts, steady, bursty, idle, burst } => {
+            let settings = hosts::HostsSettings {
+                pattern: hosts,
+                steady: to_usize(steady),
+                bursty: to_usize(bursty),
+                idle,
+                burst,
+            };
+            let schedule = hosts::HostSchedule::new(&settings)
+                .context("--hosts, --steady, --bursty, --idle, --burst")?;
+            let config = rate::RateConfig {
+                target: url,
+                rate,
+                duration,
+                connections: to_usize(connections),
+                warmup: Duration::ZERO,
+                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+                hosts: None,
+            };
+            let report = hosts::run(config, schedule).await;
+            finish(&report, &report.rate.first_errors)
         }
         Command::Mixed { url, keepalive, closing, duration, interval } => {
             let config = mixed::MixedConfig {
@@ -234,7 +288,8 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
 }
 
 fn to_usize(count: u64) -> usize {
-    usize::try_from(count).expect("counts are capped at MAX_CONNECTIONS, which fits a usize")
+    usize::try_from(count)
+        .expect("counts are capped at MAX_CONNECTIONS or MAX_HOSTS, which fit a usize")
 }
 
 /// The `holding` line must reach the harness as soon as it is printed; a failed write is

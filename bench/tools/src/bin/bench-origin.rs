@@ -1,8 +1,10 @@
-//! `bench-origin --listen ADDR [--threads N] [--tls-cert FILE --tls-key FILE | --h2c
-//! [--h2-max-streams N]]`: the HTTP/1.1 origin the benchmarked proxies front (routes in
-//! `holdfast_bench_tools::origin`), over TLS when given a certificate and key, or also
-//! speaking HTTP/2 with prior knowledge (h2c) with `--h2c`. Prints `listening on IP:PORT`
-//! once bound, serves until SIGTERM or SIGINT, then exits 0.
+//! `bench-origin --listen ADDR [--listen ADDR ...] [--threads N] [--tls-cert FILE --tls-key
+//! FILE | --h2c [--h2-max-streams N]]`: the HTTP/1.1 origin the benchmarked proxies front
+//! (routes in `holdfast_bench_tools::origin`), over TLS when given a certificate and key, or
+//! also speaking HTTP/2 with prior knowledge (h2c) with `--h2c`. Several `--listen` (cleartext
+//! HTTP/1.1 only) serve the same routes on each address, counted per listener. Prints
+//! `listening on IP:PORT` once bound, one line per listener, serves until SIGTERM or SIGINT,
+//! then exits 0.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use holdfast_bench_tools::origin::{self, H2cOptions, OriginStats};
+use holdfast_bench_tools::origin::{self, H2cOptions, Listeners, OriginStats};
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 
 #[derive(Debug, Parser)]
@@ -21,9 +23,11 @@ use holdfast_bench_tools::{fd_limit, runtime, tls};
     about = "Fast HTTP/1.1 (and h2c) origin for holdfast's benchmarks"
 )]
 struct Args {
-    /// Address to listen on; port 0 picks a free port (printed on stdout).
-    #[arg(long)]
-    listen: SocketAddr,
+    /// Address to listen on; port 0 picks a free port (printed on stdout). Repeat it to
+    /// serve several ports from one process (cleartext HTTP/1.1 only): `/__origin/stats`
+    /// then answers the totals, with each listener's counts in `listeners`.
+    #[arg(long, required = true)]
+    listen: Vec<SocketAddr>,
     /// Tokio worker threads (1: a current-thread runtime).
     #[arg(long, default_value = "1")]
     threads: NonZeroUsize,
@@ -67,8 +71,16 @@ fn run(args: Args) -> anyhow::Result<()> {
         None if args.h2c => Mode::H2c(H2cOptions { max_streams: args.h2_max_streams }),
         None => Mode::Http1,
     };
+    if args.listen.len() > 1 && !matches!(mode, Mode::Http1) {
+        anyhow::bail!(
+            "several --listen addresses are for cleartext HTTP/1.1 only, not with TLS or --h2c"
+        );
+    }
     let runtime = runtime::build(args.threads).context("building the tokio runtime")?;
-    runtime.block_on(serve(args.listen, mode))
+    match args.listen.as_slice() {
+        [one] => runtime.block_on(serve(*one, mode)),
+        several => runtime.block_on(serve_several(several)),
+    }
 }
 
 /// What the listener speaks.
@@ -85,10 +97,7 @@ async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
     let listener = origin::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
-    stdout.flush().context("writing to stdout")?;
-    drop(stdout);
+    print_listening(&[addr])?;
     let stats = Arc::new(OriginStats::default());
     match mode {
         Mode::Tls(config) => origin::serve_tls(listener, stats, config, stop).await,
@@ -98,4 +107,32 @@ async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     .with_context(|| format!("serving on {addr}"))?;
     eprintln!("bench-origin: stopping");
     Ok(())
+}
+
+/// Serves every address of `listen` from this one process, each counted on its own.
+async fn serve_several(listen: &[SocketAddr]) -> anyhow::Result<()> {
+    let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
+    let mut listeners = Vec::with_capacity(listen.len());
+    let mut addrs = Vec::with_capacity(listen.len());
+    for &address in listen {
+        let listener = origin::bind(address).with_context(|| format!("listening on {address}"))?;
+        addrs.push(listener.local_addr().context("reading the bound address")?);
+        listeners.push(listener);
+    }
+    print_listening(&addrs)?;
+    let counts = Arc::new(Listeners::new(addrs.iter().copied()));
+    origin::serve_many(listeners, counts, stop)
+        .await
+        .with_context(|| format!("serving on {} listeners", addrs.len()))?;
+    eprintln!("bench-origin: stopping");
+    Ok(())
+}
+
+/// `listening on IP:PORT` on stdout, one line per bound address.
+fn print_listening(addrs: &[SocketAddr]) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    for addr in addrs {
+        writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
+    }
+    stdout.flush().context("writing to stdout")
 }

@@ -1,6 +1,8 @@
 //! The load shapes `bench-load` runs, each a function from a config to a report:
 //!
 //! - [`rate`]: open-loop fixed rate over keep-alive connections (no coordinated omission);
+//! - [`hosts`]: `rate` with each request's `Host` from a schedule: many virtual hosts, most
+//!   with steady traffic, some idle between bursts;
 //! - [`mixed`]: closed loop, keep-alive workers next to workers that close after each request;
 //! - [`hold`]: many connections, each proxied once (or silent: no byte sent), then held idle;
 //! - [`burst`]: many requests in flight at once, each on its own new connection;
@@ -14,6 +16,7 @@ pub mod burst;
 pub mod exchange;
 pub mod handshakes;
 pub mod hold;
+pub mod hosts;
 pub mod mixed;
 pub mod rate;
 pub mod tally;

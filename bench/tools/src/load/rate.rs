@@ -15,11 +15,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::header::HOST;
+use http::Request;
+use http_body_util::Empty;
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::exchange::{self, ErrorKind, ExchangeError, KeepAliveSlot};
+use super::hosts::HostSchedule;
 use super::tally::{ErrorCounts, Tally};
 use super::target::Target;
 use crate::histogram::LatencySummary;
@@ -39,6 +44,8 @@ pub struct RateConfig {
     pub warmup: Duration,
     /// Connects in flight at once while opening the connections up front.
     pub connects_in_flight: usize,
+    /// Each request's `Host` from this schedule (`bench-load hosts`); None: the URL's.
+    pub hosts: Option<Arc<HostSchedule>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -113,13 +120,13 @@ pub async fn run(config: RateConfig) -> RateReport {
     let drain_deadline = schedule.start + schedule.end + DRAIN;
     let mut workers = JoinSet::new();
     for (worker, slot) in slots.into_iter().enumerate() {
-        let (target, tally) = (config.target.clone(), Arc::clone(&tally));
+        let requests = Requests { target: config.target.clone(), hosts: config.hosts.clone() };
         workers.spawn(send_due_requests(
             schedule,
             worker as u64,
             slot,
-            target,
-            tally,
+            requests,
+            Arc::clone(&tally),
             drain_deadline,
         ));
     }
@@ -164,13 +171,31 @@ struct WorkerResult {
     max_send_lag: Duration,
 }
 
+/// What each request looks like: the target's, with the host schedule's `Host` if any.
+#[derive(Debug, Clone)]
+struct Requests {
+    target: Target,
+    hosts: Option<Arc<HostSchedule>>,
+}
+
+impl Requests {
+    /// Request `n`, due at `due_offset` from the start.
+    fn nth(&self, n: u64, due_offset: Duration) -> Request<Empty<Bytes>> {
+        let mut request = self.target.request(false);
+        if let Some(hosts) = &self.hosts {
+            request.headers_mut().insert(HOST, hosts.host_for(n, due_offset).clone());
+        }
+        request
+    }
+}
+
 /// Sends the requests of connection `worker` (`worker`, `worker + connections`, ...) at their
 /// due times.
 async fn send_due_requests(
     schedule: Schedule,
     worker: u64,
     mut slot: KeepAliveSlot,
-    target: Target,
+    requests: Requests,
     tally: Arc<Tally>,
     drain_deadline: Instant,
 ) -> WorkerResult {
@@ -185,7 +210,7 @@ async fn send_due_requests(
         let was_idle = Instant::now() <= due;
         tokio::time::sleep_until(due).await;
         let sent = Instant::now();
-        let outcome = slot.send(target.request(false), drain_deadline).await;
+        let outcome = slot.send(requests.nth(n, due_offset), drain_deadline).await;
         if schedule.is_recorded(n) {
             let latency_from = if was_idle { sent } else { due };
             tally.record(&outcome, latency_from.elapsed());

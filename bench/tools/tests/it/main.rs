@@ -5,6 +5,7 @@ mod burst; // many requests in flight on new connections
 mod floor; // the minimal HTTP/1.1 relay: keep-alive, pooling, Connection: close
 mod h2c; // the origin speaking HTTP/2 with prior knowledge beside HTTP/1.1
 mod hold; // many idle connections held open
+mod hosts; // fixed rate over many virtual hosts, some idle between bursts
 mod mixed; // keep-alive and closing workers side by side
 mod origin; // routes, bodies and counters of the benchmark origin
 mod rate; // open-loop fixed rate

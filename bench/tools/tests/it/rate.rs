@@ -14,6 +14,7 @@ fn config(target: holdfast_bench_tools::load::target::Target, rate: f64) -> Rate
         connections: 4,
         warmup: Duration::ZERO,
         connects_in_flight: 256,
+        hosts: None,
     }
 }
 
