@@ -428,6 +428,15 @@ impl<C: Poolable> Pool<C> {
     }
 
     /// Requests holding a connection or opening one now.
+    /// Records the demand of a request that found no idle connection and opens one: it
+    /// and the requests in flight now. Observed when the connect starts, not when it
+    /// ends: the others may finish meanwhile, and a peak counted after them would be
+    /// too low to keep the new connection once all are back.
+    pub(crate) fn observe_connect(&self, now: Instant) {
+        let in_flight = self.in_flight();
+        self.lock().demand.observe(in_flight, now);
+    }
+
     fn in_flight(&self) -> usize {
         self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
     }

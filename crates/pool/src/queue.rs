@@ -132,6 +132,7 @@ impl<C: Poolable> Pool<C> {
             .ok()
             .map(|_| {
                 self.inner.connecting.fetch_add(1, Ordering::AcqRel);
+                self.observe_connect(Instant::now());
                 ConnectPermit { pool: Some(self.clone()) }
             })
     }

@@ -162,6 +162,22 @@ async fn idle_connections_never_outnumber_requests_recently_in_flight() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_connect_counts_the_requests_in_flight_when_it_started() {
+    // Two requests hold connections when a third finds none idle and opens one; the two
+    // finish while it connects. Three were in flight at once: all three stay idle.
+    let pool = Pool::new(PoolConfig::default());
+    let first = open(&pool, 1).await;
+    let second = open(&pool, 2).await;
+    let permit = pool.acquire_fresh().await.expect("room for a connection");
+    first.release(Instant::now());
+    second.release(Instant::now());
+    pool.adopt(FakeConn::open(3), permit, Instant::now()).release(Instant::now());
+    let snap = pool.stats().snapshot();
+    assert_eq!((snap.opened, snap.idle, snap.closed(CloseReason::AboveDemand)), (3, 3, 0));
+    assert_eq!(pool.recent_peak(), 3);
+}
+
+#[tokio::test(start_paused = true)]
 async fn idle_surplus_from_a_burst_is_closed_once_the_peak_decays() {
     let pool = Pool::new(PoolConfig { idle_timeout: secs(3600), ..PoolConfig::default() });
     open_all_then_release(&pool, &[1, 2, 3, 4, 5, 6, 7, 8]).await;
