@@ -6,7 +6,7 @@ import re
 import statistics
 from pathlib import Path
 
-from . import contenders, scenarios, svg, threads_reuse
+from . import contenders, numbers, scenarios, svg, threads_reuse
 
 MARK_START = "<!-- results:start -->"
 MARK_END = "<!-- results:end -->"
@@ -322,16 +322,14 @@ def _cell(stat, fmt):
     return med
 
 
-def _us(v):
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+_us = numbers.us
 
 
 def _mb(v):
     return f"{v / 1024:.1f}"
 
 
-def _pct(v):
-    return f"{v * 100:.2f}%"
+_pct = numbers.pct
 
 
 def _pct3(v):

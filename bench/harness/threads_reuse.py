@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import contenders, load, origins, procs, sockets
+from . import contenders, load, numbers, origins, procs, sockets
 
 NAME = "threads-reuse"
 ABOUT = ("upstream reuse with 1 and 4 worker threads (nginx worker_processes, HAProxy "
@@ -312,29 +312,16 @@ def _label(contender, threads):
     return f"{contender} ×{threads}"
 
 
-def _fmt_int(value):
-    return f"{value:,.0f}"
-
-
-def _fmt_pct(value):
-    return f"{value * 100:.2f}%"
-
-
-def _fmt_us(value):
-    return f"{value / 1000:.2f} ms" if value >= 1000 else f"{value:.0f} µs"
-
-
-# (row key, column heading, format)
 COLUMNS = (
-    ("requests", "requests", _fmt_int),
-    ("rps", "req/s", _fmt_int),
-    ("opened", "upstream conns opened", _fmt_int),
-    ("held_max", "upstream conns held, most", _fmt_int),
-    ("held_end", "held at end", _fmt_int),
-    ("held_end_most_per_backend", "most on one backend at end", _fmt_int),
-    ("reuse", "reuse", _fmt_pct),
-    ("errors", "errors", _fmt_int),
-    ("p99_us", "p99", _fmt_us),
+    ("requests", "requests", numbers.count),
+    ("rps", "req/s", numbers.count),
+    ("opened", "upstream conns opened", numbers.count),
+    ("held_max", "upstream conns held, most", numbers.count),
+    ("held_end", "held at end", numbers.count),
+    ("held_end_most_per_backend", "most on one backend at end", numbers.count),
+    ("reuse", "reuse", numbers.pct),
+    ("errors", "errors", numbers.count),
+    ("p99_us", "p99", numbers.us),
 )
 
 

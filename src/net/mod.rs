@@ -394,13 +394,8 @@ pub async fn write_all_by(
     parts: &[&[u8]],
     deadline: &mut Deadline<'_>,
 ) -> Result<(), (u64, WaitError)> {
-    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
     let written = write_now(stream, parts, 0).map_err(|(n, e)| (n as u64, WaitError::Io(e)))?;
-    if written >= total {
-        return Ok(());
-    }
-    let rest = Box::pin(write_rest(stream, parts, written, total, deadline));
-    rest.await
+    write_rest_boxed(stream, parts, written, deadline).await
 }
 
 /// [`write_all_by`] for the last bytes before the connection closes. On Linux a TCP
@@ -413,12 +408,23 @@ pub async fn write_last_by(
     parts: &[&[u8]],
     deadline: &mut Deadline<'_>,
 ) -> Result<(), (u64, WaitError)> {
-    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
     let written = match try_write_more(stream, parts) {
         Ok(n) => n,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
         Err(e) => return Err((0, WaitError::Io(e))),
     };
+    write_rest_boxed(stream, parts, written, deadline).await
+}
+
+/// What is left of `parts` after the `written` bytes the socket took at once: nothing
+/// when that was all, else written through a future of its own on the heap.
+async fn write_rest_boxed(
+    stream: &Stream,
+    parts: &[&[u8]],
+    written: usize,
+    deadline: &mut Deadline<'_>,
+) -> Result<(), (u64, WaitError)> {
+    let total = parts.iter().fold(0usize, |sum, p| sum.saturating_add(p.len()));
     if written >= total {
         return Ok(());
     }
