@@ -1,5 +1,5 @@
 //! Fixed-rate load spread over many virtual hosts on a schedule (`bench-load hosts`): the
-//! [`rate`](super::rate) shape with each request's `Host` chosen by [`HostSchedule`].
+//! [`rate`] shape with each request's `Host` chosen by [`HostSchedule`].
 //!
 //! Hosts `steady` get traffic all the time; hosts `bursty` get none for `idle`, then a
 //! share of the rate for `burst`, then none again, over and over (the first burst starts
