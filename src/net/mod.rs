@@ -438,10 +438,7 @@ fn try_write_more(stream: &Stream, parts: &[&[u8]]) -> io::Result<usize> {
     #[cfg(target_os = "linux")]
     if let Stream::Tcp(tcp) = stream {
         let mut slices = [IoSlice::new(&[]); MAX_PARTS];
-        for (slot, part) in slices.iter_mut().zip(parts) {
-            *slot = IoSlice::new(part);
-        }
-        let slices = slices.get(..parts.len().min(MAX_PARTS)).unwrap_or_default();
+        let slices = io_slices(parts, 0, &mut slices);
         return tcp.try_io(tokio::io::Interest::WRITABLE, || {
             socket2::SockRef::from(tcp).send_vectored_with_flags(slices, libc::MSG_MORE)
         });
@@ -492,8 +489,21 @@ async fn write_rest(
 const MAX_PARTS: usize = 8;
 
 /// One vectored write of `parts`, skipping the first `skip` bytes.
-pub fn try_write_from(stream: &Stream, parts: &[&[u8]], mut skip: usize) -> io::Result<usize> {
+pub fn try_write_from(stream: &Stream, parts: &[&[u8]], skip: usize) -> io::Result<usize> {
     let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+    match io_slices(parts, skip, &mut slices) {
+        [one] => stream.try_write(one),
+        some => stream.try_write_vectored(some),
+    }
+}
+
+/// `parts` from byte `skip` on as the slices of one vectored write (at most
+/// [`MAX_PARTS`], empty ones left out), in `slices`.
+fn io_slices<'a>(
+    parts: &[&'a [u8]],
+    mut skip: usize,
+    slices: &'a mut [IoSlice<'a>; MAX_PARTS],
+) -> &'a [IoSlice<'a>] {
     let mut count = 0usize;
     for part in parts {
         if skip >= part.len() {
@@ -505,10 +515,7 @@ pub fn try_write_from(stream: &Stream, parts: &[&[u8]], mut skip: usize) -> io::
         skip = 0;
         count = count.saturating_add(1);
     }
-    match slices.get(..count).unwrap_or_default() {
-        [one] => stream.try_write(one),
-        some => stream.try_write_vectored(some),
-    }
+    slices.get(..count).unwrap_or_default()
 }
 
 /// Closes without losing the last response: stops writing, then reads and discards
