@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use holdfast_bench_tools::load::exchange::ErrorKind;
 use holdfast_bench_tools::load::target::{Target, TargetError};
 use holdfast_bench_tools::load::{burst, handshakes, hold, hosts, mixed, rate};
@@ -41,32 +41,18 @@ struct Cli {
 enum Command {
     /// Open-loop fixed rate over keep-alive connections; latency from the due time.
     Rate {
-        #[arg(long, value_parser = parse_target)]
-        url: Target,
-        /// Requests per second over all connections.
-        #[arg(long, value_parser = parse_rate)]
-        rate: f64,
-        #[arg(long, value_parser = parse_duration)]
-        duration: Duration,
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
-        connections: u64,
+        #[command(flatten)]
+        load: RateArgs,
         /// Sent like the rest but not recorded.
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         warmup: Duration,
     },
     /// `rate` spread over many virtual hosts: each request's Host from a schedule in which
-    /// most hosts get steady traffic and some sit idle between bursts.
+    /// most hosts get steady traffic and some sit idle between bursts. --url says where to
+    /// connect (the proxy) and the path; the Host header comes from --hosts.
     Hosts {
-        /// Where to connect (the proxy), and the path; the Host header comes from --hosts.
-        #[arg(long, value_parser = parse_target)]
-        url: Target,
-        /// Requests per second over all connections.
-        #[arg(long, value_parser = parse_rate)]
-        rate: f64,
-        #[arg(long, value_parser = parse_duration)]
-        duration: Duration,
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
-        connections: u64,
+        #[command(flatten)]
+        load: RateArgs,
         /// Host names, `{}` standing for each host's number from 0.
         #[arg(long, default_value = "app{}.bench")]
         hosts: String,
@@ -137,6 +123,35 @@ enum Command {
     },
 }
 
+/// What `rate` and `hosts` share: where, how fast, how long, over how many connections.
+#[derive(Debug, Args)]
+struct RateArgs {
+    #[arg(long, value_parser = parse_target)]
+    url: Target,
+    /// Requests per second over all connections.
+    #[arg(long, value_parser = parse_rate)]
+    rate: f64,
+    #[arg(long, value_parser = parse_duration)]
+    duration: Duration,
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+    connections: u64,
+}
+
+impl RateArgs {
+    /// The rate run these arguments ask for, its first `warmup` not recorded.
+    fn config(self, warmup: Duration) -> rate::RateConfig {
+        rate::RateConfig {
+            target: self.url,
+            rate: self.rate,
+            duration: self.duration,
+            connections: to_usize(self.connections),
+            warmup,
+            connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+            hosts: None,
+        }
+    }
+}
+
 fn parse_target(url: &str) -> Result<Target, TargetError> {
     Target::parse(url)
 }
@@ -199,20 +214,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 async fn run_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Rate { url, rate, duration, connections, warmup } => {
-            let config = rate::RateConfig {
-                target: url,
-                rate,
-                duration,
-                connections: to_usize(connections),
-                warmup,
-                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
-                hosts: None,
-            };
-            let report = rate::run(config).await;
+        Command::Rate { load, warmup } => {
+            let report = rate::run(load.config(warmup)).await;
             finish(&report, &report.first_errors)
         }
-        Command::Hosts { url, rate, duration, connections, hosts, steady, bursty, idle, burst } => {
+        Command::Hosts { load, hosts, steady, bursty, idle, burst } => {
             let settings = hosts::HostsSettings {
                 pattern: hosts,
                 steady: to_usize(steady),
@@ -222,16 +228,7 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             };
             let schedule = hosts::HostSchedule::new(&settings)
                 .context("--hosts, --steady, --bursty, --idle, --burst")?;
-            let config = rate::RateConfig {
-                target: url,
-                rate,
-                duration,
-                connections: to_usize(connections),
-                warmup: Duration::ZERO,
-                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
-                hosts: None,
-            };
-            let report = hosts::run(config, schedule).await;
+            let report = hosts::run(load.config(Duration::ZERO), schedule).await;
             finish(&report, &report.rate.first_errors)
         }
         Command::Mixed { url, keepalive, closing, duration, interval } => {
