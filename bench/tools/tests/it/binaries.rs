@@ -1,12 +1,11 @@
 //! `bench-origin` and `bench-load` end to end, with the command lines the harness uses.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::support::TestCerts;
+use crate::support::{spawn_listening, TestCerts};
 
 /// Starts `bench-origin` on port 0 and returns it with the address it printed.
 fn start_origin() -> (Child, String) {
@@ -15,19 +14,9 @@ fn start_origin() -> (Child, String) {
 
 /// Like `start_origin`, with more arguments (`--tls-cert`, `--tls-key`).
 fn start_origin_with(args: &[&str]) -> (Child, String) {
-    let mut origin = Command::new(env!("CARGO_BIN_EXE_bench-origin"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start bench-origin");
-    let mut line = String::new();
-    BufReader::new(origin.stdout.as_mut().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
-    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    let args = [&["--listen", "127.0.0.1:0"], args].concat();
+    let (origin, addr) = spawn_listening(env!("CARGO_BIN_EXE_bench-origin"), &args);
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     (origin, addr)
 }
 

@@ -1,15 +1,14 @@
 //! `floor`, the minimal HTTP/1.1 relay, end to end as the harness runs it: in front of the
 //! benchmark origin, which counts the upstream connections it opens.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{raw_get, TestOrigin};
+use crate::support::{raw_get, spawn_listening, TestOrigin};
 
 /// The `floor` binary in front of `upstream`; killed when dropped.
 struct Floor {
@@ -19,17 +18,9 @@ struct Floor {
 
 impl Floor {
     fn start(upstream: SocketAddr) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_floor"))
-            .args(["--listen", "127.0.0.1:0", "--upstream", &upstream.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start floor");
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().expect("piped stdout"))
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let addr = line.trim().strip_prefix("listening on ").expect("listening line");
+        let upstream = upstream.to_string();
+        let args = ["--listen", "127.0.0.1:0", "--upstream", &upstream];
+        let (child, addr) = spawn_listening(env!("CARGO_BIN_EXE_floor"), &args);
         Self { addr: addr.parse().expect("an address"), child }
     }
 }

@@ -1,9 +1,10 @@
 //! An in-process origin on 127.0.0.1:0 (cleartext, TLS or h2c), certificates made with the
 //! `openssl` command, a raw HTTP/1.1 client and `wait_until`.
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -227,6 +228,23 @@ pub async fn raw_get(addr: SocketAddr, path: &str) -> RawResponse {
 }
 
 /// Polls `condition` every 5 ms until it holds; panics after 5 s.
+/// Starts `program` with `args`, and returns it with the address it printed on its first
+/// line (`listening on ADDR`), as the bench binaries do once they listen.
+pub fn spawn_listening(program: &str, args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {program}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
+    (child, addr)
+}
+
 pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !condition() {
