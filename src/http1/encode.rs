@@ -61,12 +61,14 @@ fn digit(n: u8) -> u8 {
     b"0123456789".get(usize::from(n % 10)).copied().unwrap_or(b'0')
 }
 
+/// Puts `byte` at `out[len]` and moves `len` on (nothing past the end of `out`).
 fn push_byte(out: &mut [u8; IP_TEXT_MAX], len: &mut usize, byte: u8) {
     if let Some(slot) = out.get_mut(*len) {
         *slot = byte;
         *len = len.saturating_add(1);
     }
 }
+
 /// The forwarding header text that depends only on a client's address, written once
 /// per client connection: its address, the lines an untrusted peer's requests carry
 /// whatever the host (`X-Forwarded-For`, `-Proto`, `X-Real-IP`), and its `Forwarded`

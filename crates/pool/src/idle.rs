@@ -427,7 +427,6 @@ impl<C: Poolable> Pool<C> {
         state.demand.recent_peak()
     }
 
-    /// Requests holding a connection or opening one now.
     /// Records the demand of a request that found no idle connection and opens one: it
     /// and the requests in flight now. Observed when the connect starts, not when it
     /// ends: the others may finish meanwhile, and a peak counted after them would be
@@ -437,6 +436,7 @@ impl<C: Poolable> Pool<C> {
         self.lock().demand.observe(in_flight, now);
     }
 
+    /// Requests holding a connection or opening one now.
     fn in_flight(&self) -> usize {
         self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
     }
