@@ -1,8 +1,14 @@
-//! Builds the tokio runtime both binaries run on, and the future that says "stop".
+//! What every bench binary needs around its own work: the tokio runtime it runs on, the
+//! future that says "stop", the `listening on` lines the harness waits for, and the exit
+//! status of its result.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, Write};
+use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::process::ExitCode;
+
+use anyhow::Context;
 
 /// A current-thread runtime for one thread (no cross-thread wake-ups), otherwise a
 /// multi-thread runtime with `threads` workers.
@@ -32,4 +38,25 @@ pub fn stop_signal() -> io::Result<impl Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+/// `listening on IP:PORT` on stdout, one line per bound address, flushed: the harness
+/// and the tests read the addresses from there.
+pub fn print_listening(addrs: &[SocketAddr]) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    for addr in addrs {
+        writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
+    }
+    stdout.flush().context("writing to stdout")
+}
+
+/// The exit status of `program`'s `result`; an error is printed to stderr first.
+pub fn exit_code(program: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{program}: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -194,13 +194,7 @@ fn main() -> std::process::ExitCode {
             )
             .exit();
     }
-    match run(cli) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("bench-load: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    runtime::exit_code("bench-load", run(cli))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

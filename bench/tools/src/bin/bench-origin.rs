@@ -6,7 +6,6 @@
 //! `listening on IP:PORT` once bound, one line per listener, serves until SIGTERM or SIGINT,
 //! then exits 0.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -47,14 +46,7 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
-    match run(args) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("bench-origin: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    runtime::exit_code("bench-origin", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
@@ -97,7 +89,7 @@ async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
     let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
     let listener = origin::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    print_listening(&[addr])?;
+    runtime::print_listening(&[addr])?;
     let stats = Arc::new(OriginStats::default());
     match mode {
         Mode::Tls(config) => origin::serve_tls(listener, stats, config, stop).await,
@@ -119,20 +111,11 @@ async fn serve_several(listen: &[SocketAddr]) -> anyhow::Result<()> {
         addrs.push(listener.local_addr().context("reading the bound address")?);
         listeners.push(listener);
     }
-    print_listening(&addrs)?;
+    runtime::print_listening(&addrs)?;
     let counts = Arc::new(Listeners::new(addrs.iter().copied()));
     origin::serve_many(listeners, counts, stop)
         .await
         .with_context(|| format!("serving on {} listeners", addrs.len()))?;
     eprintln!("bench-origin: stopping");
     Ok(())
-}
-
-/// `listening on IP:PORT` on stdout, one line per bound address.
-fn print_listening(addrs: &[SocketAddr]) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    for addr in addrs {
-        writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
-    }
-    stdout.flush().context("writing to stdout")
 }

@@ -31,13 +31,14 @@
 //! dropped; nothing is retried. No timeouts, no logging, no metrics.
 
 use std::cell::RefCell;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use holdfast_bench_tools::runtime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::LocalSet;
@@ -93,13 +94,7 @@ fn main() -> std::process::ExitCode {
         .build()
         .context("building the tokio runtime")
         .and_then(|runtime| LocalSet::new().block_on(&runtime, run(args)));
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("floor: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    runtime::exit_code("floor", result)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -107,10 +102,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
-    stdout.flush().context("writing to stdout")?;
-    drop(stdout);
+    runtime::print_listening(&[addr])?;
 
     let shared = Rc::new(Shared {
         upstream: args.upstream,

@@ -12,7 +12,6 @@
 //! A stream that fails either way is reset towards the client with INTERNAL_ERROR.
 
 use std::future::poll_fn;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +23,7 @@ use clap::Parser;
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
+use holdfast_bench_tools::runtime;
 use http::uri::{Scheme, Uri};
 use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
@@ -73,13 +73,7 @@ fn main() -> std::process::ExitCode {
         .build()
         .context("building the tokio runtime")
         .and_then(|runtime| runtime.block_on(run(args)));
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("h2-floor: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    runtime::exit_code("h2-floor", result)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -93,10 +87,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {addr}").context("writing to stdout")?;
-    stdout.flush().context("writing to stdout")?;
-    drop(stdout);
+    runtime::print_listening(&[addr])?;
 
     let mut server = h2::server::Builder::new();
     server
