@@ -33,6 +33,7 @@
 use std::cell::RefCell;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -89,9 +90,7 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let result = runtime::build(NonZeroUsize::MIN)
         .context("building the tokio runtime")
         .and_then(|runtime| LocalSet::new().block_on(&runtime, run(args)));
     runtime::exit_code("floor", result)

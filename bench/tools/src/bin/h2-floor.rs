@@ -68,9 +68,7 @@ impl Upstreams {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let result = runtime::build(NonZeroUsize::MIN)
         .context("building the tokio runtime")
         .and_then(|runtime| runtime.block_on(run(args)));
     runtime::exit_code("h2-floor", result)
