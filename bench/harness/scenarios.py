@@ -412,14 +412,15 @@ def _latency(ctx, scenario, contender, run_dir, record):
     """latency-tiny and latency-50k: latency at `scenario.capacity_share` of the
     contender's own capacity.
 
-    First a capacity probe: wrk with 64 keep-alive clients, as keepalive-tiny and
-    keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the contender's
-    capacity (it also fills the proxy's upstream pool). Then, after the usual pause,
-    bench-load rate asks for round(share x capacity) requests/s over 64 keep-alive
-    connections, for the warm-up and the window, measured like any window (CPU and the
-    origin's counts cover both, at the same rate). Each contender thus runs as busy as
-    its own capacity allows, not at one rate for all, which would leave the fast ones
-    idle or push the slow ones past saturation.
+    First a warm-up (wrk, `ctx.warmup_s`, discarded), so the probe does not measure a
+    cold proxy, then a capacity probe: wrk with 64 keep-alive clients, as keepalive-tiny
+    and keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the
+    contender's capacity. Then, after the usual pause, bench-load rate asks for
+    round(share x capacity) requests/s over 64 keep-alive connections, for the warm-up
+    and the window, measured like any window (CPU and the origin's counts cover both, at
+    the same rate). Each contender thus runs as busy as its own capacity allows, not at
+    one rate for all, which would leave the fast ones idle or push the slow ones past
+    saturation.
 
     bench-load counts a request's latency from its due time when its connection was still
     busy with the previous one (a stall shows in every request queued behind it: no
@@ -433,15 +434,19 @@ def _latency(ctx, scenario, contender, run_dir, record):
     ctx_run = ctx.for_run(run_dir)
     url = running.base_url + scenario.path
     try:
-        probe = load.wrk(ctx_run, "probe", url, duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
+        load.wrk(ctx_run, "probe-warmup", url, duration_s=max(1, ctx.warmup_s),
+                 connections=scenario.clients)
+        probe = load.wrk(ctx_run, "probe", url,
+                         duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
                          connections=scenario.clients)
         record["probe_argv"] = probe["argv"]
         record["probe"] = {k: probe.get(k) for k in (
-            "requests", "rps", "errors", "socket_errors_by_kind", "latency_us", "duration_s")}
+            "requests", "rps", "errors", "socket_errors_by_kind", "latency_us",
+            "duration_s")}
         capacity = probe["rps"]
         if not capacity:
-            raise RunFailed(f"the capacity probe through {contender.name} served no requests "
-                            f"({probe['errors']} errors)")
+            raise RunFailed(f"the capacity probe through {contender.name} served no "
+                            f"requests ({probe['errors']} errors)")
         asked = max(1, round(scenario.capacity_share * capacity))
         time.sleep(ctx.settle_s)
         metrics, result = measure(
