@@ -169,8 +169,8 @@ class Running:
             self.child.stop()
 
 
-def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfast_config=None,
-          tls=None, certs=None, h2=None):
+def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config=None,
+          threads=1, tls=None, certs=None, h2=None):
     """Starts `contender` in front of `origin`; raises StartError if it does not listen.
 
     `tls`: None (cleartext on both sides), "client" (the listener speaks TLS with `certs`'
@@ -178,6 +178,11 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
     against `certs`' CA). `h2`: None (HTTP/1.1), "client" (the listener speaks h2c, the
     upstream HTTP/1.1) or "both" (h2c to `origin` too). For direct, the load goes to
     `origin` as it is.
+
+    `config` ({"template": file in configs/, "values": {...}}) replaces the contender's
+    own config (nginx, HAProxy or holdfast) with that template, rendered with the usual
+    values and these; a holdfast config names its admin listener itself (`{admin}`).
+    `threads` is holdfast's `--threads` (nginx's and HAProxy's come with their config).
     """
     if contender.name == "direct":
         return Running(contender, None, origin.base_url)
@@ -192,7 +197,9 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
     if certs is not None:
         values |= {"tls_cert": certs.cert, "tls_key": certs.key, "tls_pem": certs.combined,
                    "tls_ca": certs.ca}
-    template = contender.config_for(tls, h2)
+    template = config["template"] if config else contender.config_for(tls, h2)
+    if config:
+        values |= config["values"]
     if contender.program in ("nginx", "haproxy") and template is None:
         raise StartError(f"{contender.name} has no config for "
                          + (f"HTTP/2 side {h2!r}" if h2 else f"TLS side {tls!r}"))
@@ -209,10 +216,10 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
         conf.write_text(render(template, values))
         argv = [bins["haproxy"], "-f", conf, "-db"]
     elif contender.program == "holdfast":
-        if holdfast_config:
-            conf = run_dir / "holdfast.toml"
-            conf.write_text(render(holdfast_config["template"], values | holdfast_config["values"]))
-            argv = [bins["holdfast"], "--config", conf, "--threads", "1"]
+        if config:
+            conf = run_dir / template
+            conf.write_text(render(template, values))
+            argv = [bins["holdfast"], "--config", conf, "--threads", str(threads)]
         else:
             upstream = origin.address
             tls_args = []
@@ -225,7 +232,7 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, holdfa
             if h2 == "both":
                 upstream = f"h2c://{origin.address}"
             argv = [bins["holdfast"], "--listen", listen, *tls_args, *h2_args, "--upstream",
-                    upstream, "--threads", "1", "--admin", admin]
+                    upstream, "--threads", str(threads), "--admin", admin]
         admin_url = f"http://{admin}"
     elif contender.program == "h2-floor":
         if h2 != "both":

@@ -274,8 +274,7 @@ def run(ctx, scenario, contender, round_no):
     return record
 
 
-def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=None,
-           tls=None, h2=None):
+def _start(ctx, contender, origin, run_dir, *, netns_name=None, tls=None, h2=None):
     port = ctx.ports["proxy"]
     deadline = time.monotonic() + 10
     while contender.name != "direct" and sockets.is_listening(port, netns_name):
@@ -284,7 +283,7 @@ def _start(ctx, contender, origin, run_dir, *, netns_name=None, holdfast_config=
         time.sleep(0.1)
     return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
                             run_dir=run_dir, nofile=ctx.nofile, netns=netns_name,
-                            holdfast_config=holdfast_config, tls=tls, certs=ctx.certs, h2=h2)
+                            tls=tls, certs=ctx.certs, h2=h2)
 
 
 def _origin_for(ctx, scenario, contender):
@@ -1030,7 +1029,7 @@ def _pool_memory(ctx, run_dir, record):
         running = contenders.start(
             contenders.BY_NAME["holdfast"], origin=origin_a, ports=pool_ports, bins=ctx.bins,
             run_dir=run_dir, nofile=ctx.nofile,
-            holdfast_config={"template": HOLDFAST_POOL_TEMPLATE, "values": {
+            config={"template": HOLDFAST_POOL_TEMPLATE, "values": {
                 "listen_b": f"127.0.0.1:{ctx.ports['proxy_b']}",
                 "origin_b": origin_b.address}})
         started.append(running)

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import contenders, load, numbers, origins, procs, sockets
+from . import contenders, load, numbers, origins, sockets
 
 NAME = "threads-reuse"
 ABOUT = ("upstream reuse with 1 and 4 worker threads (nginx worker_processes, HAProxy "
@@ -102,7 +102,7 @@ def run(ctx, contender, run_dir, record):
 
 def _row(ctx, contender, threads, origin, row_dir):
     """One proxy, cold, at `threads`, through one window; returns the row's record."""
-    running = _start(ctx, contender, threads, origin.ports, row_dir)
+    running = _start(ctx, contender, threads, origin, row_dir)
     try:
         before = origin.stats()
         _probe(running)
@@ -244,58 +244,34 @@ def holdfast_blocks(ports):
     return "\n".join(blocks)
 
 
-def _config(contender, threads, ports, values):
-    """(config file name, its text) for `contender` at `threads` in front of `ports`."""
+def _config(contender, threads, ports, listen):
+    """contenders.start's `config` for `contender` at `threads` in front of `ports`."""
     if contender.program == "nginx":
-        upstreams, servers = nginx_blocks(ports, values["listen"])
-        return "nginx-tuned-hosts.conf", contenders.render(
-            "nginx-tuned-hosts.conf",
-            values | {"workers": threads, "upstreams": upstreams, "servers": servers})
+        upstreams, servers = nginx_blocks(ports, listen)
+        return {"template": "nginx-tuned-hosts.conf",
+                "values": {"workers": threads, "upstreams": upstreams, "servers": servers}}
     if contender.program == "haproxy":
         use, backends = haproxy_blocks(ports)
-        return "haproxy-hosts.cfg", contenders.render(
-            "haproxy-hosts.cfg",
-            values | {"threads": threads, "use_backends": use, "backends": backends})
+        return {"template": "haproxy-hosts.cfg",
+                "values": {"threads": threads, "use_backends": use, "backends": backends}}
     if contender.program == "holdfast":
-        return "holdfast-hosts.toml", contenders.render(
-            "holdfast-hosts.toml", values | {"upstreams": holdfast_blocks(ports)})
+        return {"template": "holdfast-hosts.toml",
+                "values": {"upstreams": holdfast_blocks(ports)}}
     raise RunFailed(f"{contender.name} has no threads-reuse config")
 
 
-def _start(ctx, contender, threads, ports, run_dir):
-    """Starts `contender` with `threads` workers in front of the backends on `ports`,
+def _start(ctx, contender, threads, origin, run_dir):
+    """Starts `contender` with `threads` workers in front of the backends of `origin`,
     pinned to the proxy core like every contender (all its threads share it: CPU is not
     what this scenario measures); returns a contenders.Running."""
-    proxy_port = ctx.ports["proxy"]
-    _wait_port_free(proxy_port)
-    listen = f"127.0.0.1:{proxy_port}"
-    admin = f"127.0.0.1:{ctx.ports['admin']}"
-    values = {"run_dir": run_dir, "listen": listen, "nofile": ctx.nofile,
-              "maxconn": min(50_000, max(1000, ctx.nofile - 100))}
-    name, text = _config(contender, threads, ports, values)
-    conf = Path(run_dir) / name
-    conf.write_text(text)
-    if contender.program == "nginx":
-        for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-            (Path(run_dir) / "temp" / sub).mkdir(parents=True, exist_ok=True)
-            (Path(run_dir) / "temp" / sub).chmod(0o777)
-        argv = [ctx.bins["nginx"], "-p", run_dir, "-c", conf, "-e", Path(run_dir) / "error.log"]
-    elif contender.program == "haproxy":
-        argv = [ctx.bins["haproxy"], "-f", conf, "-db"]
-    else:
-        argv = [ctx.bins["holdfast"], "--config", conf, "--threads", str(threads),
-                "--admin", admin]
-    child = procs.spawn(contender.name, argv, log_dir=run_dir, cpu=procs.PROXY_CPU)
-    if not sockets.wait_listening(proxy_port, timeout_s=15, child=child):
-        tail = child.stderr_tail()
-        error_log = Path(run_dir) / "error.log"
-        if error_log.exists():
-            tail += error_log.read_text(errors="replace")[-1000:]
-        child.stop()
-        raise RunFailed(f"{contender.name} ×{threads} did not start listening on {listen}: "
-                        f"{tail.strip()}")
-    admin_url = f"http://{admin}" if contender.program == "holdfast" else None
-    return contenders.Running(contender, child, f"http://{listen}", admin_url)
+    _wait_port_free(ctx.ports["proxy"])
+    config = _config(contender, threads, origin.ports, f"127.0.0.1:{ctx.ports['proxy']}")
+    try:
+        return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
+                                run_dir=run_dir, nofile=ctx.nofile, config=config,
+                                threads=threads)
+    except contenders.StartError as error:
+        raise RunFailed(f"{_label(contender.name, threads)}: {error}") from error
 
 
 def _wait_port_free(port, timeout_s=10):
