@@ -19,6 +19,7 @@ pub mod hold;
 pub mod hosts;
 pub mod mixed;
 pub mod rate;
+pub mod raw;
 pub mod tally;
 pub mod target;
 pub mod timeline;
