@@ -2,7 +2,9 @@
 //! sorted into an [`ErrorKind`].
 //!
 //! A [`Connection`] is a hyper client connection whose driver runs on its own task. It does
-//! no pooling and no retries: the load shapes decide when to reconnect.
+//! no pooling and no retries: the load shapes decide when to reconnect. `mixed`, `hold`,
+//! `burst` and `handshakes` (over TLS) send on it; `rate` and `hosts` use the cheaper raw
+//! client of [`super::raw`], which shares [`ErrorKind`] and [`ExchangeError`] with it.
 
 use std::io;
 use std::net::SocketAddr;
