@@ -2,7 +2,9 @@
 //! sorted into an [`ErrorKind`].
 //!
 //! A [`Connection`] is a hyper client connection whose driver runs on its own task. It does
-//! no pooling and no retries: the load shapes decide when to reconnect.
+//! no pooling and no retries: the load shapes decide when to reconnect. `mixed`, `hold`,
+//! `burst` and `handshakes` (over TLS) send on it; `rate` and `hosts` use the cheaper raw
+//! client of [`super::raw`], which shares [`ErrorKind`] and [`ExchangeError`] with it.
 
 use std::io;
 use std::net::SocketAddr;
@@ -22,8 +24,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
-/// How long [`Connection::close`] waits for the socket to be shut down before giving up on it.
-const CLOSE_WAIT: Duration = Duration::from_secs(1);
+use super::raw::ProtocolError;
+
+/// How long [`Connection::close`] (and [`super::raw::RawSlot::close`]) waits for the socket
+/// to be shut down before giving up on it.
+pub(super) const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// The classes of failure the load reports count, one JSON key each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -89,6 +94,12 @@ pub enum ExchangeError {
     Tls(io::Error),
     #[error("exchange failed: {0}")]
     Http(hyper::Error),
+    /// The raw client's socket broke: reset, or EOF before the response was complete.
+    #[error("connection broke: {0}")]
+    Io(io::Error),
+    /// The raw client got bytes that are not a well-formed response.
+    #[error("bad response: {0}")]
+    Protocol(#[from] ProtocolError),
     #[error("status {0}")]
     Status(StatusCode),
     #[error("no complete response before the deadline")]
@@ -100,7 +111,7 @@ impl ExchangeError {
         match self {
             Self::Connect(error) => connect_error_kind(error),
             Self::Tls(_) => ErrorKind::Tls,
-            Self::Http(_) => ErrorKind::Io,
+            Self::Http(_) | Self::Io(_) | Self::Protocol(_) => ErrorKind::Io,
             Self::Status(status) if status.is_server_error() => ErrorKind::Status5xx,
             Self::Status(_) => ErrorKind::StatusOther,
             Self::Timeout => ErrorKind::Timeout,
@@ -143,7 +154,8 @@ pub async fn connect_tls(
     Ok((start_http1(TokioIo::new(tls)).await?, kind))
 }
 
-async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, ExchangeError> {
+/// Opens a TCP connection to `addr` with TCP_NODELAY (each request goes out in one segment).
+pub(super) async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, ExchangeError> {
     let stream = TcpStream::connect(addr).await.map_err(ExchangeError::Connect)?;
     stream.set_nodelay(true).map_err(ExchangeError::Connect)?;
     Ok(stream)

@@ -10,7 +10,8 @@
 //!   resuming a session) for every request.
 //!
 //! They share [`target`] (where to send), [`exchange`] (one request on one connection, with
-//! its failure classified) and [`tally`] (what the workers counted).
+//! its failure classified) and [`tally`] (what the workers counted); `rate` and `hosts`
+//! send on [`raw`], a minimal HTTP/1.1 client that costs less CPU per request than hyper's.
 
 pub mod burst;
 pub mod exchange;
@@ -19,6 +20,7 @@ pub mod hold;
 pub mod hosts;
 pub mod mixed;
 pub mod rate;
+pub mod raw;
 pub mod tally;
 pub mod target;
 pub mod timeline;

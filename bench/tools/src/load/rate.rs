@@ -9,22 +9,25 @@
 //! our own timer's lateness (tokio timers tick in whole milliseconds), not the proxy's, and is
 //! reported separately as `max_send_lag_us`.
 //!
+//! Each connection is a [`RawSlot`], the minimal HTTP/1.1 client of [`super::raw`], not a
+//! hyper client connection: the requests are serialized up front and the worker's own task
+//! writes each one and reads its response, with no driver task between. In the benchmark
+//! bench-load shares a core with the origin, and with hyper's cost per request it fell
+//! behind its schedule by milliseconds, as much as the tails it measures.
+//!
 //! Bounded: nothing is sent for due times past `warmup + duration`, and everything stops
 //! [`DRAIN`] after that; requests due in the window but never sent by then are `unsent`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::HOST;
-use http::Request;
-use http_body_util::Empty;
 use serde::Serialize;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::exchange::{self, ErrorKind, ExchangeError, KeepAliveSlot};
+use super::exchange::{ErrorKind, ExchangeError};
 use super::hosts::HostSchedule;
+use super::raw::{self, RawSlot};
 use super::tally::{ErrorCounts, Tally};
 use super::target::Target;
 use crate::histogram::LatencySummary;
@@ -119,8 +122,9 @@ pub async fn run(config: RateConfig) -> RateReport {
     };
     let drain_deadline = schedule.start + schedule.end + DRAIN;
     let mut workers = JoinSet::new();
+    let plain: Arc<[u8]> = config.target.get_bytes().into();
     for (worker, slot) in slots.into_iter().enumerate() {
-        let requests = Requests { target: config.target.clone(), hosts: config.hosts.clone() };
+        let requests = Requests::new(&config, Arc::clone(&plain));
         workers.spawn(send_due_requests(
             schedule,
             worker as u64,
@@ -142,22 +146,21 @@ pub async fn run(config: RateConfig) -> RateReport {
 
 /// Opens every connection before the clock starts, so the first recorded requests do not
 /// pay for connects. A connection that fails to open is opened again by its first request.
-async fn open_slots(config: &RateConfig, tally: &Arc<Tally>) -> Vec<KeepAliveSlot> {
+async fn open_slots(config: &RateConfig, tally: &Arc<Tally>) -> Vec<RawSlot> {
     let limit = super::connect_limit(config.connects_in_flight);
     let mut connecting = JoinSet::new();
     for index in 0..config.connections.max(1) {
         let (addr, limit) = (config.target.addr, Arc::clone(&limit));
         connecting.spawn(async move {
             let _permit = limit.acquire_owned().await.expect("the semaphore is never closed");
-            (index, exchange::connect(addr).await.ok())
+            (index, raw::connect(addr).await.ok())
         });
     }
-    let mut slots: Vec<Option<KeepAliveSlot>> =
-        (0..config.connections.max(1)).map(|_| None).collect();
+    let mut slots: Vec<Option<RawSlot>> = (0..config.connections.max(1)).map(|_| None).collect();
     while let Some(joined) = connecting.join_next().await {
         let (index, connection) = joined.expect("connect tasks do not panic");
         tally.add_connects(u64::from(connection.is_some()));
-        slots[index] = Some(KeepAliveSlot::new(config.target.addr, connection));
+        slots[index] = Some(RawSlot::new(config.target.addr, connection));
     }
     slots.into_iter().map(|slot| slot.expect("every index was filled")).collect()
 }
@@ -171,21 +174,36 @@ struct WorkerResult {
     max_send_lag: Duration,
 }
 
-/// What each request looks like: the target's, with the host schedule's `Host` if any.
-#[derive(Debug, Clone)]
+/// One worker's requests as they go on the wire: the target's GET, serialized once for all
+/// workers, or with the host schedule's `Host` put together per request in a buffer the
+/// worker reuses.
+#[derive(Debug)]
 struct Requests {
+    plain: Arc<[u8]>,
     target: Target,
     hosts: Option<Arc<HostSchedule>>,
+    scratch: Vec<u8>,
 }
 
 impl Requests {
-    /// Request `n`, due at `due_offset` from the start.
-    fn nth(&self, n: u64, due_offset: Duration) -> Request<Empty<Bytes>> {
-        let mut request = self.target.request(false);
-        if let Some(hosts) = &self.hosts {
-            request.headers_mut().insert(HOST, hosts.host_for(n, due_offset).clone());
+    /// The requests of `config`; `plain` is its target's serialized GET.
+    fn new(config: &RateConfig, plain: Arc<[u8]>) -> Self {
+        Self {
+            scratch: Vec::with_capacity(plain.len().saturating_mul(2)),
+            plain,
+            target: config.target.clone(),
+            hosts: config.hosts.clone(),
         }
-        request
+    }
+
+    /// Request `n`, due at `due_offset` from the start.
+    fn nth(&mut self, n: u64, due_offset: Duration) -> &[u8] {
+        let Some(hosts) = &self.hosts else {
+            return &self.plain;
+        };
+        self.scratch.clear();
+        self.target.write_get(hosts.host_for(n, due_offset).as_bytes(), &mut self.scratch);
+        &self.scratch
     }
 }
 
@@ -194,8 +212,8 @@ impl Requests {
 async fn send_due_requests(
     schedule: Schedule,
     worker: u64,
-    mut slot: KeepAliveSlot,
-    requests: Requests,
+    mut slot: RawSlot,
+    mut requests: Requests,
     tally: Arc<Tally>,
     drain_deadline: Instant,
 ) -> WorkerResult {
@@ -259,6 +277,41 @@ fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::hosts::HostsSettings;
+
+    #[test]
+    fn requests_carry_the_urls_host_or_the_scheduled_one() {
+        let config = RateConfig {
+            target: Target::parse("http://127.0.0.1:8080/tiny").expect("valid"),
+            rate: 1.0,
+            duration: Duration::from_secs(1),
+            connections: 1,
+            warmup: Duration::ZERO,
+            connects_in_flight: 1,
+            hosts: None,
+        };
+        let mut plain = Requests::new(&config, config.target.get_bytes().into());
+        let expected: &[u8] = b"GET /tiny HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n";
+        assert_eq!(plain.nth(7, Duration::ZERO), expected);
+
+        let schedule = Arc::new(
+            HostSchedule::new(&HostsSettings {
+                pattern: "app{}.bench".to_owned(),
+                steady: 3,
+                bursty: 0,
+                idle: Duration::from_secs(1),
+                burst: Duration::from_secs(1),
+            })
+            .expect("valid schedule"),
+        );
+        let hosts = RateConfig { hosts: Some(Arc::clone(&schedule)), ..config };
+        let mut scheduled = Requests::new(&hosts, hosts.target.get_bytes().into());
+        for n in 0..20 {
+            let host = schedule.pick(n, Duration::ZERO).1.to_str().expect("ASCII");
+            let expected = format!("GET /tiny HTTP/1.1\r\nHost: {host}\r\n\r\n");
+            assert_eq!(scheduled.nth(n, Duration::ZERO), expected.as_bytes(), "{n}");
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn schedule_spreads_requests_evenly_and_skips_warmup() {

@@ -71,6 +71,29 @@ impl Target {
         Self::parse(&format!("http://{}{path_and_query}", self.addr))
     }
 
+    /// A keep-alive GET for this target as it goes on the wire, for the raw client
+    /// ([`super::raw`]): `GET {path} HTTP/1.1`, the URL's `Host`, and nothing else.
+    pub fn get_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_get(self.host.as_bytes(), &mut out);
+        out
+    }
+
+    /// Appends a keep-alive GET for this target with `host` as its `Host` header to `out`;
+    /// with a reused `out`, nothing is allocated once it is large enough.
+    pub fn write_get(&self, host: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(b"GET ");
+        out.extend_from_slice(self.path_and_query().as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        out.extend_from_slice(host);
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+
+    /// The request target: the URL's path and query, `/` if it has none.
+    fn path_and_query(&self) -> &str {
+        self.path_and_query.path_and_query().map_or("/", |pq| pq.as_str())
+    }
+
     /// A GET for this target; `close` adds `Connection: close`.
     pub fn request(&self, close: bool) -> Request<Empty<Bytes>> {
         let mut request = Request::new(Empty::new());
@@ -103,6 +126,22 @@ mod tests {
         let target = Target::parse("http://[::1]").expect("valid");
         assert_eq!(target.addr, "[::1]:80".parse().expect("addr"));
         assert_eq!(target.request(false).uri(), "/");
+    }
+
+    #[test]
+    fn get_bytes_are_the_request_line_and_host_only() {
+        let target = Target::parse("http://127.0.0.1:8080/slow?ms=20").expect("valid");
+        assert_eq!(target.get_bytes(), b"GET /slow?ms=20 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n");
+        let root = Target::parse("http://[::1]:81").expect("valid");
+        assert_eq!(root.get_bytes(), b"GET / HTTP/1.1\r\nHost: [::1]:81\r\n\r\n");
+    }
+
+    #[test]
+    fn write_get_appends_a_request_with_another_host() {
+        let target = Target::parse("http://127.0.0.1:8080/tiny").expect("valid");
+        let mut out = b"before".to_vec();
+        target.write_get(b"app7.bench", &mut out);
+        assert_eq!(out, b"beforeGET /tiny HTTP/1.1\r\nHost: app7.bench\r\n\r\n");
     }
 
     #[test]

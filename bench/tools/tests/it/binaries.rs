@@ -5,7 +5,9 @@ use std::process::{Child, Command, Stdio};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::support::{spawn_listening, TestCerts};
+use holdfast_bench_tools::origin::StatsSnapshot;
+
+use crate::support::{raw_get, spawn_listening, TestCerts, ERROR_KINDS};
 
 /// Starts `bench-origin` on port 0 and returns it with the address it printed.
 fn start_origin() -> (Child, String) {
@@ -67,6 +69,54 @@ fn binaries_run_as_the_harness_drives_them() {
     assert_eq!(hold[0]["event"], "holding");
     assert_eq!((hold[1]["mode"].as_str(), hold[1]["failed"].as_u64()), (Some("hold"), Some(0)));
     stop(origin);
+}
+
+/// `bench-load rate` for a second against `bench-origin`, with /tiny and with /50k (a body
+/// over several reads): every request due in the window is answered with a 2xx on the
+/// connections opened up front, and the origin saw those requests and no others.
+#[tokio::test]
+async fn rate_answers_every_request_due_over_its_keep_alive_connections() {
+    let (origin, addr) = start_origin();
+    let mut sent = 0;
+    for (path, rate) in [("/tiny", 1_000_u64), ("/50k", 500)] {
+        let report = rate_for_a_second(&addr, path, rate);
+        assert_eq!(report["mode"], "rate");
+        assert_eq!(report["requests"], rate, "{path}: {report}");
+        assert_eq!(report["ok"], rate, "{path}: {report}");
+        assert_eq!((report["unsent"].as_u64(), report["connects"].as_u64()), (Some(0), Some(8)));
+        for kind in ERROR_KINDS {
+            assert_eq!(report["errors_by_kind"][kind], 0, "{path}: {kind}: {report}");
+        }
+        assert!(report["latency_us"]["p99"].as_u64() > Some(0), "{report}");
+        assert!(report["max_send_lag_us"].is_u64(), "{report}");
+        sent += rate + rate / 5;
+    }
+    let stats = raw_get(addr.parse().expect("the origin's address"), "/__origin/stats").await;
+    let stats: StatsSnapshot = serde_json::from_slice(&stats.body).expect("stats JSON");
+    assert_eq!(stats.requests, sent, "warm-up and window, nothing more: {stats:?}");
+    assert_eq!(stats.connections, 2 * 8 + 1, "8 per run, and this stats request's: {stats:?}");
+    stop(origin);
+}
+
+/// `bench-load rate` on `path` at `rate` for 1 s after a 200 ms warm-up, 8 connections.
+fn rate_for_a_second(addr: &str, path: &str, rate: u64) -> serde_json::Value {
+    let url = format!("http://{addr}{path}");
+    let rate = rate.to_string();
+    let mut lines = bench_load(&[
+        "rate",
+        "--url",
+        &url,
+        "--rate",
+        &rate,
+        "--duration",
+        "1s",
+        "--connections",
+        "8",
+        "--warmup",
+        "200ms",
+    ]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    lines.remove(0)
 }
 
 /// SIGTERM, then the exit status must be 0.
