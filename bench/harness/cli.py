@@ -297,10 +297,18 @@ def _session(opts, session, argv):
             order = runs_of(scenario)
             shift = (round_no - 1) % max(1, len(order))
             order = order[shift:] + order[:shift]
+            plan = None
+            if scenario.capacity_share is not None:
+                _revive_origins(ctx, ports, bins, session)
+                plan = scenarios.latency_plan(ctx, scenario, order, round_no)
+                log(f"round {round_no} {scenario.name}: capacity "
+                    + ", ".join(f"{name} {p.get('rps') or 0:,.0f}"
+                                for name, p in plan["probes"].items())
+                    + f" req/s; every contender asked {plan['rate'] or 0:,}/s")
             for contender in order:
                 done += 1
                 _revive_origins(ctx, ports, bins, session)
-                record = scenarios.run(ctx, scenario, contender, round_no)
+                record = scenarios.run(ctx, scenario, contender, round_no, plan)
                 records.append(record)
                 log(f"[{done}/{total}] round {round_no} {scenario.name:20} "
                     f"{contender.name:14} {_one_line(record)}")
@@ -459,8 +467,10 @@ def _one_line(record):
     if m.get("rate_asked") is not None:  # latency at a share of capacity
         lat = m.get("latency_us") or {}
         cpu = m.get("cpu_us_per_request")
+        share = m.get("capacity_share")
         return (f"capacity {m.get('capacity_rps') or 0:>9,.0f} req/s (probe errors "
-                f"{m.get('capacity_errors')}); asked {m['rate_asked']:,}/s, achieved "
+                f"{m.get('capacity_errors')}); asked {m['rate_asked']:,}/s"
+                + (f" ({share:.0%} of it)" if share else "") + ", achieved "
                 f"{m.get('rps') or 0:,.0f}/s"
                 + (" (SATURATED)" if m.get("saturated") else "")
                 + f"  p50 {lat.get('p50', 0):,} p99 {lat.get('p99', 0):,} p99.9 "
@@ -567,8 +577,9 @@ def _commands(records, origin_argvs, session, argv):
         if rec["load"].get("argv"):
             rate_note = ""
             if scenario.capacity_share is not None:
-                rate_note = (f"   # --rate: round({scenario.capacity_share:g} x the probe's "
-                             f"req/s), {rec['contender']}'s here; each contender its own")
+                rate_note = (f"   # --rate: round({scenario.capacity_share:g} x the lowest "
+                             "probe's req/s among the proxies of the round), the same for "
+                             "every contender of the round")
             lines.append(shorten(rec["load"]["argv"]) + rate_note)
     return lines
 

@@ -46,10 +46,11 @@ METRICS = (
     "mean_us", "upstream_h2_connections", "upstream_h2_requests", "upstream_h2_share",
     "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
     "holdfast_h2_connections", "upstream_connections_bound",
-    # latency at a share of capacity: the probe, the rate asked and the share reached,
-    # bench-load's own lateness and requests it never sent
-    "capacity_rps", "capacity_errors", "rate_asked", "rate_achieved_share", "max_send_lag_us",
-    "unsent",
+    # latency at one rate per round: the probe, the rate asked, its share of the
+    # contender's own capacity and the share reached, bench-load's own lateness and
+    # requests it never sent
+    "capacity_rps", "capacity_errors", "rate_asked", "capacity_share", "rate_achieved_share",
+    "max_send_lag_us", "unsent",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
           for key in scenarios.HANDSHAKE_WINDOW_KEYS) + threads_reuse.METRICS
 
@@ -409,6 +410,7 @@ COLUMNS = {
     "capacity_rps": ("capacity req/s (probe)", lambda v: _num(v)),
     "capacity_errors": ("probe errors", lambda v: _num(v)),
     "rate_asked": ("asked req/s", lambda v: _num(v)),
+    "capacity_share": ("asked / own capacity", _pct),
     "rate_achieved_share": ("achieved / asked", lambda v: f"{v * 100:.1f}%"),
     "max_send_lag_us": ("load gen lag, max", _us),
 }
@@ -489,8 +491,9 @@ SCENARIO_COLUMNS.update({
     "h2-to-h2c": H2_COLUMNS[:-2] + ("upstream_h2_share", "holdfast_h2_connections",
                                     "errors", "proxy_core_other"),
 })
-# Latency at a share of capacity: the probe, the rate asked and reached, latency, CPU.
-LATENCY_COLUMNS = ("capacity_rps", "rate_asked", "rps", "rate_achieved_share", "p50_us",
+# Latency at one rate per round: the probe, the rate asked and reached, latency, CPU.
+LATENCY_COLUMNS = ("capacity_rps", "rate_asked", "capacity_share", "rps",
+                   "rate_achieved_share", "p50_us",
                    "p90_us", "p99_us", "p999_us", "max_us", "errors", "cpu_us_per_request",
                    "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share",
                    "loadgen_cpu_share", "origin_cpu_share", "max_send_lag_us",
@@ -1186,11 +1189,17 @@ def perf_markdown(document, chart_files, *, image_prefix):
     if latency:
         share = scenarios.BY_NAME[latency[0]].capacity_share
         out.append(
-            f"- **Latency ({', '.join(latency)}):** per contender and run, a "
+            f"- **Latency ({', '.join(latency)}):** in each round, first every proxy is "
+            f"probed: started afresh, a {max(1, opts['warmup_s']):g} s wrk warm-up, then a "
             f"{min(scenarios.CAPACITY_PROBE_S, opts['duration_s']):g} s capacity probe (wrk "
-            "-t1 -c64, keep-alive; *capacity req/s*), then `bench-load rate` over 64 "
-            f"keep-alive connections at round({share:g} x capacity) (*asked req/s*): a "
-            f"{opts['warmup_s']:g} s warm-up and a {opts['duration_s']:g} s window. Latency "
+            "-t1 -c64, keep-alive; *capacity req/s*). Then every contender, started afresh, "
+            f"gets `bench-load rate` over 64 keep-alive connections at one rate, round({share:g} "
+            "x the lowest capacity among the proxies of the round) (*asked req/s*; *asked / "
+            f"own capacity* is its share of each proxy's own probe): a {opts['warmup_s']:g} s "
+            f"warm-up and a {opts['duration_s']:g} s window. One rate for all because the "
+            "load generator and the origin share the other core: a higher rate loads them "
+            "more and lengthens every tail, which would count against the proxy with the "
+            "most capacity. Latency "
             "counts from each request's due time when its connection was still busy with the "
             "previous one (no coordinated omission), else from when it went out; *load gen "
             "lag, max* is the most bench-load sent late on an idle connection, its own "

@@ -85,7 +85,7 @@ H2_STREAMS = 16
 # Latency under load: the proxies compared elsewhere with 64 keep-alive clients, and no
 # proxy at all (the load side's own latency).
 LATENCY = ("direct", "nginx-tuned", "haproxy", "holdfast")
-# The share of each contender's capacity the latency scenarios run at: busy, with room
+# The share of the lowest proxy capacity the latency scenarios run at: busy, with room
 # left, where tail latency says how a proxy queues rather than that it is saturated.
 LATENCY_SHARE = 0.7
 
@@ -143,13 +143,14 @@ SCENARIOS = [
              "as a floor, not a peer", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
              streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
              peers=("nginx-grpc", "haproxy")),
-    Scenario("latency-tiny", f"latency at {LATENCY_SHARE:.0%} of each contender's capacity, "
-             "100 B responses: a capacity probe (wrk, 64 keep-alive clients), then a fixed "
-             f"rate of round({LATENCY_SHARE:g} x the probe's requests/s) over 64 keep-alive "
+    Scenario("latency-tiny", f"latency at one fixed rate, {LATENCY_SHARE:.0%} of the lowest "
+             "capacity among the proxies, 100 B responses: a capacity probe of each proxy "
+             "(wrk, 64 keep-alive clients), then for every contender a fixed rate of "
+             f"round({LATENCY_SHARE:g} x the lowest probe's requests/s) over 64 keep-alive "
              "connections (bench-load rate)", "rust", ("wrk",), contenders=LATENCY,
              capacity_share=LATENCY_SHARE),
-    Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probe, then "
-             f"round({LATENCY_SHARE:g} x its requests/s) over 64 keep-alive connections",
+    Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probes, then "
+             f"round({LATENCY_SHARE:g} x the lowest) over 64 keep-alive connections",
              "rust", ("wrk",), contenders=LATENCY, path="/50k", capacity_share=LATENCY_SHARE),
     # its runner, configs, table and targets: threads_reuse.py
     Scenario(threads_reuse.NAME, threads_reuse.ABOUT, "rust", (),
@@ -233,8 +234,10 @@ class RunFailed(RuntimeError):
     """The run could not be measured (start failure, crash, load generator failure)."""
 
 
-def run(ctx, scenario, contender, round_no):
-    """Runs one scenario for one contender; returns its record, also when it failed."""
+def run(ctx, scenario, contender, round_no, plan=None):
+    """Runs one scenario for one contender; returns its record, also when it failed.
+
+    `plan`: the latency scenarios' rate for the round (`latency_plan`)."""
     record = {"scenario": scenario.name, "contender": contender.name, "round": round_no,
               "ok": False, "error": None, "metrics": {}, "load": None}
     run_dir = Path(ctx.log_dir) / f"r{round_no}-{scenario.name}-{contender.name}"
@@ -256,7 +259,7 @@ def run(ctx, scenario, contender, round_no):
         elif scenario.h2 is not None:
             _h2(ctx, scenario, contender, run_dir, record)
         elif scenario.capacity_share is not None:
-            _latency(ctx, scenario, contender, run_dir, record)
+            _latency(ctx, scenario, contender, run_dir, record, plan)
         else:
             origin = _origin_for(ctx, scenario, contender)
             running = _start(ctx, contender, origin, run_dir, tls=scenario.tls)
@@ -407,19 +410,69 @@ CAPACITY_PROBE_S = 3
 SATURATED_BELOW = 0.97
 
 
-def _latency(ctx, scenario, contender, run_dir, record):
-    """latency-tiny and latency-50k: latency at `scenario.capacity_share` of the
-    contender's own capacity.
+def latency_plan(ctx, scenario, contenders_in_round, round_no):
+    """The one rate every contender of latency scenario `scenario` is asked in round
+    `round_no`: `scenario.capacity_share` of the lowest capacity among its proxies.
 
-    First a warm-up (wrk, `ctx.warmup_s`, discarded), so the probe does not measure a
-    cold proxy, then a capacity probe: wrk with 64 keep-alive clients, as keepalive-tiny
-    and keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the
-    contender's capacity. Then, after the usual pause, bench-load rate asks for
-    round(share x capacity) requests/s over 64 keep-alive connections, for the warm-up
-    and the window, measured like any window (CPU and the origin's counts cover both, at
-    the same rate). Each contender thus runs as busy as its own capacity allows, not at
-    one rate for all, which would leave the fast ones idle or push the slow ones past
-    saturation.
+    Each proxy (not `direct`) is probed first, all before any rate run of the round:
+    started afresh, a wrk warm-up (`ctx.warmup_s`, at least 1 s, discarded) so the probe
+    does not measure a cold proxy, then wrk with 64 keep-alive clients, as keepalive-tiny
+    and keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the proxy's
+    capacity. Returns {"rate", "from" (the proxy the rate came from), "probes" (name:
+    the probe's figures, or {"error"} when it failed)}; "rate" is None when no probe
+    served a request.
+
+    One rate for all, not a rate per proxy at its own share: the load generator and the
+    origin share the other core, so a higher rate loads them more and lengthens every
+    tail, which would count against the proxy with the most capacity; and a closed-loop
+    probe overstates what a proxy sustains open loop (with 64 clients in flight each
+    wake-up serves many requests), so "70% of the probe" already kept the proxies' core
+    about 90% busy. At one rate the load side is the same for all, every proxy runs at
+    most at the share of its own capacity, and a proxy with more capacity runs further
+    below it, which is what capacity buys.
+    """
+    probes = {}
+    for contender in contenders_in_round:
+        if contender.name == "direct":
+            continue
+        run_dir = Path(ctx.log_dir) / f"r{round_no}-{scenario.name}-probe-{contender.name}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            probes[contender.name] = _capacity_probe(ctx, scenario, contender, run_dir)
+        except Exception as error:  # noqa: BLE001 - a failed probe is reported, not fatal
+            probes[contender.name] = {"error": f"{type(error).__name__}: {error}"}
+    served = {name: probe["rps"] for name, probe in probes.items() if probe.get("rps")}
+    if not served:
+        return {"rate": None, "from": None, "probes": probes}
+    slowest = min(served, key=served.get)
+    rate = max(1, round(scenario.capacity_share * served[slowest]))
+    return {"rate": rate, "from": slowest, "probes": probes}
+
+
+def _capacity_probe(ctx, scenario, contender, run_dir):
+    """A proxy's capacity for `latency_plan`: warm-up, then the wrk probe's figures."""
+    origin = _origin_for(ctx, scenario, contender)
+    running = _start(ctx, contender, origin, run_dir)
+    ctx_run = ctx.for_run(run_dir)
+    url = running.base_url + scenario.path
+    try:
+        load.wrk(ctx_run, "probe-warmup", url, duration_s=max(1, ctx.warmup_s),
+                 connections=scenario.clients)
+        probe = load.wrk(ctx_run, "probe", url, duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
+                         connections=scenario.clients)
+    finally:
+        running.stop()
+    figures = {k: probe.get(k) for k in (
+        "requests", "rps", "errors", "socket_errors_by_kind", "latency_us", "duration_s")}
+    return figures | {"argv": probe["argv"]}
+
+
+def _latency(ctx, scenario, contender, run_dir, record, plan):
+    """latency-tiny and latency-50k: latency at the round's one rate (`latency_plan`).
+
+    The contender starts afresh and bench-load rate asks for `plan["rate"]` requests/s
+    over 64 keep-alive connections, for the warm-up and the window, measured like any
+    window (CPU and the origin's counts cover both, at the same rate).
 
     bench-load counts a request's latency from its due time when its connection was still
     busy with the previous one (a stall shows in every request queued behind it: no
@@ -427,27 +480,21 @@ def _latency(ctx, scenario, contender, run_dir, record):
     A run that reached less than 97% of the rate asked is `saturated`: its latency
     includes the generator's own queueing.
     """
+    probe = plan["probes"].get(contender.name) or {}
+    record["probe"] = {k: v for k, v in probe.items() if k != "argv"}
+    record["probe_argv"] = probe.get("argv")
+    record["rate_from"] = plan["from"]
+    asked = plan["rate"]
+    if asked is None:
+        raise RunFailed(f"no capacity probe of {scenario.name} served requests in this round: "
+                        + "; ".join(f"{name}: {p.get('error') or p.get('errors')}"
+                                    for name, p in plan["probes"].items()))
     origin = _origin_for(ctx, scenario, contender)
     running = _start(ctx, contender, origin, run_dir)
     record["command"] = running.child.argv if running.child else None
     ctx_run = ctx.for_run(run_dir)
     url = running.base_url + scenario.path
     try:
-        load.wrk(ctx_run, "probe-warmup", url, duration_s=max(1, ctx.warmup_s),
-                 connections=scenario.clients)
-        probe = load.wrk(ctx_run, "probe", url,
-                         duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
-                         connections=scenario.clients)
-        record["probe_argv"] = probe["argv"]
-        record["probe"] = {k: probe.get(k) for k in (
-            "requests", "rps", "errors", "socket_errors_by_kind", "latency_us",
-            "duration_s")}
-        capacity = probe["rps"]
-        if not capacity:
-            raise RunFailed(f"the capacity probe through {contender.name} served no "
-                            f"requests ({probe['errors']} errors)")
-        asked = max(1, round(scenario.capacity_share * capacity))
-        time.sleep(ctx.settle_s)
         metrics, result = measure(
             running, origin, ctx.ports,
             lambda: load.rate(ctx_run, "load", url, rate=asked, duration_s=ctx.duration_s,
@@ -457,10 +504,12 @@ def _latency(ctx, scenario, contender, run_dir, record):
     finally:
         running.stop()
     achieved = (result.get("rps") or 0) / asked
+    capacity = probe.get("rps")
     metrics.update({
         "capacity_rps": capacity,
-        "capacity_errors": probe["errors"],
-        "capacity_share": scenario.capacity_share,
+        "capacity_errors": probe.get("errors"),
+        # the rate asked over this contender's own capacity (direct has no probe)
+        "capacity_share": asked / capacity if capacity else None,
         "rate_asked": asked,
         "rate_achieved_share": achieved,
         "saturated": achieved < SATURATED_BELOW,
