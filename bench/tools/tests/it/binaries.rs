@@ -1,21 +1,18 @@
 //! `bench-origin` and `bench-load` end to end, with the command lines the harness uses.
 
-use std::process::{Child, Command, Stdio};
-
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use std::process::{Command, Stdio};
 
 use holdfast_bench_tools::origin::StatsSnapshot;
 
-use crate::support::{raw_get, spawn_listening, TestCerts, ERROR_KINDS};
+use crate::support::{raw_get, spawn_listening, Spawned, TestCerts, ERROR_KINDS};
 
 /// Starts `bench-origin` on port 0 and returns it with the address it printed.
-fn start_origin() -> (Child, String) {
+fn start_origin() -> (Spawned, String) {
     start_origin_with(&[])
 }
 
 /// Like `start_origin`, with more arguments (`--tls-cert`, `--tls-key`).
-fn start_origin_with(args: &[&str]) -> (Child, String) {
+fn start_origin_with(args: &[&str]) -> (Spawned, String) {
     let args = [&["--listen", "127.0.0.1:0"], args].concat();
     let (origin, addr) = spawn_listening(env!("CARGO_BIN_EXE_bench-origin"), &args);
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
@@ -120,10 +117,8 @@ fn rate_for_a_second(addr: &str, path: &str, rate: u64) -> serde_json::Value {
 }
 
 /// SIGTERM, then the exit status must be 0.
-fn stop(mut origin: Child) {
-    let pid = Pid::from_raw(i32::try_from(origin.id()).expect("pid fits"));
-    kill(pid, Signal::SIGTERM).expect("SIGTERM");
-    let status = origin.wait().expect("bench-origin exits");
+fn stop(origin: Spawned) {
+    let status = origin.stop();
     assert!(status.success(), "{status:?}");
 }
 

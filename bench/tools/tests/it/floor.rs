@@ -2,17 +2,16 @@
 //! benchmark origin, which counts the upstream connections it opens.
 
 use std::net::SocketAddr;
-use std::process::Child;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{raw_get, spawn_listening, TestOrigin};
+use crate::support::{raw_get, spawn_listening, Spawned, TestOrigin};
 
 /// The `floor` binary in front of `upstream`; killed when dropped.
 struct Floor {
-    child: Child,
+    _child: Spawned,
     addr: SocketAddr,
 }
 
@@ -21,14 +20,7 @@ impl Floor {
         let upstream = upstream.to_string();
         let args = ["--listen", "127.0.0.1:0", "--upstream", &upstream];
         let (child, addr) = spawn_listening(env!("CARGO_BIN_EXE_floor"), &args);
-        Self { addr: addr.parse().expect("an address"), child }
-    }
-}
-
-impl Drop for Floor {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Self { addr: addr.parse().expect("an address"), _child: child }
     }
 }
 

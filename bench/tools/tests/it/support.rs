@@ -1,16 +1,19 @@
 //! An in-process origin on 127.0.0.1:0 (cleartext, TLS or h2c), certificates made with the
-//! `openssl` command, a raw HTTP/1.1 client and `wait_until`.
+//! `openssl` command, a raw HTTP/1.1 client, bench binaries started on port 0 and
+//! `wait_until`.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_bench_tools::load::target::Target;
 use holdfast_bench_tools::origin::{self, OriginStats, StatsSnapshot};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -227,10 +230,35 @@ pub async fn raw_get(addr: SocketAddr, path: &str) -> RawResponse {
     }
 }
 
-/// Polls `condition` every 5 ms until it holds; panics after 5 s.
+/// A bench binary started by [`spawn_listening`]. Killed when dropped, so a test that
+/// fails part-way leaves no process behind; [`Spawned::stop`] ends it the graceful way.
+pub struct Spawned {
+    child: Child,
+    stopped: bool,
+}
+
+impl Spawned {
+    /// SIGTERM, then its exit status once it has exited.
+    pub fn stop(mut self) -> ExitStatus {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"));
+        kill(pid, Signal::SIGTERM).expect("SIGTERM");
+        self.stopped = true;
+        self.child.wait().expect("the child exits")
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Starts `program` with `args`, and returns it with the address it printed on its first
 /// line (`listening on ADDR`), as the bench binaries do once they listen.
-pub fn spawn_listening(program: &str, args: &[&str]) -> (Child, String) {
+pub fn spawn_listening(program: &str, args: &[&str]) -> (Spawned, String) {
     let mut child = Command::new(program)
         .args(args)
         .stdout(Stdio::piped())
@@ -242,9 +270,10 @@ pub fn spawn_listening(program: &str, args: &[&str]) -> (Child, String) {
         .read_line(&mut line)
         .expect("read the listening line");
     let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
-    (child, addr)
+    (Spawned { child, stopped: false }, addr)
 }
 
+/// Polls `condition` every 5 ms until it holds; panics after 5 s.
 pub async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !condition() {
