@@ -171,7 +171,8 @@ class Running:
 
 def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config=None,
           threads=1, tls=None, certs=None, h2=None):
-    """Starts `contender` in front of `origin`; raises StartError if it does not listen.
+    """Starts `contender` in front of `origin`, once the proxy port is free; raises
+    StartError if the port stays taken or the contender does not listen.
 
     `tls`: None (cleartext on both sides), "client" (the listener speaks TLS with `certs`'
     server certificate) or "origin" (`origin` speaks TLS; the contender verifies it
@@ -186,6 +187,7 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config
     """
     if contender.name == "direct":
         return Running(contender, None, origin.base_url)
+    _wait_port_free(ports["proxy"], contender, netns)
     if tls is not None and certs is None:
         raise ValueError("a TLS scenario needs the session's certificates")
     run_dir = Path(run_dir)
@@ -257,6 +259,16 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config
     scheme = "https" if tls == "client" else "http"
     return Running(contender, child, f"{scheme}://{listen}",
                    admin_url if netns is None else None)
+
+
+def _wait_port_free(port, contender, netns, timeout_s=10):
+    """Waits until the previous run's proxy has let go of the proxy port; StartError if
+    it still listens after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while sockets.is_listening(port, netns):
+        if time.monotonic() > deadline:
+            raise StartError(f"port {port} is still in use before starting {contender.name}")
+        time.sleep(0.1)
 
 
 # The flags holdfast needs for the HTTPS scenarios.

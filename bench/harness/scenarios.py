@@ -278,12 +278,6 @@ def run(ctx, scenario, contender, round_no, plan=None):
 
 
 def _start(ctx, contender, origin, run_dir, *, netns_name=None, tls=None, h2=None):
-    port = ctx.ports["proxy"]
-    deadline = time.monotonic() + 10
-    while contender.name != "direct" and sockets.is_listening(port, netns_name):
-        if time.monotonic() > deadline:
-            raise RunFailed(f"port {port} is still in use before starting {contender.name}")
-        time.sleep(0.1)
     return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
                             run_dir=run_dir, nofile=ctx.nofile, netns=netns_name,
                             tls=tls, certs=ctx.certs, h2=h2)

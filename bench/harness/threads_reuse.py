@@ -264,7 +264,6 @@ def _start(ctx, contender, threads, origin, run_dir):
     """Starts `contender` with `threads` workers in front of the backends of `origin`,
     pinned to the proxy core like every contender (all its threads share it: CPU is not
     what this scenario measures); returns a contenders.Running."""
-    _wait_port_free(ctx.ports["proxy"])
     config = _config(contender, threads, origin.ports, f"127.0.0.1:{ctx.ports['proxy']}")
     try:
         return contenders.start(contender, origin=origin, ports=ctx.ports, bins=ctx.bins,
@@ -272,14 +271,6 @@ def _start(ctx, contender, threads, origin, run_dir):
                                 threads=threads)
     except contenders.StartError as error:
         raise RunFailed(f"{_label(contender.name, threads)}: {error}") from error
-
-
-def _wait_port_free(port, timeout_s=10):
-    deadline = time.monotonic() + timeout_s
-    while sockets.is_listening(port):
-        if time.monotonic() > deadline:
-            raise RunFailed(f"port {port} is still in use before starting a proxy")
-        time.sleep(0.1)
 
 
 # ---- results: table, targets, log line -----------------------------------------------------
