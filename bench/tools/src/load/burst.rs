@@ -99,9 +99,7 @@ async fn send_on_new_connection(target: Target, limit: Arc<Semaphore>, deadline:
             return Sent { outcome: Err(error), connection: None, latency: started.elapsed() }
         }
     };
-    let outcome = tokio::time::timeout_at(deadline, connection.send(target.request(false)))
-        .await
-        .unwrap_or(Err(ExchangeError::Timeout));
-    let still_works = outcome.as_ref().map_or_else(|error| error.kind().is_status(), |()| true);
+    let outcome = exchange::by_deadline(deadline, connection.send(target.request(false))).await;
+    let still_works = !outcome.as_ref().is_err_and(ExchangeError::ends_connection);
     Sent { outcome, connection: still_works.then_some(connection), latency: started.elapsed() }
 }

@@ -6,6 +6,7 @@
 //! `burst` and `handshakes` (over TLS) send on it; `rate` and `hosts` use the cheaper raw
 //! client of [`super::raw`], which shares [`ErrorKind`] and [`ExchangeError`] with it.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -107,6 +108,12 @@ pub enum ExchangeError {
 }
 
 impl ExchangeError {
+    /// The connection it happened on carries no more requests: every failure but a
+    /// response with a status we count as one.
+    pub fn ends_connection(&self) -> bool {
+        !self.kind().is_status()
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Connect(error) => connect_error_kind(error),
@@ -117,6 +124,15 @@ impl ExchangeError {
             Self::Timeout => ErrorKind::Timeout,
         }
     }
+}
+
+/// Runs `exchange` until `deadline`; past it, the exchange is dropped and the outcome is
+/// [`ExchangeError::Timeout`].
+pub async fn by_deadline<T>(
+    deadline: Instant,
+    exchange: impl Future<Output = Result<T, ExchangeError>>,
+) -> Result<T, ExchangeError> {
+    tokio::time::timeout_at(deadline, exchange).await.unwrap_or(Err(ExchangeError::Timeout))
 }
 
 fn connect_error_kind(error: &io::Error) -> ErrorKind {
@@ -240,10 +256,8 @@ impl KeepAliveSlot {
         deadline: Instant,
     ) -> Result<(), ExchangeError> {
         let exchange = async { self.ready_connection().await?.send(request).await };
-        let outcome = tokio::time::timeout_at(deadline, exchange)
-            .await
-            .unwrap_or(Err(ExchangeError::Timeout));
-        if outcome.as_ref().is_err_and(|error| !error.kind().is_status()) {
+        let outcome = by_deadline(deadline, exchange).await;
+        if outcome.as_ref().is_err_and(ExchangeError::ends_connection) {
             self.connection = None;
         }
         outcome

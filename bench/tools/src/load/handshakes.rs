@@ -115,9 +115,7 @@ async fn run_worker(run: Arc<HandshakesRun>, connector: TlsConnector) {
     while Instant::now() < run.end {
         let started = Instant::now();
         let connection = one_connection(&run, &connector);
-        let outcome = tokio::time::timeout_at(started + REQUEST_TIMEOUT, connection)
-            .await
-            .unwrap_or(Err(ExchangeError::Timeout));
+        let outcome = exchange::by_deadline(started + REQUEST_TIMEOUT, connection).await;
         run.tally.record(&outcome, started.elapsed());
         if outcome.is_err() {
             tokio::time::sleep(ERROR_PAUSE).await;

@@ -143,7 +143,7 @@ async fn establish_silent(config: &HoldConfig, tally: &Tally) -> Vec<TcpStream> 
                     Err(_) => Err(ExchangeError::Timeout),
                 }
             };
-            tokio::time::timeout_at(deadline, open).await.unwrap_or(Err(ExchangeError::Timeout))
+            exchange::by_deadline(deadline, open).await
         });
     }
     let mut held = Vec::with_capacity(config.connections);
@@ -169,7 +169,7 @@ async fn establish(config: &HoldConfig, tally: &Tally) -> Vec<Connection> {
                 let own_deadline = Instant::now() + EXCHANGE_TIMEOUT;
                 open_with_one_request(&target, own_deadline.min(deadline)).await
             };
-            tokio::time::timeout_at(deadline, open).await.unwrap_or(Err(ExchangeError::Timeout))
+            exchange::by_deadline(deadline, open).await
         });
     }
     let mut held = Vec::with_capacity(config.connections);
@@ -191,5 +191,5 @@ async fn open_with_one_request(
         connection.send(target.request(false)).await?;
         Ok(connection)
     };
-    tokio::time::timeout_at(deadline, exchange).await.unwrap_or(Err(ExchangeError::Timeout))
+    exchange::by_deadline(deadline, exchange).await
 }

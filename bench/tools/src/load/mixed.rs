@@ -108,9 +108,7 @@ async fn run_closing_worker(run: Arc<MixedRun>) {
     while Instant::now() < run.end {
         let started = Instant::now();
         let outcome =
-            tokio::time::timeout_at(started + REQUEST_TIMEOUT, send_on_new_connection(&run))
-                .await
-                .unwrap_or(Err(ExchangeError::Timeout));
+            exchange::by_deadline(started + REQUEST_TIMEOUT, send_on_new_connection(&run)).await;
         run.finish(started, &outcome).await;
     }
 }

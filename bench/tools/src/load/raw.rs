@@ -557,10 +557,8 @@ impl RawSlot {
     /// returned, and unless it was a non-2xx status the connection is dropped, so the next
     /// call reconnects. So is a connection whose response said it closes.
     pub async fn send(&mut self, request: &[u8], deadline: Instant) -> Result<(), ExchangeError> {
-        let outcome = tokio::time::timeout_at(deadline, self.exchange(request))
-            .await
-            .unwrap_or(Err(ExchangeError::Timeout));
-        if outcome.as_ref().is_err_and(|error| !error.kind().is_status()) {
+        let outcome = exchange::by_deadline(deadline, self.exchange(request)).await;
+        if outcome.as_ref().is_err_and(ExchangeError::ends_connection) {
             self.connection = None;
         }
         outcome
