@@ -290,7 +290,7 @@ def _session(opts, session, argv):
         return scenarios.contenders_for(scenario, plan_contenders, holdfast_tls=holdfast_tls,
                                         holdfast_h2=holdfast_h2)
 
-    total = opts.runs * sum(len(runs_of(s)) for s in plan_scenarios)
+    total = opts.runs * sum(len(runs_of(s)) * s.slices for s in plan_scenarios)
     done = 0
     for round_no in range(1, opts.runs + 1):
         for scenario in plan_scenarios:
@@ -305,13 +305,15 @@ def _session(opts, session, argv):
                     + ", ".join(f"{name} {p.get('rps') or 0:,.0f}"
                                 for name, p in plan["probes"].items())
                     + f" req/s; every contender asked {plan['rate'] or 0:,}/s")
-            for contender in order:
-                done += 1
-                _revive_origins(ctx, ports, bins, session)
-                record = scenarios.run(ctx, scenario, contender, round_no, plan)
-                records.append(record)
-                log(f"[{done}/{total}] round {round_no} {scenario.name:20} "
-                    f"{contender.name:14} {_one_line(record)}")
+            for slice_no in range(1, scenario.slices + 1):
+                for contender in order:
+                    done += 1
+                    _revive_origins(ctx, ports, bins, session)
+                    record = scenarios.run(ctx, scenario, contender, round_no, plan,
+                                           slice_no if scenario.slices > 1 else None)
+                    records.append(record)
+                    log(f"[{done}/{total}] round {round_no} {scenario.name:20} "
+                        f"{contender.name:14} {_one_line(record)}")
 
     origin_argvs = [origin.child.argv for origin in ctx.origins.values()]
     for origin in ctx.origins.values():

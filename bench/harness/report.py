@@ -1188,6 +1188,8 @@ def perf_markdown(document, chart_files, *, image_prefix):
     latency = [n for n in names if scenarios.BY_NAME[n].capacity_share is not None]
     if latency:
         share = scenarios.BY_NAME[latency[0]].capacity_share
+        slices = scenarios.BY_NAME[latency[0]].slices
+        window = scenarios.slice_window_s(opts["duration_s"], scenarios.BY_NAME[latency[0]])
         out.append(
             f"- **Latency ({', '.join(latency)}):** in each round, first every proxy is "
             f"probed: started afresh, a {max(1, opts['warmup_s']):g} s wrk warm-up, then a "
@@ -1195,8 +1197,13 @@ def perf_markdown(document, chart_files, *, image_prefix):
             "-t1 -c64, keep-alive; *capacity req/s*). Then every contender, started afresh, "
             f"gets `bench-load rate` over 64 keep-alive connections at one rate, round({share:g} "
             "x the lowest capacity among the proxies of the round) (*asked req/s*; *asked / "
-            f"own capacity* is its share of each proxy's own probe): a {opts['warmup_s']:g} s "
-            f"warm-up and a {opts['duration_s']:g} s window. One rate for all because the "
+            f"own capacity* is its share of each proxy's own probe), in {slices} slices "
+            "interleaved across the contenders (A B C D A B C D ...), each started afresh "
+            f"with a {opts['warmup_s']:g} s warm-up and a {window:g} s window; cells are "
+            f"medians over the {opts['runs']} x {slices} slices. Slices because this machine's "
+            "speed drifts by up to a third over seconds: a slow stretch saturates whichever "
+            "proxy runs during it, and short interleaved slices spread it over all of them. "
+            "One rate for all because the "
             "load generator and the origin share the other core: a higher rate loads them "
             "more and lengthens every tail, which would count against the proxy with the "
             "most capacity. Latency "

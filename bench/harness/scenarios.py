@@ -50,6 +50,9 @@ class Scenario:
     # Latency at a share of each contender's own capacity: a wrk probe measures its
     # requests/s first, then bench-load rate runs at round(share x that) (see `_latency`).
     capacity_share: float | None = None
+    # Runs per contender in a round, interleaved across the contenders (A B C A B C ...),
+    # each a fresh start with the window split evenly among them (`slice_window_s`).
+    slices: int = 1
 
     @property
     def many_clients(self):
@@ -88,6 +91,13 @@ LATENCY = ("direct", "nginx-tuned", "haproxy", "holdfast")
 # The share of the lowest proxy capacity the latency scenarios run at: busy, with room
 # left, where tail latency says how a proxy queues rather than that it is saturated.
 LATENCY_SHARE = 0.7
+# Slices per contender and round in the latency scenarios. This machine's speed drifts by
+# up to a third over seconds (the same closed-loop wrk run gave 20k to 30k req/s from one
+# second to the next), and at 70% of a capacity probed in a fast second a slow stretch
+# saturates whichever proxy is running then, whose tail then grows for as long as the
+# stretch lasts. Short interleaved slices spread such stretches over every contender, and
+# the medians over rounds x slices say how a proxy usually queues.
+LATENCY_SLICES = 3
 
 
 SCENARIOS = [
@@ -147,11 +157,13 @@ SCENARIOS = [
              "capacity among the proxies, 100 B responses: a capacity probe of each proxy "
              "(wrk, 64 keep-alive clients), then for every contender a fixed rate of "
              f"round({LATENCY_SHARE:g} x the lowest probe's requests/s) over 64 keep-alive "
-             "connections (bench-load rate)", "rust", ("wrk",), contenders=LATENCY,
-             capacity_share=LATENCY_SHARE),
+             f"connections (bench-load rate), in {LATENCY_SLICES} interleaved slices",
+             "rust", ("wrk",), contenders=LATENCY, capacity_share=LATENCY_SHARE,
+             slices=LATENCY_SLICES),
     Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probes, then "
-             f"round({LATENCY_SHARE:g} x the lowest) over 64 keep-alive connections",
-             "rust", ("wrk",), contenders=LATENCY, path="/50k", capacity_share=LATENCY_SHARE),
+             f"round({LATENCY_SHARE:g} x the lowest) over 64 keep-alive connections, in "
+             f"{LATENCY_SLICES} interleaved slices", "rust", ("wrk",), contenders=LATENCY,
+             path="/50k", capacity_share=LATENCY_SHARE, slices=LATENCY_SLICES),
     # its runner, configs, table and targets: threads_reuse.py
     Scenario(threads_reuse.NAME, threads_reuse.ABOUT, "rust", (),
              contenders=threads_reuse.CONTENDERS),
@@ -234,13 +246,18 @@ class RunFailed(RuntimeError):
     """The run could not be measured (start failure, crash, load generator failure)."""
 
 
-def run(ctx, scenario, contender, round_no, plan=None):
+def run(ctx, scenario, contender, round_no, plan=None, slice_no=None):
     """Runs one scenario for one contender; returns its record, also when it failed.
 
-    `plan`: the latency scenarios' rate for the round (`latency_plan`)."""
+    `plan`: the latency scenarios' rate for the round (`latency_plan`); `slice_no`: which
+    of the round's `scenario.slices` runs this is (1-based), None when it has one."""
     record = {"scenario": scenario.name, "contender": contender.name, "round": round_no,
               "ok": False, "error": None, "metrics": {}, "load": None}
-    run_dir = Path(ctx.log_dir) / f"r{round_no}-{scenario.name}-{contender.name}"
+    suffix = ""
+    if slice_no is not None:
+        record["slice"] = slice_no
+        suffix = f"-s{slice_no}"
+    run_dir = Path(ctx.log_dir) / f"r{round_no}-{scenario.name}-{contender.name}{suffix}"
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
@@ -461,12 +478,20 @@ def _capacity_probe(ctx, scenario, contender, run_dir):
     return figures | {"argv": probe["argv"]}
 
 
+def slice_window_s(duration_s, scenario):
+    """The window of one of `scenario`'s slices: the run's window (`duration_s`) split
+    evenly among them, in whole seconds (at least 1)."""
+    return max(1.0, float(int(duration_s / scenario.slices)))
+
+
 def _latency(ctx, scenario, contender, run_dir, record, plan):
-    """latency-tiny and latency-50k: latency at the round's one rate (`latency_plan`).
+    """latency-tiny and latency-50k: latency at the round's one rate (`latency_plan`), one
+    slice.
 
     The contender starts afresh and bench-load rate asks for `plan["rate"]` requests/s
-    over 64 keep-alive connections, for the warm-up and the window, measured like any
-    window (CPU and the origin's counts cover both, at the same rate).
+    over 64 keep-alive connections, for the warm-up and the slice's window
+    (`slice_window_s`), measured like any window (CPU and the origin's counts cover both,
+    at the same rate).
 
     bench-load counts a request's latency from its due time when its connection was still
     busy with the previous one (a stall shows in every request queued behind it: no
@@ -491,7 +516,8 @@ def _latency(ctx, scenario, contender, run_dir, record, plan):
     try:
         metrics, result = measure(
             running, origin, ctx.ports,
-            lambda: load.rate(ctx_run, "load", url, rate=asked, duration_s=ctx.duration_s,
+            lambda: load.rate(ctx_run, "load", url, rate=asked,
+                              duration_s=slice_window_s(ctx.duration_s, scenario),
                               connections=scenario.clients, warmup_s=ctx.warmup_s))
         if running.admin_url:
             record["holdfast_status"] = running.status()
