@@ -283,6 +283,28 @@ def cpu_ns(pids):
     return total
 
 
+def settled_memory_kb(pids, *, step_s=0.5, steady_s=2.0, timeout_s=10.0):
+    """`memory_kb(pids)` once RSS has settled: read every `step_s` until it has stayed
+    within 1% (and 64 kB) of one value for `steady_s`, or `timeout_s` passed. An
+    allocator that returns freed memory to the system on a timer would otherwise be read
+    halfway: holdfast's jemalloc gives it back in steps about a second apart (after 10,000
+    silent connections closed: 18.7 MB, then 10.3 MB for 1 s, then 9.1 MB from 2 s on).
+    Returns (rss, hwm, seconds waited)."""
+    started = time.monotonic()
+    rss, hwm = memory_kb(pids)
+    steady_since = started
+    while time.monotonic() - started < timeout_s:
+        time.sleep(step_s)
+        before = rss
+        rss, hwm = memory_kb(pids)
+        now = time.monotonic()
+        if abs(rss - before) > max(64, before // 100):
+            steady_since = now
+        elif now - steady_since >= steady_s:
+            break
+    return rss, hwm, round(time.monotonic() - started, 2)
+
+
 def memory_kb(pids):
     """(VmRSS, VmHWM) summed over `pids`, in kB."""
     rss = hwm = 0

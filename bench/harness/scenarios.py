@@ -949,10 +949,9 @@ def _many_clients_in_namespace(ctx, scenario, contender, run_dir, record):
 SILENT_SETTLE_S = 0.5
 # How long bench-load would hold if the harness did not stop it first (a bound, not a wait).
 SILENT_HOLD_S = 120
-# After the clients closed: how long the proxy gets to close its side, then a pause for
-# the allocator before RSS is read once more.
+# After the clients closed: how long the proxy gets to close its side; RSS is then read
+# once it has settled (`procs.settled_memory_kb`).
 SILENT_CLOSE_WAIT_S = 15.0
-SILENT_ALLOCATOR_PAUSE_S = 1.0
 
 
 def _silent_clients(ctx, scenario, contender, run_dir, record):
@@ -963,7 +962,8 @@ def _silent_clients(ctx, scenario, contender, run_dir, record):
     proxy has accepted all of them (its accept queue is empty) RSS is read again (held),
     and the connections the proxy still has open are counted. Then bench-load closes them
     all, the harness waits until the proxy has closed its side too, and RSS is read a last
-    time (after). (held - start) / open is the memory one silent connection holds;
+    time (after), once it has settled: an allocator that returns memory on a timer is
+    read when it has. (held - start) / open is the memory one silent connection holds;
     after - start is what the proxy did not give back.
     """
     origin = ctx.origins[scenario.origin]
@@ -1000,8 +1000,8 @@ def _silent_clients(ctx, scenario, contender, run_dir, record):
         while sockets.not_closed(port) and time.monotonic() < deadline:
             time.sleep(0.1)
         metrics["silent_open_after"] = sockets.not_closed(port)
-        time.sleep(SILENT_ALLOCATOR_PAUSE_S)
-        metrics["rss_kb_after"], _ = procs.memory_kb(running.pids())
+        metrics["rss_kb_after"], _, metrics["rss_settle_s_after"] = procs.settled_memory_kb(
+            running.pids())
         if not running.is_alive():
             raise RunFailed(f"{contender.name} exited during the run: "
                             f"{running.child.stderr_tail(1000)}")
@@ -1065,20 +1065,19 @@ POOL_GATE_WAIT_MS = 40_000
 # holdfast's pool keeps no more idle connections than were recently in flight at once,
 # and forgets a peak after 10 to 20 s; both readings are taken well within that.
 POOL_SETTLE_S = 3.0
-# After the last client closed: a pause for the allocator, before RSS is read.
-POOL_ALLOCATOR_PAUSE_S = 0.5
 
 
 def _pool_memory(ctx, run_dir, record):
     """RSS growth from N idle pooled connections, per connection (see the README).
 
     One holdfast with two upstream groups, `a` and `b`, each with its own origin and
-    listener. Burst 1 leaves N idle connections in pool a; RSS is read (1). Burst 2, the
-    same shape through b, runs while a's N connections sit idle; RSS is read again (2).
-    Burst 2's client and in-flight memory reuses what burst 1 freed (the allocator keeps
-    freed memory, so RSS after a burst is its peak either way); what it cannot reuse is
-    the memory a's idle connections hold. So (2) - (1) is the memory of N idle pooled
-    connections, whatever the allocator returns to the system or keeps.
+    listener. Burst 1 leaves N idle connections in pool a; RSS is read once it has
+    settled (1). Burst 2, the same shape through b, runs while a's N connections sit
+    idle and leaves N idle in b; RSS is read once settled again (2). Settled readings
+    leave out what a burst's clients used and the allocator returned afterwards
+    (holdfast's jemalloc purges freed pages after about 1 s), and what burst 1 grew once
+    for good (tables, the runtime's registrations) is in both. So (2) - (1) is the memory
+    of N more idle pooled connections.
     """
     wanted = ctx.pool_connections
     metrics = record["metrics"] = {"idle_connections_wanted": wanted}
@@ -1184,8 +1183,8 @@ class _PoolRun:
                     or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        time.sleep(POOL_ALLOCATOR_PAUSE_S)
-        out["rss_kb"], out["hwm_kb"] = procs.memory_kb(self.running.pids())
+        out["rss_kb"], out["hwm_kb"], out["rss_settle_s"] = procs.settled_memory_kb(
+            self.running.pids())
         out["rss_read_s"] = round(time.monotonic() - self.started, 2)
         status = self.running.status()
         out["idle"] = _idle_by_upstream(self.running, status, self.pools)
