@@ -1187,9 +1187,9 @@ def perf_markdown(document, chart_files, *, image_prefix):
     ]
     latency = [n for n in names if scenarios.BY_NAME[n].capacity_share is not None]
     if latency:
-        share = scenarios.BY_NAME[latency[0]].capacity_share
-        slices = scenarios.BY_NAME[latency[0]].slices
-        window = scenarios.slice_window_s(opts["duration_s"], scenarios.BY_NAME[latency[0]])
+        first = scenarios.BY_NAME[latency[0]]
+        share, slices = first.capacity_share, first.slices
+        window = scenarios.slice_window_s(opts["duration_s"], first)
         out.append(
             f"- **Latency ({', '.join(latency)}):** in each round, first every proxy is "
             f"probed: started afresh, a {max(1, opts['warmup_s']):g} s wrk warm-up, then a "

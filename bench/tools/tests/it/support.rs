@@ -234,7 +234,6 @@ pub async fn raw_get(addr: SocketAddr, path: &str) -> RawResponse {
 /// fails part-way leaves no process behind; [`Spawned::stop`] ends it the graceful way.
 pub struct Spawned {
     child: Child,
-    stopped: bool,
 }
 
 impl Spawned {
@@ -242,14 +241,14 @@ impl Spawned {
     pub fn stop(mut self) -> ExitStatus {
         let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits"));
         kill(pid, Signal::SIGTERM).expect("SIGTERM");
-        self.stopped = true;
         self.child.wait().expect("the child exits")
     }
 }
 
 impl Drop for Spawned {
     fn drop(&mut self) {
-        if !self.stopped {
+        // Already waited for (`stop`) or exited on its own: nothing left to end.
+        if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -270,7 +269,7 @@ pub fn spawn_listening(program: &str, args: &[&str]) -> (Spawned, String) {
         .read_line(&mut line)
         .expect("read the listening line");
     let addr = line.trim().strip_prefix("listening on ").expect("listening line").to_owned();
-    (Spawned { child, stopped: false }, addr)
+    (Spawned { child }, addr)
 }
 
 /// Polls `condition` every 5 ms until it holds; panics after 5 s.
