@@ -1194,7 +1194,7 @@ def perf_markdown(document, chart_files, *, image_prefix):
             f"- **Latency ({', '.join(latency)}):** in each round, first every proxy is "
             f"probed: started afresh, a {max(1, opts['warmup_s']):g} s wrk warm-up, then a "
             f"{min(scenarios.CAPACITY_PROBE_S, opts['duration_s']):g} s capacity probe (wrk "
-            "-t1 -c64, keep-alive; *capacity req/s*). Then every contender, started afresh, "
+            "-t1 -c64, keep-alive; *capacity req/s*). Then every contender "
             f"gets `bench-load rate` over 64 keep-alive connections at one rate, round({share:g} "
             "x the lowest capacity among the proxies of the round) (*asked req/s*; *asked / "
             f"own capacity* is its share of each proxy's own probe), in {slices} slices "
