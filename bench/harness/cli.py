@@ -301,8 +301,10 @@ def _session(opts, session, argv):
             if scenario.capacity_share is not None:
                 _revive_origins(ctx, ports, bins, session)
                 plan = scenarios.latency_plan(ctx, scenario, order, round_no)
-                log(f"round {round_no} {scenario.name}: capacity "
-                    + ", ".join(f"{name} {p.get('rps') or 0:,.0f}"
+                log(f"round {round_no} {scenario.name}: capacity (probe, open loop) "
+                    + ", ".join(f"{name} {p.get('capacity_rps') or 0:,.0f} "
+                                f"({p.get('rps') or 0:,.0f}, "
+                                f"{(p.get('calibration') or {}).get('open_loop_rps') or 0:,.0f})"
                                 for name, p in plan["probes"].items())
                     + f" req/s; every contender asked {plan['rate'] or 0:,}/s")
             for slice_no in range(1, scenario.slices + 1):
@@ -470,8 +472,9 @@ def _one_line(record):
         lat = m.get("latency_us") or {}
         cpu = m.get("cpu_us_per_request")
         share = m.get("capacity_share")
-        return (f"capacity {m.get('capacity_rps') or 0:>9,.0f} req/s (probe errors "
-                f"{m.get('capacity_errors')}); asked {m['rate_asked']:,}/s"
+        return (f"capacity {m.get('capacity_rps') or 0:>9,.0f} req/s (probe "
+                f"{m.get('probe_rps') or 0:,.0f}, errors {m.get('capacity_errors')}; open "
+                f"loop {m.get('open_loop_rps') or 0:,.0f}); asked {m['rate_asked']:,}/s"
                 + (f" ({share:.0%} of it)" if share else "") + ", achieved "
                 f"{m.get('rps') or 0:,.0f}/s"
                 + (" (SATURATED)" if m.get("saturated") else "")
@@ -580,8 +583,9 @@ def _commands(records, origin_argvs, session, argv):
             rate_note = ""
             if scenario.capacity_share is not None:
                 rate_note = (f"   # --rate: round({scenario.capacity_share:g} x the lowest "
-                             "probe's req/s among the proxies of the round), the same for "
-                             "every contender of the round")
+                             "capacity among the proxies of the round: the lower of its wrk "
+                             "probe and its open-loop calibration), the same for every "
+                             "contender of the round")
             lines.append(shorten(rec["load"]["argv"]) + rate_note)
     return lines
 

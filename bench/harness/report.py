@@ -46,10 +46,12 @@ METRICS = (
     "mean_us", "upstream_h2_connections", "upstream_h2_requests", "upstream_h2_share",
     "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
     "holdfast_h2_connections", "upstream_connections_bound",
-    # latency at one rate per round: the probe, the rate asked, its share of the
+    # latency at one rate per round: the capacity (the lower of the wrk probe and the
+    # open-loop calibration's estimate), the rate asked, its share of the
     # contender's own capacity and the share reached, bench-load's own lateness and
     # requests it never sent
-    "capacity_rps", "capacity_errors", "rate_asked", "capacity_share", "rate_achieved_share",
+    "capacity_rps", "probe_rps", "open_loop_rps", "capacity_errors", "rate_asked",
+    "capacity_share", "rate_achieved_share",
     "max_send_lag_us", "unsent",
 ) + tuple(f"{key}_{window}" for window in scenarios.HANDSHAKE_WINDOWS
           for key in scenarios.HANDSHAKE_WINDOW_KEYS) + threads_reuse.METRICS
@@ -407,7 +409,9 @@ COLUMNS = {
     "upstream_open_end": ("upstream conns open at end", lambda v: _num(v)),
     "holdfast_h2_connections": ("holdfast's HTTP/2 conns gauge", lambda v: _num(v)),
     "upstream_connections_warmup": ("upstream conns opened in warm-up", lambda v: _num(v)),
-    "capacity_rps": ("capacity req/s (probe)", lambda v: _num(v)),
+    "capacity_rps": ("capacity req/s", lambda v: _num(v)),
+    "probe_rps": ("probe req/s (wrk)", lambda v: _num(v)),
+    "open_loop_rps": ("open-loop capacity req/s", lambda v: _num(v)),
     "capacity_errors": ("probe errors", lambda v: _num(v)),
     "rate_asked": ("asked req/s", lambda v: _num(v)),
     "capacity_share": ("asked / own capacity", _pct),
@@ -492,9 +496,8 @@ SCENARIO_COLUMNS.update({
                                     "errors", "proxy_core_other"),
 })
 # Latency at one rate per round: the probe, the rate asked and reached, latency, CPU.
-LATENCY_COLUMNS = ("capacity_rps", "rate_asked", "capacity_share", "rps",
-                   "rate_achieved_share", "p50_us",
-                   "p90_us", "p99_us", "p999_us", "max_us", "errors", "cpu_us_per_request",
+LATENCY_COLUMNS = ("probe_rps", "open_loop_rps", "capacity_rps", "rate_asked", "capacity_share",
+                   "rps", "rate_achieved_share", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "errors", "cpu_us_per_request",
                    "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share",
                    "loadgen_cpu_share", "origin_cpu_share", "max_send_lag_us",
                    "proxy_core_other")
@@ -1193,11 +1196,18 @@ def perf_markdown(document, chart_files, *, image_prefix):
         out.append(
             f"- **Latency ({', '.join(latency)}):** in each round, first every proxy is "
             f"probed: started afresh, a {max(1, opts['warmup_s']):g} s wrk warm-up, then a "
-            f"{min(scenarios.CAPACITY_PROBE_S, opts['duration_s']):g} s capacity probe (wrk "
-            "-t1 -c64, keep-alive; *capacity req/s*). Then every contender "
+            f"{min(scenarios.CAPACITY_PROBE_S, opts['duration_s']):g} s probe (wrk -t1 -c64, "
+            "keep-alive; *probe req/s*), then an open-loop calibration: `bench-load rate` at "
+            f"{scenarios.CALIBRATION_SHARE:.0%} of the probe for "
+            f"{min(scenarios.CALIBRATION_S, opts['duration_s']):g} s after a "
+            f"{scenarios.CALIBRATION_WARMUP_S:g} s warm-up, whose CPU per request gives the "
+            "rate that would fill the proxy's core (*open-loop capacity*; 1 s / CPU per "
+            "request). A proxy's *capacity* is the lower of the two: a closed-loop probe "
+            "overstates what a proxy sustains open loop, where each wake-up serves fewer "
+            "requests. Then every contender "
             f"gets `bench-load rate` over 64 keep-alive connections at one rate, round({share:g} "
             "x the lowest capacity among the proxies of the round) (*asked req/s*; *asked / "
-            f"own capacity* is its share of each proxy's own probe), in {slices} slices "
+            f"own capacity* is its share of each proxy's own capacity), in {slices} slices "
             "interleaved across the contenders (A B C D A B C D ...), each started afresh "
             f"with a {opts['warmup_s']:g} s warm-up and a {window:g} s window; cells are "
             f"medians over the {opts['runs']} x {slices} slices. Slices because this machine's "

@@ -417,6 +417,12 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
 # The capacity probe of the latency scenarios: as long as this (at most the window), with
 # keepalive-tiny's and keepalive-50k's wrk clients.
 CAPACITY_PROBE_S = 3
+# After the probe, an open-loop calibration at this share of the probe's requests/s, with a
+# short warm-up and a window this long (at most the window): the proxy's CPU per request
+# there gives the rate its core sustains open loop (`open_loop_capacity`).
+CALIBRATION_SHARE = 0.5
+CALIBRATION_WARMUP_S = 0.5
+CALIBRATION_S = 2
 # A rate run that reached less than this share of the rate asked is `saturated`.
 SATURATED_BELOW = 0.97
 
@@ -428,19 +434,22 @@ def latency_plan(ctx, scenario, contenders_in_round, round_no):
     Each proxy (not `direct`) is probed first, all before any rate run of the round:
     started afresh, a wrk warm-up (`ctx.warmup_s`, at least 1 s, discarded) so the probe
     does not measure a cold proxy, then wrk with 64 keep-alive clients, as keepalive-tiny
-    and keepalive-50k run it, for CAPACITY_PROBE_S s; its requests/s is the proxy's
-    capacity. Returns {"rate", "from" (the proxy the rate came from), "probes" (name:
-    the probe's figures, or {"error"} when it failed)}; "rate" is None when no probe
-    served a request.
+    and keepalive-50k run it, for CAPACITY_PROBE_S s, then an open-loop calibration
+    (`_calibrate`). The proxy's capacity is the lower of the probe's requests/s and the
+    calibration's open-loop capacity. Returns {"rate", "from" (the proxy the rate came
+    from), "probes" (name: the probe's figures, or {"error"} when it failed)}; "rate" is
+    None when no probe served a request.
 
     One rate for all, not a rate per proxy at its own share: the load generator and the
     origin share the other core, so a higher rate loads them more and lengthens every
-    tail, which would count against the proxy with the most capacity; and a closed-loop
-    probe overstates what a proxy sustains open loop (with 64 clients in flight each
-    wake-up serves many requests), so "70% of the probe" already kept the proxies' core
-    about 90% busy. At one rate the load side is the same for all, every proxy runs at
-    most at the share of its own capacity, and a proxy with more capacity runs further
-    below it, which is what capacity buys.
+    tail, which would count against the proxy with the most capacity. At one rate the load
+    side is the same for all, every proxy runs at most at the share of its own capacity,
+    and a proxy with more capacity runs further below it, which is what capacity buys.
+
+    Why the calibration: a closed-loop probe overstates what a proxy sustains open loop.
+    With 64 clients always in flight each wake-up serves many requests, while at a fixed
+    rate fewer arrive per wake-up and each costs more CPU; 70% of a fast probe kept every
+    proxy's core 89-98% busy in some slices.
     """
     probes = {}
     for contender in contenders_in_round:
@@ -452,7 +461,8 @@ def latency_plan(ctx, scenario, contenders_in_round, round_no):
             probes[contender.name] = _capacity_probe(ctx, scenario, contender, run_dir)
         except Exception as error:  # noqa: BLE001 - a failed probe is reported, not fatal
             probes[contender.name] = {"error": f"{type(error).__name__}: {error}"}
-    served = {name: probe["rps"] for name, probe in probes.items() if probe.get("rps")}
+    served = {name: probe["capacity_rps"] for name, probe in probes.items()
+              if probe.get("capacity_rps")}
     if not served:
         return {"rate": None, "from": None, "probes": probes}
     slowest = min(served, key=served.get)
@@ -461,7 +471,9 @@ def latency_plan(ctx, scenario, contenders_in_round, round_no):
 
 
 def _capacity_probe(ctx, scenario, contender, run_dir):
-    """A proxy's capacity for `latency_plan`: warm-up, then the wrk probe's figures."""
+    """A proxy's capacity for `latency_plan`: warm-up, the wrk probe, then the open-loop
+    calibration; the probe's figures, "calibration" and "capacity_rps" (the lower of the
+    probe's requests/s and the open-loop capacity)."""
     origin = _origin_for(ctx, scenario, contender)
     running = _start(ctx, contender, origin, run_dir)
     ctx_run = ctx.for_run(run_dir)
@@ -471,11 +483,40 @@ def _capacity_probe(ctx, scenario, contender, run_dir):
                  connections=scenario.clients)
         probe = load.wrk(ctx_run, "probe", url, duration_s=min(CAPACITY_PROBE_S, ctx.duration_s),
                          connections=scenario.clients)
+        calibration = (_calibrate(ctx_run, scenario, running, origin, url, probe["rps"])
+                       if probe.get("rps") else None)
     finally:
         running.stop()
     figures = {k: probe.get(k) for k in (
         "requests", "rps", "errors", "socket_errors_by_kind", "latency_us", "duration_s")}
-    return figures | {"argv": probe["argv"]}
+    open_loop = (calibration or {}).get("open_loop_rps")
+    capacity = min(c for c in (probe.get("rps"), open_loop) if c) if probe.get("rps") else None
+    return figures | {"argv": probe["argv"], "calibration": calibration,
+                      "capacity_rps": capacity}
+
+
+def _calibrate(ctx_run, scenario, running, origin, url, probe_rps):
+    """The open-loop calibration after a capacity probe: `bench-load rate` at
+    CALIBRATION_SHARE of the probe's requests/s over the scenario's connections, the
+    proxy's CPU measured over it. Returns its rate, CPU per request and CPU share, and
+    "open_loop_rps": the rate at which that CPU per request fills the proxy's core
+    (`open_loop_capacity`), or None when it served nothing."""
+    rate = max(1, round(CALIBRATION_SHARE * probe_rps))
+    metrics, _ = measure(
+        running, origin, ctx_run.ports,
+        lambda: load.rate(ctx_run, "calibration", url, rate=rate,
+                          duration_s=min(CALIBRATION_S, ctx_run.duration_s),
+                          connections=scenario.clients, warmup_s=CALIBRATION_WARMUP_S))
+    cpu_us = metrics.get("cpu_us_per_request")
+    return {"rate": rate, "rps": metrics.get("rps"), "cpu_us_per_request": cpu_us,
+            "proxy_cpu_share": metrics.get("proxy_cpu_share"),
+            "open_loop_rps": open_loop_capacity(cpu_us)}
+
+
+def open_loop_capacity(cpu_us_per_request):
+    """The requests/s at which a proxy costing `cpu_us_per_request` µs of CPU per request
+    keeps its one core fully busy; None without a figure."""
+    return 1e6 / cpu_us_per_request if cpu_us_per_request else None
 
 
 def slice_window_s(duration_s, scenario):
@@ -524,9 +565,11 @@ def _latency(ctx, scenario, contender, run_dir, record, plan):
     finally:
         running.stop()
     achieved = (result.get("rps") or 0) / asked
-    capacity = probe.get("rps")
+    capacity = probe.get("capacity_rps")
     metrics.update({
         "capacity_rps": capacity,
+        "probe_rps": probe.get("rps"),
+        "open_loop_rps": (probe.get("calibration") or {}).get("open_loop_rps"),
         "capacity_errors": probe.get("errors"),
         # the rate asked over this contender's own capacity (direct has no probe)
         "capacity_share": asked / capacity if capacity else None,
