@@ -4,6 +4,7 @@
 //! until the count is zero.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
@@ -23,7 +24,7 @@ struct Counts {
     accepted: AtomicU64,
     stopping: AtomicBool,
     /// The task of each connection that asked to hear about the stop, by its id.
-    waiting: Mutex<HashMap<u64, Waker>>,
+    waiting: Mutex<Waiting>,
     /// Where a child's connections are counted as well.
     parent: Option<Arc<Counts>>,
 }
@@ -72,9 +73,35 @@ impl Connections {
 }
 
 impl Counts {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Waker>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         // Every operation under the lock is one insert, remove or take.
         self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The tasks waiting for the stop, by connection id.
+type Waiting = HashMap<u64, Waker, BuildHasherDefault<IdHasher>>;
+
+/// Hashes a connection id with one multiplication instead of SipHash: every connection
+/// registers for the stop and leaves again, and the ids are holdfast's own sequence
+/// numbers, never a client's input, so there is no flooding to resist. The golden-ratio
+/// multiplier spreads consecutive ids over the high bits the table's probing uses.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(*byte));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
@@ -176,6 +203,17 @@ mod tests {
         drop((open, late));
         assert_eq!(connections.count(), 0);
         assert_eq!(connections.accepted(), 2);
+    }
+
+    #[test]
+    fn consecutive_ids_hash_apart_in_the_high_bits_the_table_probes_with() {
+        let top7 = |id: u64| {
+            let mut hasher = IdHasher::default();
+            hasher.write_u64(id);
+            hasher.finish() >> 57
+        };
+        let tags: std::collections::HashSet<u64> = (0..64).map(top7).collect();
+        assert!(tags.len() > 32, "64 consecutive ids share {} tags", 64 - tags.len());
     }
 
     #[test]
