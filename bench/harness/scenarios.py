@@ -155,9 +155,10 @@ SCENARIOS = [
              peers=("nginx-grpc", "haproxy")),
     Scenario("latency-tiny", f"latency at one fixed rate, {LATENCY_SHARE:.0%} of the lowest "
              "capacity among the proxies, 100 B responses: a capacity probe of each proxy "
-             "(wrk, 64 keep-alive clients), then for every contender a fixed rate of "
-             f"round({LATENCY_SHARE:g} x the lowest probe's requests/s) over 64 keep-alive "
-             f"connections (bench-load rate), in {LATENCY_SLICES} interleaved slices",
+             "(wrk, 64 keep-alive clients) bounded by an open-loop calibration, then for "
+             f"every contender a fixed rate of round({LATENCY_SHARE:g} x the lowest capacity) "
+             f"over 64 keep-alive connections (bench-load rate), in {LATENCY_SLICES} "
+             "interleaved slices",
              "rust", ("wrk",), contenders=LATENCY, capacity_share=LATENCY_SHARE,
              slices=LATENCY_SLICES),
     Scenario("latency-50k", f"latency-tiny with 50 kB responses: the probes, then "
