@@ -491,9 +491,14 @@ def _capacity_probe(ctx, scenario, contender, run_dir):
     figures = {k: probe.get(k) for k in (
         "requests", "rps", "errors", "socket_errors_by_kind", "latency_us", "duration_s")}
     open_loop = (calibration or {}).get("open_loop_rps")
-    capacity = min(c for c in (probe.get("rps"), open_loop) if c) if probe.get("rps") else None
     return figures | {"argv": probe["argv"], "calibration": calibration,
-                      "capacity_rps": capacity}
+                      "capacity_rps": _lowest(probe.get("rps"), open_loop)}
+
+
+def _lowest(*figures):
+    """The lowest of `figures` that are there (not None, not zero); None when none is."""
+    present = [figure for figure in figures if figure]
+    return min(present) if present else None
 
 
 def _calibrate(ctx_run, scenario, running, origin, url, probe_rps):
