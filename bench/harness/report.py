@@ -495,11 +495,13 @@ SCENARIO_COLUMNS.update({
     "h2-to-h2c": H2_COLUMNS[:-2] + ("upstream_h2_share", "holdfast_h2_connections",
                                     "errors", "proxy_core_other"),
 })
-# Latency at one rate per round: the probe, the rate asked and reached, latency, CPU.
+# Latency at one rate per round: the wrk probe, the open-loop estimate and the capacity
+# (the lower of the two), the rate asked and reached, latency, CPU.
 LATENCY_COLUMNS = ("probe_rps", "open_loop_rps", "capacity_rps", "rate_asked", "capacity_share",
-                   "rps", "rate_achieved_share", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "errors", "cpu_us_per_request",
-                   "cpu_user_us_per_request", "cpu_sys_us_per_request", "proxy_cpu_share",
-                   "loadgen_cpu_share", "origin_cpu_share", "max_send_lag_us",
+                   "rps", "rate_achieved_share", "p50_us", "p90_us", "p99_us", "p999_us",
+                   "max_us", "errors", "cpu_us_per_request", "cpu_user_us_per_request",
+                   "cpu_sys_us_per_request", "proxy_cpu_share", "loadgen_cpu_share",
+                   "origin_cpu_share", "max_send_lag_us",
                    "proxy_core_other")
 SCENARIO_COLUMNS.update({s.name: LATENCY_COLUMNS for s in scenarios.SCENARIOS
                          if s.capacity_share is not None})
