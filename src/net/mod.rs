@@ -25,7 +25,7 @@ use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
@@ -210,22 +210,36 @@ impl InBuf {
         if self.storage.is_empty() {
             let readable = poll_fn(|cx| stream.poll_read_ready(cx));
             wait(readable, deadline).await?.map_err(WaitError::Io)?;
+            // Readiness can be stale (a read that did not end in `EAGAIN`, such as the
+            // first request's, leaves it set): a read that finds nothing gives the
+            // storage back and waits again, so an idle connection holds no buffer. The
+            // `Pending` read cleared the stale readiness; a second one is waited out
+            // with the storage, as any read is.
+            match poll_fn(|cx| Poll::Ready(self.poll_fill(stream, cx))).await {
+                Poll::Ready(read) => return read.map_err(WaitError::Io),
+                Poll::Pending => self.release(),
+            }
+            let readable = poll_fn(|cx| stream.poll_read_ready(cx));
+            wait(readable, deadline).await?.map_err(WaitError::Io)?;
         }
+        let read = poll_fn(|cx| self.poll_fill(stream, cx));
+        wait(read, deadline).await?.map_err(WaitError::Io)
+    }
+
+    /// One read into the spare room, through tokio's `poll_read`.
+    fn poll_fill(&mut self, stream: &mut Stream, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let spare = self.spare();
         if spare.is_empty() {
-            return Err(WaitError::Io(io::Error::other("read buffer is full")));
+            return Poll::Ready(Err(io::Error::other("read buffer is full")));
         }
-        let read = poll_fn(|cx| {
-            let mut buf = ReadBuf::new(&mut *spare);
-            match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len())),
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        });
-        let n = wait(read, deadline).await?.map_err(WaitError::Io)?;
+        let mut buf = ReadBuf::new(spare);
+        let n = match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => buf.filled().len(),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        };
         self.end = self.end.saturating_add(n).min(self.storage.len());
-        Ok(n)
+        Poll::Ready(Ok(n))
     }
 }
 
@@ -592,6 +606,31 @@ mod tests {
         assert!(timer.run(ready(()), start + 60 * SECOND).await.is_ok());
         assert!(timer.run(pending::<()>(), start + 2 * SECOND).await.is_err());
         assert_eq!(start.elapsed(), 2 * SECOND);
+    }
+
+    #[tokio::test]
+    async fn an_idle_wait_holds_no_storage_when_readiness_was_stale() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut stream = Stream::from(listener.accept().await.unwrap().0);
+        client.write_all(b"GET").await.unwrap();
+        // A read that does not end in EAGAIN (as the first request's) leaves the socket
+        // marked readable.
+        let mut buf = InBuf::new(CLIENT_BUF);
+        loop {
+            stream.readable().await.unwrap();
+            if buf.try_fill(&stream).is_ok() {
+                break;
+            }
+        }
+        buf.consume(3);
+        buf.release();
+        let waited = buf.fill(&mut stream, &mut Deadline::after(SECOND / 20)).await;
+        assert!(matches!(waited, Err(WaitError::TimedOut)));
+        assert!(buf.storage.is_empty(), "the idle wait gave its buffer back");
+        drop(client);
     }
 
     #[test]
