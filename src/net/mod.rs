@@ -208,8 +208,7 @@ impl InBuf {
         deadline: &mut Deadline<'_>,
     ) -> Result<usize, WaitError> {
         if self.storage.is_empty() {
-            let readable = poll_fn(|cx| stream.poll_read_ready(cx));
-            wait(readable, deadline).await?.map_err(WaitError::Io)?;
+            wait_readable(stream, deadline).await?;
             // Readiness can be stale (a read that did not end in `EAGAIN`, such as the
             // first request's, leaves it set): a read that finds nothing gives the
             // storage back and waits again, so an idle connection holds no buffer. The
@@ -219,8 +218,7 @@ impl InBuf {
                 Poll::Ready(read) => return read.map_err(WaitError::Io),
                 Poll::Pending => self.release(),
             }
-            let readable = poll_fn(|cx| stream.poll_read_ready(cx));
-            wait(readable, deadline).await?.map_err(WaitError::Io)?;
+            wait_readable(stream, deadline).await?;
         }
         let read = poll_fn(|cx| self.poll_fill(stream, cx));
         wait(read, deadline).await?.map_err(WaitError::Io)
@@ -241,6 +239,12 @@ impl InBuf {
         self.end = self.end.saturating_add(n).min(self.storage.len());
         Poll::Ready(Ok(n))
     }
+}
+
+/// Waits, until `deadline`, for `stream` to have something to read.
+async fn wait_readable(stream: &Stream, deadline: &mut Deadline<'_>) -> Result<(), WaitError> {
+    let readable = poll_fn(|cx| stream.poll_read_ready(cx));
+    wait(readable, deadline).await?.map_err(WaitError::Io)
 }
 
 /// Runs `fut` until `deadline`. It is polled once first: only a future that has to wait
