@@ -47,6 +47,8 @@ pub struct AdminState {
     pub resources: Resources,
     /// The idle-connection budget derived from them (or `pool.max_idle_total`).
     pub budget: Arc<IdleBudget>,
+    /// Where buffered bodies are held, and how much of them now.
+    pub spools: Arc<crate::spool::Spools>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
     /// The certificate manager, for each name's certificate in `/status`.
@@ -160,6 +162,7 @@ pub fn status(state: &AdminState) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
         "limits": state.resources.status(&state.budget),
+        "buffering": state.spools.status(),
         "upstreams": upstreams,
         "certificates": state.acme.as_ref().map(|a| certificates_status(&a.snapshot())),
     })

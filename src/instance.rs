@@ -25,9 +25,10 @@ use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::Answers;
 use crate::proxy::forwarded::TrustedProxies;
-use crate::proxy::{Destination, LocalRules, Proxy, Site};
+use crate::proxy::{Buffering, Destination, LocalRules, Proxy, Site};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
+use crate::spool::Spools;
 use crate::telemetry::access_log::AccessLog;
 use crate::telemetry::failures;
 use crate::tls::certs::{CertError, ServerCerts};
@@ -100,6 +101,8 @@ struct Shared {
     /// The groups in force, for status and metrics.
     groups: Arc<Upstreams>,
     budget: Arc<IdleBudget>,
+    /// Where buffered bodies are held, across listeners; its bounds apply at start.
+    spools: Arc<Spools>,
     /// Open files and local ports, read at start; the budget derives from them.
     resources: Resources,
     access_log: Option<AccessLog>,
@@ -208,6 +211,7 @@ impl Instance {
             }),
             groups: Arc::default(),
             budget: Arc::new(IdleBudget::new(resources.idle_budget(config.max_idle_total))),
+            spools: Spools::new(config.spool.clone()),
             resources,
             access_log,
             connections: Connections::default(),
@@ -248,6 +252,7 @@ impl Instance {
                 upstreams: Arc::clone(&shared.groups),
                 resources: shared.resources.clone(),
                 budget: Arc::clone(&shared.budget),
+                spools: Arc::clone(&shared.spools),
                 draining: Arc::clone(&draining),
                 acme: shared.acme.clone(),
                 started: Instant::now(),
@@ -428,7 +433,7 @@ impl Shared {
         let mut listeners = Vec::new();
         for (l, files) in config.listeners.iter().zip(certs) {
             let acme = self.acme.as_ref().map(|_| &self.acme_certs);
-            let site = site(&config, l, &upstreams, acme);
+            let site = site(&config, l, &upstreams, acme, &self.spools);
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
@@ -532,6 +537,7 @@ fn site(
     l: &ListenerConfig,
     upstreams: &BTreeMap<String, Arc<Upstream>>,
     acme: Option<&Arc<DynamicCerts>>,
+    spools: &Arc<Spools>,
 ) -> Site {
     let group = |name: &String| {
         Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
@@ -546,12 +552,20 @@ fn site(
             target: Destination {
                 upstream: group(&r.upstream),
                 max_body: r.client_max_body.or(listener_max_body),
+                buffering: Buffering {
+                    responses: r.buffer_responses.unwrap_or(config.buffering.responses),
+                    requests: r.buffer_requests.unwrap_or(config.buffering.requests),
+                },
             },
         })
         .collect();
     let fallback = l.upstream.as_ref().map(group);
     if let Some(f) = &fallback {
-        let target = Destination { upstream: Arc::clone(f), max_body: listener_max_body };
+        let target = Destination {
+            upstream: Arc::clone(f),
+            max_body: listener_max_body,
+            buffering: config.buffering,
+        };
         routes.push(Route { host: HostPattern::Any, path: "/".into(), target });
     }
     let mut limits = config.client_limits;
@@ -564,6 +578,7 @@ fn site(
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
         local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts, l.tls.is_some()),
         h2c: l.h2c,
+        spools: Arc::clone(spools),
     }
 }
 
@@ -588,6 +603,7 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("access_log", old.access_log != new.access_log),
         ("log_format", old.log_format != new.log_format),
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
+        ("buffering (its bounds and temp_dir)", old.spool != new.spool),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
         tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");
@@ -640,6 +656,7 @@ fn scrape(
         },
         tls: shared.tls_metrics.snapshot(),
         h2: crate::http2::serve::snapshot(),
+        spool: shared.spools.snapshot(),
     }
 }
 

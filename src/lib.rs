@@ -68,6 +68,7 @@ mod net;
 mod proxy;
 mod resources;
 mod route;
+mod spool;
 mod telemetry;
 mod tls;
 mod upstream;

@@ -231,6 +231,8 @@ fn routes(old: &[RouteConfig], new: &[RouteConfig], changes: &mut Vec<Change>) {
         let mut d = Details::default();
         d.field("upstream", &o.upstream, &r.upstream);
         d.field("client_max_body", or_none(&o.client_max_body), or_none(&r.client_max_body));
+        d.field("buffer_responses", or_none(&o.buffer_responses), or_none(&r.buffer_responses));
+        d.field("buffer_requests", or_none(&o.buffer_requests), or_none(&r.buffer_requests));
         d.push_to(subject, changes);
     }
     for o in old.iter().filter(|o| !new.iter().any(|r| same(o, r))) {
@@ -258,6 +260,7 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
     d.field("client_header", duration(o.client_header), duration(n.client_header));
     d.field("client_idle", duration(o.client_idle), duration(n.client_idle));
     d.field("client_body", duration(o.client_body), duration(n.client_body));
+    d.field("client_buffered", duration(o.client_buffered), duration(n.client_buffered));
     d.field("drain", duration(o.drain), duration(n.drain));
     d.push_to("timeouts".into(), changes);
 
@@ -291,6 +294,37 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
     at_restart("access_log", access_log(old), access_log(new), changes);
     let (o, n) = (or_none(&old.max_idle_total), or_none(&new.max_idle_total));
     at_restart("pool.max_idle_total", o, n, changes);
+    let mut d = Details::default();
+    let (o, n) = (&old.buffering, &new.buffering);
+    d.field("responses", o.responses, n.responses);
+    d.field("requests", o.requests, n.requests);
+    d.push_to("buffering".into(), changes);
+    let (o, n) = (&old.spool, &new.spool);
+    at_restart(
+        "buffering.memory_per_exchange",
+        o.memory_per_exchange.to_string(),
+        n.memory_per_exchange.to_string(),
+        changes,
+    );
+    at_restart(
+        "buffering.file_per_exchange",
+        o.file_per_exchange.to_string(),
+        n.file_per_exchange.to_string(),
+        changes,
+    );
+    at_restart(
+        "buffering.memory_total",
+        o.memory_total.to_string(),
+        n.memory_total.to_string(),
+        changes,
+    );
+    at_restart("buffering.file_total", or_none(&o.file_total), or_none(&n.file_total), changes);
+    at_restart(
+        "buffering.temp_dir",
+        o.dir.display().to_string(),
+        n.dir.display().to_string(),
+        changes,
+    );
     if old.acme != new.acme {
         let (o, n) = (acme(old), acme(new));
         let details = if o == n {

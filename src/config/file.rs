@@ -19,6 +19,7 @@ pub struct FileConfig {
     pub pool: Option<FilePool>,
     pub timeouts: Option<FileTimeouts>,
     pub limits: Option<FileLimits>,
+    pub buffering: Option<FileBuffering>,
     /// Present (even empty): the admin listener is on.
     pub admin: Option<FileAdmin>,
     pub access_log: Option<FileAccessLog>,
@@ -143,6 +144,10 @@ pub struct FileRoute {
     pub path: Option<Spanned<String>>,
     pub upstream: Spanned<String>,
     pub client_max_body: Option<Spanned<FileSize>>,
+    /// Response buffering on this route (over `[buffering] responses`).
+    pub buffer_responses: Option<Spanned<bool>>,
+    /// Request buffering on this route (over `[buffering] requests`).
+    pub buffer_requests: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -213,6 +218,7 @@ pub struct FileTimeouts {
     pub client_header: Option<Spanned<String>>,
     pub client_idle: Option<Spanned<String>>,
     pub client_body: Option<Spanned<String>>,
+    pub client_buffered: Option<Spanned<String>>,
     pub drain: Option<Spanned<String>>,
 }
 
@@ -226,6 +232,20 @@ pub struct FileLimits {
     pub client_body_min_bytes_per_second: Option<Spanned<i64>>,
     /// Streams one HTTP/2 client connection may have open at once.
     pub h2_max_concurrent_streams: Option<Spanned<i64>>,
+}
+
+/// `[buffering]`: which bodies holdfast holds for the slower side, and where.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileBuffering {
+    pub responses: Option<Spanned<bool>>,
+    pub requests: Option<Spanned<bool>>,
+    pub memory_per_exchange: Option<Spanned<FileSize>>,
+    pub file_per_exchange: Option<Spanned<FileSize>>,
+    pub memory_total: Option<Spanned<FileSize>>,
+    /// A size, or `"auto"`.
+    pub file_total: Option<Spanned<FileSize>>,
+    pub temp_dir: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -32,8 +32,9 @@ use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
 use crate::listener::{self, ListenerConfig, MAX_BACKLOG};
 use crate::proxy::forwarded::Cidr;
-use crate::proxy::{ClientLimits, Timeouts};
+use crate::proxy::{Buffering, ClientLimits, Timeouts};
 use crate::route::{self, HostPattern};
+use crate::spool::SpoolConfig;
 use crate::telemetry::access_log::{self, AccessLogConfig, AccessLogFormat, AccessLogTarget};
 use crate::telemetry::LogFormat;
 use crate::upstream::check::{self, CheckConfig};
@@ -44,7 +45,10 @@ use toml::Spanned;
 
 pub use diff::ConfigDiff;
 pub use error::{ConfigError, ConfigProblem};
-use file::{FileAccessLog, FileAcme, FileAdmin, FileConfig, FileHealth, FileHealthCheck, FilePool};
+use file::{
+    FileAccessLog, FileAcme, FileAdmin, FileBuffering, FileConfig, FileHealth, FileHealthCheck,
+    FilePool,
+};
 
 /// A validated configuration.
 #[derive(Debug, Clone)]
@@ -70,6 +74,10 @@ pub struct Config {
     pub trusted_proxies: Vec<Cidr>,
     /// Certificates from an ACME CA (`[acme]`); `None`: none.
     pub acme: Option<AcmeConfig>,
+    /// Response and request buffering where a route does not say (`[buffering]`).
+    pub buffering: Buffering,
+    /// Where buffered bodies are kept and how much of them; applies at start only.
+    pub spool: SpoolConfig,
 }
 
 /// Requests for `host` under `path` go to the group `upstream`. The router never sees
@@ -81,6 +89,10 @@ pub struct RouteConfig {
     pub upstream: String,
     /// Request body bytes allowed on this route (over the listener's and `[limits]`'s).
     pub client_max_body: Option<u64>,
+    /// Response buffering on this route, over `[buffering] responses`.
+    pub buffer_responses: Option<bool>,
+    /// Request buffering on this route, over `[buffering] requests`.
+    pub buffer_requests: Option<bool>,
 }
 
 /// The name quick mode gives its one upstream group.
@@ -118,6 +130,8 @@ impl Config {
             log_format: LogFormat::default(),
             trusted_proxies: Vec::new(),
             acme: None,
+            buffering: Buffering::default(),
+            spool: SpoolConfig::default(),
         }
     }
 
@@ -259,7 +273,65 @@ impl Validator<'_> {
             log_format: self.log_format(raw.log_format.as_ref()),
             trusted_proxies: self.trusted_proxies(raw.trusted_proxies.as_ref()),
             acme,
+            buffering: self.buffering(raw.buffering.as_ref()),
+            spool: self.spool(raw.buffering.as_ref()),
         }
+    }
+
+    /// `[buffering] responses` and `requests`: the routes' defaults.
+    fn buffering(&mut self, raw: Option<&FileBuffering>) -> Buffering {
+        let mut b = Buffering::default();
+        if let Some(raw) = raw {
+            if let Some(v) = &raw.responses {
+                b.responses = *v.get_ref();
+            }
+            if let Some(v) = &raw.requests {
+                b.requests = *v.get_ref();
+            }
+        }
+        b
+    }
+
+    /// `[buffering]`'s bounds and directory.
+    fn spool(&mut self, raw: Option<&FileBuffering>) -> SpoolConfig {
+        let mut c = SpoolConfig::default();
+        let Some(raw) = raw else { return c };
+        if let Some(v) = &raw.memory_per_exchange {
+            match self.size(v, "buffering.memory_per_exchange") {
+                Some(n) => c.memory_per_exchange = usize::try_from(n).unwrap_or(usize::MAX),
+                None => c.memory_per_exchange = 0,
+            }
+        }
+        if let Some(v) = &raw.file_per_exchange {
+            c.file_per_exchange = self.size(v, "buffering.file_per_exchange").unwrap_or(0);
+        }
+        if let Some(v) = &raw.memory_total {
+            match self.size(v, "buffering.memory_total") {
+                Some(n) => c.memory_total = n,
+                None => self.problem(
+                    v.span(),
+                    "buffering.memory_total",
+                    "must be more than 0 (set responses = false to turn buffering off)",
+                ),
+            }
+        }
+        if let Some(v) = &raw.file_total {
+            let auto = matches!(v.get_ref(), file::FileSize::Text(t) if t.trim() == "auto");
+            if !auto {
+                c.file_total = Some(self.size(v, "buffering.file_total").unwrap_or(0));
+            }
+        }
+        if let Some(v) = &raw.temp_dir {
+            let dir = PathBuf::from(v.get_ref());
+            if !dir.is_absolute() {
+                self.problem(v.span(), "buffering.temp_dir", "must be an absolute path");
+            } else if !dir.is_dir() {
+                let message = format!("{} is not a directory", dir.display());
+                self.problem(v.span(), "buffering.temp_dir", message);
+            }
+            c.dir = dir;
+        }
+        c
     }
 
     fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig]) -> AcmeConfig {
@@ -522,7 +594,14 @@ impl Validator<'_> {
                 continue;
             }
             let upstream = r.upstream.get_ref().clone();
-            out.push(RouteConfig { host, path, upstream, client_max_body });
+            out.push(RouteConfig {
+                host,
+                path,
+                upstream,
+                client_max_body,
+                buffer_responses: r.buffer_responses.as_ref().map(|v| *v.get_ref()),
+                buffer_requests: r.buffer_requests.as_ref().map(|v| *v.get_ref()),
+            });
         }
         out
     }
@@ -702,6 +781,7 @@ impl Validator<'_> {
             (&raw.client_header, "client_header", &mut t.client_header),
             (&raw.client_idle, "client_idle", &mut t.client_idle),
             (&raw.client_body, "client_body", &mut t.client_body),
+            (&raw.client_buffered, "client_buffered", &mut t.client_buffered),
             (&raw.drain, "drain", &mut t.drain),
         ];
         for (value, name, slot) in fields {

@@ -23,6 +23,8 @@ pub struct Snapshot {
     pub tls: TlsSnapshot,
     /// HTTP/2 client connections and streams.
     pub h2: crate::http2::serve::H2Snapshot,
+    /// Bodies held for the slower side (response and request buffering).
+    pub spool: crate::spool::SpoolSnapshot,
 }
 
 impl Report for Snapshot {
@@ -30,7 +32,8 @@ impl Report for Snapshot {
         self.upstreams.report(out)?;
         self.process.report(out)?;
         self.tls.report(out)?;
-        self.h2.report(out)
+        self.h2.report(out)?;
+        self.spool.report(out)
     }
 }
 

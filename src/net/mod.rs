@@ -434,6 +434,21 @@ pub async fn write_last_by(
     write_rest_boxed(stream, parts, written, deadline).await
 }
 
+/// What the socket takes now of `parts`, which are the last bytes before the
+/// connection closes (see [`write_last_by`]): how far it got, or how far it got before
+/// an error.
+pub(crate) fn write_now_last(
+    stream: &Stream,
+    parts: &[&[u8]],
+) -> Result<usize, (usize, io::Error)> {
+    let written = match try_write_more(stream, parts) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+        Err(e) => return Err((0, e)),
+    };
+    write_now(stream, parts, written)
+}
+
 /// What is left of `parts` after the `written` bytes the socket took at once: nothing
 /// when that was all, else written through a future of its own on the heap.
 async fn write_rest_boxed(
@@ -466,7 +481,7 @@ fn try_write_more(stream: &Stream, parts: &[&[u8]]) -> io::Result<usize> {
 
 /// Writes what the socket takes now of `parts`, from byte `written` on: how far it got,
 /// or how far it got before an error.
-fn write_now(
+pub(crate) fn write_now(
     stream: &Stream,
     parts: &[&[u8]],
     mut written: usize,

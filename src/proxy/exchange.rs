@@ -49,6 +49,24 @@ pub(super) fn delivered(
     Done { next, at: now }
 }
 
+/// Gives the client the rest of a response the origin is done with (response
+/// buffering), then records it.
+pub(super) async fn catch_up<W: Wire>(
+    out: Outbound,
+    status: u16,
+    keep_client: bool,
+    upload: Upload,
+    wire: &mut W,
+) -> Done {
+    match wire.finish(&out).await {
+        Ok(bytes) => delivered(out, status, bytes, Instant::now(), keep_client, upload),
+        Err(DownloadError::Client { error, bytes, .. }) => client_left(out, status, bytes, &error),
+        Err(DownloadError::Upstream { error, bytes }) => {
+            origin_body_failed(out, status, bytes, &error)
+        }
+    }
+}
+
 /// The client left before the response ended (`bytes` of its body went out).
 pub(super) fn client_left(out: Outbound, status: u16, bytes: u64, error: &WaitError) -> Done {
     tracing::debug!(error = %error, "client left before the response ended");
@@ -378,6 +396,11 @@ impl Proxy {
                     let reason =
                         if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };
                     lease.discard(reason);
+                }
+                if wire.is_behind() {
+                    // The origin is done and its connection settled; the client takes
+                    // the rest at its own pace.
+                    return Box::pin(catch_up(out, status, keep_client, upload, wire)).await;
                 }
                 delivered(out, status, done.bytes, now, keep_client, upload)
             }

@@ -6,13 +6,16 @@
 //! does, from what this reports.
 
 use std::mem::MaybeUninit;
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_pool::CloseReason;
 use http::Method;
 use tokio::time::Instant;
 
+use super::backlog::{self, Backlog};
 use super::error::ProxyErrorKind;
+use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{self, DownloadError, DownloadLimits, Downloaded, Upload, UploadError};
 use super::wire::{Attempt, ResponseStart, Wire};
@@ -37,6 +40,9 @@ pub(crate) struct H1Wire<'a> {
     pub(super) response_head: Vec<u8>,
     /// An HTTP/2 origin's response (see `h1_mux`). Boxed: rare.
     pub(super) mux: Option<Box<(http::response::Parts, h2::RecvStream)>>,
+    /// Response bytes that wait for the client after the origin is done. Boxed: only
+    /// responses to clients that fell behind have one.
+    behind: Option<Box<Backlog>>,
 }
 
 impl<'a> H1Wire<'a> {
@@ -46,6 +52,7 @@ impl<'a> H1Wire<'a> {
             origin_buf: InBuf::new(net::ORIGIN_BUF),
             response_head: net::scratch(),
             mux: None,
+            behind: None,
         }
     }
 }
@@ -123,14 +130,14 @@ impl Wire for H1Wire<'_> {
         conn: &mut OriginConn,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
-        let timeouts = &out.route.site.timeouts;
+        let site = &out.route.site;
         let limits = DownloadLimits {
-            upstream_stall: timeouts.read,
-            client_stall: timeouts.read,
-            pace: pace_config(&out.route.site),
+            upstream_stall: site.timeouts.read,
             then_close: start.connection == ConnectionOut::Close,
         };
-        transfer::download(
+        let spools = start.buffer.then(|| Arc::clone(&site.spools));
+        let mut to = Backlog::new(Pace::new(pace_config(site), site.timeouts.read), spools);
+        let downloaded = transfer::download(
             &mut conn.stream,
             &mut self.origin_buf,
             self.client.stream,
@@ -138,8 +145,29 @@ impl Wire for H1Wire<'_> {
             start.framing,
             start.body_out,
             &limits,
+            &mut to,
         )
-        .await
+        .await;
+        if downloaded.is_ok() && to.is_behind() {
+            self.behind = Some(Box::new(to));
+        }
+        downloaded
+    }
+
+    fn is_behind(&self) -> bool {
+        self.behind.is_some()
+    }
+
+    async fn finish(&mut self, out: &Outbound) -> Result<u64, DownloadError> {
+        let Some(mut to) = self.behind.take() else { return Ok(0) };
+        to.origin_done(out.route.site.timeouts.client_buffered).await;
+        let caught_up = to.catch_up(self.client.stream).await;
+        caught_up.map_err(|error| DownloadError::Client {
+            error,
+            bytes: to.bytes(),
+            remaining: None,
+        })?;
+        Ok(to.bytes())
     }
 
     fn origin_has_extra(&self) -> bool {
@@ -281,6 +309,12 @@ fn parse_response(
             resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("strict-transport-security"))
         });
         response_head.head(&resp, body_out, connection, hsts);
+        let buffer = out.route.buffering.responses && !upgrade && {
+            let value = |name: &str| {
+                resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+            };
+            !backlog::must_stream(value("content-type"), value("x-accel-buffering"))
+        };
         let start = ResponseStart {
             status: resp.status,
             framing: resp.framing,
@@ -288,6 +322,7 @@ fn parse_response(
             reusable: resp.is_reusable() && !upgrade,
             limits: keepalive::origin_limits(resp.keep_alive),
             connection,
+            buffer,
         };
         let len = resp.head_len;
         buf.consume(len);

@@ -15,6 +15,7 @@ use h2::{RecvStream, SendStream};
 use http::{HeaderMap, Method, Response, StatusCode};
 use tokio::time::Instant;
 
+use super::backlog;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, HeadOut};
 use super::retry::{self, SendOutcome};
@@ -606,6 +607,9 @@ pub(super) fn start_of(
     };
     let body_out = BodyOut::choose(framing, out.request.version);
     let keep = out.request.keep_alive && body_out != BodyOut::CloseDelimited;
+    let value = |name: &str| parts.headers.get(name).map(http::HeaderValue::as_bytes);
+    let buffer = out.route.buffering.responses
+        && !backlog::must_stream(value("content-type"), value("x-accel-buffering"));
     ResponseStart {
         status,
         framing,
@@ -613,6 +617,7 @@ pub(super) fn start_of(
         reusable: true,
         limits: holdfast_pool::OriginLimits::default(),
         connection: ConnectionOut::for_client(keep, out.request.version),
+        buffer,
     }
 }
 

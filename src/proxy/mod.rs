@@ -25,6 +25,7 @@
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod answers;
+mod backlog;
 pub mod error;
 mod exchange;
 pub mod forwarded;
@@ -56,7 +57,7 @@ pub(crate) use h2::H2Wire;
 use pace::PaceConfig;
 use record::{Delivery, Record};
 use retry::Decision;
-pub use settings::{ClientLimits, Timeouts};
+pub use settings::{Buffering, ClientLimits, Timeouts};
 use transfer::UploadLimits;
 
 use crate::http1::encode::{self, Forwarding, PeerText};
@@ -64,6 +65,7 @@ use crate::http1::request::Request;
 use crate::http1::{Framing, Version};
 use crate::net::{self, InBuf, Stream, Timer, TlsFacts};
 use crate::route::Router;
+use crate::spool::Spools;
 use crate::telemetry::access_log::AccessLog;
 use crate::upstream::{Assigned, Backend, Upstream};
 use local::LocalAnswer;
@@ -92,6 +94,8 @@ pub struct Site {
     pub local: LocalRules,
     /// A cleartext listener accepts HTTP/2 with prior knowledge too.
     pub h2c: bool,
+    /// Where buffered bodies are held, shared by every listener.
+    pub spools: Arc<Spools>,
 }
 
 /// Where a route sends requests, and the limits that go with the route.
@@ -99,6 +103,7 @@ pub struct Destination {
     pub upstream: Arc<Upstream>,
     /// Request body bytes allowed (413 beyond); `None`: no limit.
     pub max_body: Option<u64>,
+    pub buffering: Buffering,
 }
 
 /// The client side of an exchange: its socket and the bytes read from it that have
@@ -149,6 +154,8 @@ struct RouteChoice {
     upstream: Option<Arc<Upstream>>,
     /// Request body bytes allowed on its route.
     max_body: Option<u64>,
+    /// Which bodies are buffered on its route.
+    buffering: Buffering,
     /// The listener answers the request itself (no route is looked up). Boxed: rare,
     /// and every request's `Outbound` is moved a few times.
     local: Option<Box<LocalAnswer>>,
@@ -211,6 +218,7 @@ impl Proxy {
         };
         let upstream = destination.map(|d| Arc::clone(&d.upstream));
         let max_body = destination.map_or(site.limits.max_body, |d| d.max_body);
+        let buffering = destination.map_or_else(Buffering::default, |d| d.buffering);
         let mut record = Record::begin(req, client, tls, self.access_log.as_ref());
         let backend = upstream.as_ref().and_then(|u| pick(u, &[], record.started()));
         if head.capacity() == 0 {
@@ -240,7 +248,7 @@ impl Proxy {
                 upgrade: req.upgrade.is_some(),
                 keep_alive: req.keep_alive(),
             },
-            route: RouteChoice { upstream, site, max_body, local },
+            route: RouteChoice { upstream, site, max_body, buffering, local },
             backend,
             progress: Progress {
                 expect_continue: req.expect_continue,

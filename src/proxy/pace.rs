@@ -58,6 +58,14 @@ impl Pace {
         self.credit = credit.min(self.config.grace);
     }
 
+    /// From now on the client gets at most `grace` of waiting in all: the credit it has,
+    /// if less, and never more than `grace` again.
+    pub fn cut_grace(&mut self, grace: Duration) {
+        self.config.grace = self.config.grace.min(grace);
+        self.credit = self.credit.min(grace);
+        self.stall = self.stall.min(grace);
+    }
+
     /// The client kept holdfast waiting this long.
     pub fn waited(&mut self, d: Duration) {
         self.credit = self.credit.saturating_sub(d);

@@ -20,6 +20,9 @@ pub struct Timeouts {
     /// The head start a client gets to move a body before its average rate counts
     /// (see `proxy::pace`).
     pub client_body: Duration,
+    /// The head start a client gets, in place of `client_body`, once holdfast holds the
+    /// rest of its response and the origin is done with it (see `proxy::backlog`).
+    pub client_buffered: Duration,
     /// After SIGTERM or Ctrl-C: how long requests in flight may take to finish. The
     /// instance's shutdown reads it, not the proxy; it is written in `[timeouts]` with
     /// the rest.
@@ -35,6 +38,7 @@ impl Default for Timeouts {
             client_header: DEFAULT_CLIENT_HEADER_TIMEOUT,
             client_idle: DEFAULT_CLIENT_IDLE_TIMEOUT,
             client_body: DEFAULT_CLIENT_BODY_GRACE,
+            client_buffered: DEFAULT_CLIENT_BUFFERED_GRACE,
             drain: DEFAULT_DRAIN_TIMEOUT,
         }
     }
@@ -72,9 +76,42 @@ pub const DEFAULT_CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// forever; here the 60 s is a total a trickle cannot renew.
 pub const DEFAULT_CLIENT_BODY_GRACE: Duration = Duration::from_secs(60);
 
+/// Default [`Timeouts::client_buffered`]: once the origin has sent a whole response and
+/// holdfast holds what the client has not taken, the client has 15 s of waiting left at
+/// most (earned back by reading, as with `client_body`). It no longer holds the origin,
+/// only holdfast's memory or disk, but a client that takes nothing for that long is not
+/// reading at all: a browser on a working link takes a byte within seconds, and an
+/// attacker that opens streams and never grants window is cut in a quarter of the
+/// minute `client_body` gives.
+pub const DEFAULT_CLIENT_BUFFERED_GRACE: Duration = Duration::from_secs(15);
+
 /// Default [`Timeouts::drain`]: after SIGTERM, how long requests in flight get to finish
 /// before holdfast exits anyway. 30 s is Kubernetes' default termination grace period.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which bodies holdfast holds for a side slower than the other, on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buffering {
+    /// Response buffering: while a client reads slower than its origin sends, holdfast
+    /// holds the rest of the response (memory, then a temporary file) so the upstream
+    /// connection is free once the origin is done. Responses that must stream (event
+    /// streams, gRPC, `X-Accel-Buffering: no`) pass through whatever this says.
+    pub responses: bool,
+    /// Request buffering: the whole request body is read before anything goes to the
+    /// origin, so a slow upload holds no upstream connection (nginx's
+    /// `proxy_request_buffering`).
+    pub requests: bool,
+}
+
+/// Default [`Buffering`]: responses are buffered, as nginx does by default
+/// (`proxy_buffering on`): a slow client must not hold an application worker. Requests
+/// are not: streaming uploads reach the origin as they arrive, and an origin that wants
+/// whole bodies asks for them per route.
+impl Default for Buffering {
+    fn default() -> Self {
+        Buffering { responses: true, requests: false }
+    }
+}
 
 /// Limits on what a client may send in a request head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

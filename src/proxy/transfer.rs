@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::net::Stream;
 use tokio::time::Instant;
 
+use super::backlog::{charge, Backlog};
 use super::error::ClientBodyError;
 use super::pace::{Pace, PaceConfig};
 use crate::http1::body::{Parts, Relay};
@@ -57,13 +58,6 @@ pub struct UploadLimits {
     pub pace: PaceConfig,
     /// Payload bytes the body may have.
     pub max_body: Option<u64>,
-}
-
-/// Charges `pace` with the time a wait on the client under `deadline` took.
-fn charge(pace: &mut Pace, deadline: &Deadline<'_>) {
-    if let Some(began) = deadline.first_wait() {
-        pace.waited(began.elapsed());
-    }
 }
 
 /// One read from the client, within what `pace` allows.
@@ -281,46 +275,23 @@ pub enum DownloadError {
     Upstream { error: io::Error, bytes: u64 },
 }
 
-/// The client side of a download: body bytes sent, and the pace it keeps.
-struct ToClient<'a> {
-    stream: &'a Stream,
-    bytes: u64,
-    pace: Pace,
-}
-
-impl ToClient<'_> {
-    /// Writes `parts`, of which the first `head` bytes are the response head; `last`:
-    /// nothing follows them before the connection closes.
-    async fn send(&mut self, parts: &Parts<'_>, head: usize, last: bool) -> Result<(), WaitError> {
-        let mut deadline = Deadline::after(self.pace.allowance());
-        let written = match last {
-            true => net::write_last_by(self.stream, parts.as_slice(), &mut deadline).await,
-            false => net::write_all_by(self.stream, parts.as_slice(), &mut deadline).await,
-        };
-        charge(&mut self.pace, &deadline);
-        written.map_err(|(_, e)| e)?;
-        let n = parts.bytes();
-        self.bytes = self.bytes.saturating_add(n.saturating_sub(head as u64));
-        self.pace.moved(n);
-        Ok(())
-    }
-}
-
-/// How a download waits: for the origin's next bytes, and on the client.
+/// How a download waits for the origin's next bytes, and how it ends. (Waits on the
+/// client are its [`Backlog`]'s.)
 #[derive(Debug, Clone, Copy)]
 pub struct DownloadLimits {
     /// Longest wait for the origin's next bytes.
     pub upstream_stall: Duration,
-    /// Longest single wait for the client to take more.
-    pub client_stall: Duration,
-    pub pace: PaceConfig,
     /// The client's connection closes after this response: its last write may wait
     /// for the close and leave with the FIN ([`net::write_last_by`]).
     pub then_close: bool,
 }
 
 /// Sends the client its response: `head`, then the body the origin frames with
-/// `framing`, framed towards the client as `out` says.
+/// `framing`, framed towards the client as `out` says, through `to` (which holds what
+/// the client does not take at once, when response buffering is on). Returns once the
+/// origin's body has ended: bytes may still wait for the client then
+/// ([`Backlog::is_behind`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn download(
     upstream: &mut Stream,
     buf: &mut InBuf,
@@ -329,17 +300,17 @@ pub async fn download(
     framing: Framing,
     out: BodyOut,
     limits: &DownloadLimits,
+    to: &mut Backlog,
 ) -> Result<Downloaded, DownloadError> {
-    let pace = Pace::new(limits.pace, limits.client_stall);
-    let mut to = ToClient { stream: client, bytes: 0, pace };
     let mut body = Relay::new(framing, out.is_chunked(framing));
     // The head goes out with the first body bytes.
     let mut head = Some(head);
     loop {
         if !buf.is_empty() || head.is_some() {
-            let piece = body
-                .decode(buf.data_mut())
-                .map_err(|_| DownloadError::Upstream { error: invalid_data(), bytes: to.bytes })?;
+            let piece = body.decode(buf.data_mut()).map_err(|_| DownloadError::Upstream {
+                error: invalid_data(),
+                bytes: to.bytes(),
+            })?;
             let mut size_line = [0; 18];
             let mut parts = Parts::new();
             let head_len = head.map_or(0, <[u8]>::len);
@@ -349,40 +320,80 @@ pub async fn download(
             let payload = buf.data().get(..piece.payload).unwrap_or_default();
             body.frame(payload, piece.done, &mut size_line, &mut parts);
             let last = piece.done && limits.then_close;
-            let sent = to.send(&parts, head_len, last).await;
+            let sent = to.send(client, &parts, head_len, last).await;
             buf.consume(piece.used);
             if let Err(error) = sent {
                 let remaining = body.remaining();
-                return Err(DownloadError::Client { error, bytes: to.bytes, remaining });
+                return Err(DownloadError::Client { error, bytes: to.bytes(), remaining });
             }
             if body.is_done() {
-                return Ok(Downloaded { bytes: to.bytes, extra: !buf.is_empty() });
+                return Ok(Downloaded { bytes: to.bytes(), extra: !buf.is_empty() });
             }
         }
-        match buf.fill(upstream, &mut Deadline::after(limits.upstream_stall)).await {
+        let read = match next_from_origin(upstream, buf, client, limits, to).await {
+            Ok(read) => read,
+            Err(error) => {
+                let remaining = body.remaining();
+                return Err(DownloadError::Client { error, bytes: to.bytes(), remaining });
+            }
+        };
+        match read {
             Ok(0) if framing == Framing::UntilClose => {
                 if body.is_chunked_out() {
                     let mut parts = Parts::new();
                     parts.push(LAST_CHUNK);
                     parts.push(b"\r\n");
-                    let sent = to.send(&parts, 0, false).await;
+                    let sent = to.send(client, &parts, 0, false).await;
                     sent.map_err(|error| DownloadError::Client {
                         error,
-                        bytes: to.bytes,
+                        bytes: to.bytes(),
                         remaining: None,
                     })?;
                 }
-                return Ok(Downloaded { bytes: to.bytes, extra: false });
+                return Ok(Downloaded { bytes: to.bytes(), extra: false });
             }
             Ok(0) => {
                 let error = io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "the origin closed the connection before the body ended",
                 );
-                return Err(DownloadError::Upstream { error, bytes: to.bytes });
+                return Err(DownloadError::Upstream { error, bytes: to.bytes() });
             }
             Ok(_) => {}
-            Err(e) => return Err(DownloadError::Upstream { error: e.into_io(), bytes: to.bytes }),
+            Err(e) => {
+                return Err(DownloadError::Upstream { error: e.into_io(), bytes: to.bytes() })
+            }
+        }
+    }
+}
+
+/// One read of the origin's next bytes, within `limits.upstream_stall`; meanwhile the
+/// client is given what waits for it. The outer error is the client's.
+async fn next_from_origin(
+    upstream: &mut Stream,
+    buf: &mut InBuf,
+    client: &Stream,
+    limits: &DownloadLimits,
+    to: &mut Backlog,
+) -> Result<Result<usize, WaitError>, WaitError> {
+    let mut deadline = Deadline::after(limits.upstream_stall);
+    // Bounded: each round reads from the origin or gives the client bytes; the
+    // deadline bounds the rounds in which the origin sends nothing.
+    loop {
+        if !to.is_behind() {
+            return Ok(buf.fill(upstream, &mut deadline).await);
+        }
+        let served = {
+            let fill = buf.fill(upstream, &mut deadline);
+            tokio::select! {
+                biased;
+                read = fill => Err(read),
+                served = to.serve(client) => Ok(served),
+            }
+        };
+        match served {
+            Err(read) => return Ok(read),
+            Ok(served) => served?,
         }
     }
 }

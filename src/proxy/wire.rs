@@ -58,6 +58,21 @@ pub(crate) trait Wire {
         start: &ResponseStart,
     ) -> impl Future<Output = Result<Downloaded, DownloadError>> + Send;
 
+    /// Whether response bytes wait for the client after [`Wire::relay`] returned: the
+    /// origin is done with the response, the client is not (response buffering).
+    fn is_behind(&self) -> bool {
+        false
+    }
+
+    /// Gives the client the response bytes that wait for it (see [`Wire::is_behind`]),
+    /// once the origin's connection is settled; the total body bytes it got.
+    fn finish(
+        &mut self,
+        _out: &Outbound,
+    ) -> impl Future<Output = Result<u64, DownloadError>> + Send {
+        async { Ok(0) }
+    }
+
     /// Whether bytes past the response were read from the origin connection (it then
     /// cannot be drained for reuse).
     fn origin_has_extra(&self) -> bool;
@@ -123,6 +138,9 @@ pub(crate) struct ResponseStart {
     pub limits: OriginLimits,
     /// What the client's connection does after this response.
     pub connection: ConnectionOut,
+    /// Response buffering applies: what the client does not take at once may be held
+    /// for it (see `backlog`).
+    pub buffer: bool,
 }
 
 /// Why one attempt on one connection failed.

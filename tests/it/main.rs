@@ -23,6 +23,8 @@ mod body_limits;
 mod differential;
 // WebSocket and other upgrades, and what happens to their upstream connection.
 mod upgrade;
+// Response buffering: slow readers release the upstream connection; what must stream does not.
+mod buffering;
 // Upstream failures: 502 and 504 naming the backend, stalled bodies.
 mod errors;
 // Pool limits: idle timeout, max lifetime, max requests per connection.

@@ -306,7 +306,7 @@ fn parse_head(
 }
 
 /// Decodes a complete chunked body at the front of `buf`: the data and the bytes used.
-fn decode_chunked(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, RawError> {
+pub fn decode_chunked(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, RawError> {
     let mut body = Vec::new();
     let mut pos = 0;
     loop {

@@ -26,6 +26,9 @@
 //! [`RawOrigin`] is for responses hyper would not send: it answers every request head with
 //! the same fixed bytes.
 //!
+//! Any route's response gets `Content-Type` from `?content_type=` (`%2F` for `/`) and
+//! `X-Accel-Buffering` from `?x_accel=`, when the query has them.
+//!
 //! Every response except an upgrade's carries `x-received-bytes` and `x-received-fnv`
 //! (FNV-1a) of the request body, and every one carries `x-path` (the request's path and
 //! query) and `x-origin` (the origin's address), so tests can match responses to
@@ -281,6 +284,7 @@ async fn handle(
         version: req.version(),
         headers: req.headers().clone(),
     });
+    let req_uri_query = req.uri().query().map(str::to_string);
     let mut segments = req.uri().path().trim_start_matches('/').split('/');
     let route = segments.next().unwrap_or("").to_string();
     let arg = segments.next().unwrap_or("").to_string();
@@ -377,6 +381,13 @@ async fn handle(
         }
     };
     let h = resp.headers_mut();
+    for (key, name) in
+        [("content_type", header::CONTENT_TYPE.as_str()), ("x_accel", "x-accel-buffering")]
+    {
+        if let Some(value) = query_text(req_uri_query.as_deref(), key) {
+            h.insert(name, HeaderValue::try_from(value).expect("a header value in the query"));
+        }
+    }
     h.insert("x-received-bytes", HeaderValue::from(received));
     h.insert("x-received-fnv", HeaderValue::try_from(fnv.hex()).expect("hex is a valid header"));
     h.insert("x-origin", HeaderValue::try_from(state.addr.as_str()).expect("an address"));
@@ -408,6 +419,14 @@ fn with_path(mut resp: Response<OriginBody>, path: &str) -> Response<OriginBody>
         resp.headers_mut().insert("x-path", v);
     }
     resp
+}
+
+/// The text of `key` in a query, `%2F` read as `/` (enough for media types).
+fn query_text(query: Option<&str>, key: &str) -> Option<String> {
+    query?.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.replace("%2F", "/"))
+    })
 }
 
 fn query_value(uri: &Uri, key: &str) -> Option<u64> {

@@ -1,0 +1,195 @@
+//! Response buffering: a client that reads slower than its origin sends does not hold
+//! the upstream connection. holdfast reads the response into memory and a temporary
+//! file, the connection goes back to the pool as soon as the origin is done, and the
+//! client gets every byte at its own pace. Responses that must stream (event streams,
+//! `X-Accel-Buffering: no`, a route with buffering off) still hold their connection.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use holdfast::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::{config_with_admin, wait_until, within, Origin, Proxy, DEADLINE};
+
+/// Bigger than every socket buffer between the origin and the client together, so a
+/// client that does not read leaves most of it with holdfast or the origin.
+const LARGE: usize = 32 * 1024 * 1024;
+
+/// A client connection that takes little into its receive buffer: it reads only when
+/// the test says.
+async fn reluctant_client(addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    socket.connect(addr).await.expect("connect to holdfast")
+}
+
+/// Sends `GET path` on `stream`.
+async fn get(stream: &mut TcpStream, path: &str) {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.expect("send the request");
+}
+
+/// Reads a response with a Content-Length body to its end: (status, body length).
+async fn read_response(stream: &mut TcpStream) -> (u16, usize) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    // Bounded by the head's size: at most 64 KiB.
+    while !head.ends_with(b"\r\n\r\n") {
+        assert!(head.len() < 64 * 1024, "response head too long");
+        stream.read_exact(&mut byte).await.expect("the response head");
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    let status: u16 = text[9..12].parse().expect("a status code");
+    let length: usize = text
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(str::to_string))
+        .map(|v| v.trim().parse().expect("a length"))
+        .expect("a Content-Length");
+    let mut body = vec![0u8; 256 * 1024];
+    let mut got = 0usize;
+    // Bounded by the length announced.
+    while got < length {
+        let n = stream.read(&mut body).await.expect("the body");
+        assert!(n > 0, "the body ended after {got} of {length} bytes");
+        assert!(body[..n].iter().all(|b| *b == b'x'), "the body's bytes changed");
+        got += n;
+    }
+    assert_eq!(got, length, "bytes past the body");
+    (status, got)
+}
+
+fn config(extra: &str, origin: &Origin) -> Config {
+    let text = format!(
+        "[[listener]]\naddress = \"127.0.0.1:0\"\nupstream = \"app\"\n\n\
+         [admin]\naddress = \"127.0.0.1:0\"\n\n\
+         [upstream.app]\nservers = [\"{}\"]\n\n{extra}\n",
+        origin.addr()
+    );
+    Config::parse(&text, std::path::Path::new("buffering.toml")).expect("a valid config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_does_not_hold_the_upstream_connection() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_with_admin(&origin)).await;
+    let mut slow = reluctant_client(proxy.addr()).await;
+    get(&mut slow, &format!("/bytes/{LARGE}")).await;
+    // The origin is done long before the client reads a byte: its connection is idle
+    // in the pool while the client still has almost all of the response to take.
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    // Another client's request takes that connection.
+    let reply = proxy.client().await.get("/bytes/100").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(origin.accepted(), 1, "the second request reused the released connection");
+    // The slow client gets every byte.
+    let (status, got) = within("the slow client reads it all", read_response(&mut slow)).await;
+    assert_eq!((status, got), (200, LARGE));
+    let metrics = proxy.metrics().await;
+    assert!(metrics.count("holdfast_spooled_exchanges_total", &[]) >= 1);
+    assert!(metrics.count("holdfast_spool_files_total", &[]) >= 1, "32 MiB went to a file");
+    assert_eq!(metrics.count("holdfast_spool_bytes", &[("kept", "file")]), 0, "all given back");
+}
+
+/// The number of connections the origin accepted once a second request was served
+/// while a first client, asking for `path`, read nothing.
+async fn connections_while_a_client_stalls(config: Config, origin: &Origin, path: &str) -> usize {
+    let proxy = Proxy::start(config).await;
+    let mut slow = reluctant_client(proxy.addr()).await;
+    get(&mut slow, path).await;
+    wait_until("the origin has the first request", DEADLINE, || origin.requests().len() == 1).await;
+    let reply = proxy.client().await.get("/bytes/100").await;
+    assert_eq!(reply.status, 200);
+    let accepted = origin.accepted();
+    let (status, got) = within("the slow client reads it all", read_response(&mut slow)).await;
+    assert_eq!((status, got), (200, LARGE));
+    accepted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_that_must_stream_keep_their_connection() {
+    // An event stream, and an origin that asks with X-Accel-Buffering: no.
+    for query in ["content_type=text%2Fevent-stream", "x_accel=no"] {
+        let origin = Origin::start().await;
+        let path = format!("/bytes/{LARGE}?{query}");
+        let accepted = connections_while_a_client_stalls(config("", &origin), &origin, &path);
+        assert_eq!(accepted.await, 2, "{query}: the stalled response kept its connection");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffering_is_off_where_a_route_or_the_config_says() {
+    let origin = Origin::start().await;
+    let route = "[[route]]\npath = \"/bytes\"\nupstream = \"app\"\nbuffer_responses = false\n";
+    let path = format!("/bytes/{LARGE}");
+    let accepted = connections_while_a_client_stalls(config(route, &origin), &origin, &path);
+    assert_eq!(accepted.await, 2, "the route turns buffering off");
+    let origin = Origin::start().await;
+    let off = "[buffering]\nresponses = false\n";
+    let accepted = connections_while_a_client_stalls(config(off, &origin), &origin, &path);
+    assert_eq!(accepted.await, 2, "[buffering] turns it off everywhere");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_takes_nothing_of_a_held_response_is_cut_off() {
+    let origin = Origin::start().await;
+    let timeouts = "[timeouts]\nclient_buffered = \"1s\"\n";
+    let proxy = Proxy::start(config(timeouts, &origin)).await;
+    let mut slow = reluctant_client(proxy.addr()).await;
+    get(&mut slow, &format!("/bytes/{LARGE}")).await;
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    // The spool holds most of the response while the client reads nothing; after the
+    // client's second of grace, holdfast gives up on it and the spool is gone.
+    let spooled = || async {
+        let metrics = proxy.metrics().await;
+        metrics.count("holdfast_spool_bytes", &[("kept", "file")])
+    };
+    assert!(spooled().await > 0, "the response waits in a file");
+    within("the held response is given up", async {
+        // Bounded by `within`; each round scrapes once.
+        while spooled().await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // What the client reads now ends early: its connection was closed.
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 256 * 1024];
+    within("the client's connection ends", async {
+        // Bounded: the kernel holds at most a few MB for it, then the end.
+        loop {
+            match slow.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+    assert!(total < LARGE, "the client was cut off before its response ended ({total} bytes)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_and_closing_responses_reach_a_slow_reader_whole() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config_with_admin(&origin)).await;
+    // Chunked from the origin: re-chunked through the spool.
+    let mut slow = reluctant_client(proxy.addr()).await;
+    let head = format!("GET /stream/{LARGE} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    slow.write_all(head.as_bytes()).await.expect("send");
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    let mut all = Vec::new();
+    within("the slow client reads to the close", slow.read_to_end(&mut all)).await.expect("read");
+    let text_end = all.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    let head = String::from_utf8_lossy(&all[..text_end]).to_ascii_lowercase();
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let (body, _) = crate::support::client::decode_chunked(&all[text_end..])
+        .expect("valid chunked framing")
+        .expect("a whole chunked body");
+    assert_eq!(body.len(), LARGE);
+    assert!(body.iter().all(|b| *b == b'x'));
+}
