@@ -208,6 +208,7 @@ fn backend_status(b: &Backend, now: Instant) -> Value {
     let m = &b.metrics;
     let reused = m.sent_reused.load(Ordering::Relaxed);
     let requests = reused + m.sent_new.load(Ordering::Relaxed);
+    let shares = b.shares.snapshot();
     let closed: serde_json::Map<String, Value> = holdfast_pool::CloseReason::ALL
         .iter()
         .map(|r| (r.as_str().to_string(), pool.closed(*r).into()))
@@ -223,6 +224,9 @@ fn backend_status(b: &Backend, now: Instant) -> Value {
         // Share of requests sent on a pooled connection; null before the first one.
         "reuse_ratio": (requests > 0).then(|| reused as f64 / requests as f64),
         "waiting": pool.waiting,
+        // Requests holding or waiting for a connection, by client address (see
+        // `upstream::share`).
+        "clients": { "addresses": shares.addresses, "most_held": shares.most, "claims": shares.total },
         "retries": m.retries.load(Ordering::Relaxed),
         "failovers": m.failovers.load(Ordering::Relaxed),
         "outstanding": b.load.outstanding(),

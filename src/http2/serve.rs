@@ -81,6 +81,7 @@ pub async fn serve(
         peer: PeerText::new(addr.ip(), tls.is_some()),
         tls,
         limits,
+        connection: NEXT_CONNECTION.fetch_add(1, Relaxed),
     });
     let streams = Arc::new(StreamCounts::default());
     let idle = timeouts.client_idle;
@@ -183,7 +184,7 @@ async fn run_stream(
     mut respond: SendResponse<Bytes>,
     client: Arc<ClientSide>,
 ) -> bool {
-    let ClientSide { addr, ref proxy, ref peer, tls, limits } = *client;
+    let ClientSide { addr, ref proxy, ref peer, tls, limits, connection } = *client;
     let (parts, body) = req.into_parts();
     // Both heads come from, and go back to, the thread's cache of head buffers.
     let mut head = net::scratch();
@@ -213,12 +214,15 @@ async fn run_stream(
     };
     drop(storage);
     net::recycle(head);
-    out.over_http2();
+    out.over_http2(connection);
     let mut wire = H2Wire::new(respond, body, facts);
     proxy.forward(out, &origin_head, &mut wire).await;
     net::recycle(origin_head);
     wire.client_failed()
 }
+
+/// The number the next HTTP/2 client connection gets (see `ClientSide::connection`).
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 /// What every stream of one client connection shares: who the client is, and the
 /// proxy with the client-side limits in force when the connection was accepted (as
@@ -230,6 +234,9 @@ struct ClientSide {
     peer: PeerText,
     tls: Option<TlsFacts>,
     limits: ClientLimits,
+    /// This connection's number, unique in the process (never 0): its streams count
+    /// together in the backends' shares.
+    connection: u64,
 }
 
 /// Answers a stream whose head cannot be forwarded; only the stream ends.

@@ -68,6 +68,7 @@ impl ProxyErrorKind {
         match self {
             ProxyErrorKind::Connect(e) => e.as_str(),
             ProxyErrorKind::Queue(LeaseError::QueueTimeout { .. }) => "queue_timeout",
+            ProxyErrorKind::Queue(LeaseError::ShareFull { .. }) => "client_share_full",
             ProxyErrorKind::Queue(_) => "queue_full",
             ProxyErrorKind::HeaderTimeout(_) => "response_timeout",
             ProxyErrorKind::Closed(e) if refused_our_side(e) => "tls_handshake",
@@ -131,6 +132,7 @@ impl ProxyErrorKind {
             ProxyErrorKind::ClientBody(_)
                 | ProxyErrorKind::ClientTimeout
                 | ProxyErrorKind::BodyTooLarge(_)
+                | ProxyErrorKind::Queue(LeaseError::ShareFull { .. })
         )
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use holdfast_pool::CloseReason;
+use holdfast_pool::{CloseReason, Priority};
 use tokio::time::Instant;
 
 use super::error::{ProxyError, ProxyErrorKind};
@@ -26,6 +26,7 @@ use crate::http1::Framing;
 use crate::net::WaitError;
 use crate::telemetry::failures;
 use crate::upstream::settings::Speaks;
+use crate::upstream::share::Claim;
 use crate::upstream::{Backend, Lease, LeaseError};
 
 /// The response reached the client whole at `now`: recorded, and what the client's
@@ -101,6 +102,9 @@ const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
 /// A request that reached its origin and got a response head.
 struct Sent {
     lease: Lease,
+    /// The request's claim on the backend (see `upstream::share`), given back once the
+    /// connection is settled.
+    claim: Claim,
     upload: Upload,
     start: ResponseStart,
 }
@@ -210,8 +214,8 @@ impl Proxy {
         let mut fresh = false;
         loop {
             let backend = Arc::clone(out.backend());
-            let mut lease = match self.connect(out, &backend, fresh, asked).await {
-                Ok(lease) => lease,
+            let (mut lease, claim) = match self.connect(out, &backend, fresh, asked).await {
+                Ok(leased) => leased,
                 Err(LeaseError::Connect(e)) => {
                     if e.is_backend_failure() {
                         backend.connect_failed(Instant::now());
@@ -228,7 +232,7 @@ impl Proxy {
             out.record.sending(reused);
             let attempt = wire.attempt(out, lease.conn(), head, kept.as_deref()).await;
             let (outcome, io_error) = match attempt {
-                Ok((upload, start)) => return Ok(Sent { lease, upload, start }),
+                Ok((upload, start)) => return Ok(Sent { lease, claim, upload, start }),
                 Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
                 Err(Attempt::Refused { error, .. }) => (SendOutcome::Unsent, error),
@@ -296,19 +300,23 @@ impl Proxy {
         Ok((kept, asked, body))
     }
 
-    /// A connection to `backend` for the request: an idle pooled one if there is one
-    /// (unless `fresh`), else a new one, after the queue if the backend is at its limit.
+    /// A connection to `backend` for the request, with the request's claim on it: an
+    /// idle pooled one if there is one (unless `fresh`), else a new one, after the
+    /// queue if the backend is at its limit. A client over its share of a crowded
+    /// backend waits for its claim first (see `upstream::share`).
     async fn connect(
         &self,
         out: &mut Outbound,
         backend: &Backend,
         fresh: bool,
         asked: Instant,
-    ) -> Result<Lease, LeaseError> {
-        if !fresh {
+    ) -> Result<(Lease, Claim), LeaseError> {
+        let claim = backend.shares.claim(out.claimant, backend.conns.config());
+        let second = claim.priority == Priority::Second;
+        if !fresh && (!second || backend.conns.second_may_take()) {
             if let Some(lease) = backend.conns.try_idle(asked) {
                 out.record.connected(Duration::ZERO);
-                return Ok(lease);
+                return Ok((lease, claim));
             }
         }
         let started = if fresh { Instant::now() } else { asked };
@@ -316,10 +324,10 @@ impl Proxy {
         let lease = if fresh {
             backend.conns.connect_fresh(connect).await?
         } else {
-            backend.conns.lease(connect).await?
+            backend.conns.lease(connect, claim.priority).await?
         };
         out.record.connected(started.elapsed());
-        Ok(lease)
+        Ok((lease, claim))
     }
 
     /// Moves the request to another backend of its group, one it has not tried; false
@@ -372,10 +380,11 @@ impl Proxy {
     /// Streams the response to the client and settles the upstream connection:
     /// back to the pool, drained in the background, or closed.
     async fn respond<W: Wire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
-        let Sent { mut lease, upload, start } = sent;
+        let Sent { mut lease, claim, upload, start } = sent;
         let (header, now) = out.record.response_head(start.status);
         out.backend().observe(start.status, header, now);
         if start.connection == ConnectionOut::Upgrade {
+            drop(claim);
             let switching = Box::pin(self.switch(out, lease, wire));
             return switching.await;
         }
@@ -397,6 +406,7 @@ impl Proxy {
                         if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };
                     lease.discard(reason);
                 }
+                drop(claim);
                 if wire.is_behind() {
                     // The origin is done and its connection settled; the client takes
                     // the rest at its own pace.

@@ -67,6 +67,7 @@ use crate::net::{self, InBuf, Stream, Timer, TlsFacts};
 use crate::route::Router;
 use crate::spool::Spools;
 use crate::telemetry::access_log::AccessLog;
+use crate::upstream::share::Claimant;
 use crate::upstream::{Assigned, Backend, Upstream};
 use local::LocalAnswer;
 pub use local::LocalRules;
@@ -132,6 +133,8 @@ pub struct Outbound {
     /// `route.upstream` is `None` too, else no server that may take it).
     backend: Option<Assigned>,
     progress: Progress,
+    /// Who the request is for, as the backends' shares count it.
+    claimant: Claimant,
     /// Observes the request for metrics and the access log; decides nothing.
     record: Record,
 }
@@ -225,6 +228,7 @@ impl Proxy {
             *head = net::scratch();
         }
         head.clear();
+        let mut claimant = Claimant { address: address_key(client.ip()), connection: 0 };
         if let Some(backend) = &backend {
             record.chose(backend.backend());
             let trusted = site.trusted.contains(client.ip());
@@ -234,7 +238,9 @@ impl Proxy {
                     .iter()
                     .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
                     .map(|h| h.value);
-                site.trusted.real_client(client.ip(), forwarded_for).to_string()
+                let real = site.trusted.real_client(client.ip(), forwarded_for);
+                claimant.address = address_key(real);
+                real.to_string()
             });
             let real_ip = real_ip.as_ref().map_or(peer.ip(), String::as_bytes);
             let fwd = Forwarding { peer, trusted, real_ip, backend: backend.addr };
@@ -254,6 +260,7 @@ impl Proxy {
                 expect_continue: req.expect_continue,
                 body_consumed: req.framing.is_bodyless(),
             },
+            claimant,
             record,
         }
     }
@@ -276,9 +283,12 @@ impl Proxy {
 }
 
 impl Outbound {
-    /// The request came on an HTTP/2 stream: the access log says so.
-    pub fn over_http2(&mut self) {
+    /// The request came on a stream of the HTTP/2 client connection numbered
+    /// `connection`: the access log says so, and the backends' shares count the
+    /// connection's streams together.
+    pub fn over_http2(&mut self, connection: u64) {
         self.record.over_http2();
+        self.claimant.connection = connection;
     }
 
     /// The `Strict-Transport-Security` line for the response, unless the origin's has
@@ -309,6 +319,20 @@ fn pick(upstream: &Upstream, tried: &[SocketAddr], now: Instant) -> Option<Assig
         };
         Some(Assigned::new(Arc::clone(m.backends.get(i)?)))
     })
+}
+
+/// The key a client's address counts under in the backends' shares: an IPv4 address,
+/// or the /64 an IPv6 address is in (what one subscriber is usually given), so that a
+/// client does not get more shares by using more addresses of its own network.
+fn address_key(ip: std::net::IpAddr) -> u64 {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        std::net::IpAddr::V6(v6) => {
+            let [a, b, c, d, ..] = v6.segments();
+            // Tagged, so no /64 shares a key with an IPv4 address.
+            (u64::from(a) << 48 | u64::from(b) << 32 | u64::from(c) << 16 | u64::from(d)) | 1 << 63
+        }
+    }
 }
 
 /// The reason a refused request is counted under in `holdfast_errors`, from its

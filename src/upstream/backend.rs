@@ -23,6 +23,7 @@ use super::load::Load;
 use super::metrics::BackendMetrics;
 use super::multiplex::{Leased, Multiplexed, MuxLease};
 use super::settings::Speaks;
+use super::share::Shares;
 use super::{LeaseError, UpstreamConfig};
 use crate::balance::Candidate;
 
@@ -40,6 +41,8 @@ pub struct Backend {
     pub load: Load,
     pub health: BackendHealth,
     pub metrics: BackendMetrics,
+    /// What each client holds of it, so none takes it all while it is crowded.
+    pub shares: Arc<Shares>,
 }
 
 impl Backend {
@@ -65,6 +68,7 @@ impl Backend {
             load: Load::new(Instant::now()),
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
+            shares: Arc::default(),
         })
     }
 

@@ -117,7 +117,7 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
     }
     let mut lease = match backend.conns.try_idle(Instant::now()) {
         Some(lease) => lease,
-        None => backend.conns.lease(check.timeout).await?,
+        None => backend.conns.lease(check.timeout, holdfast_pool::Priority::First).await?,
     };
     let host = check.host_for(backend.addr);
     let request = format!(

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use holdfast_pool::{
     Checkout, CloseReason, ConnectPermit, Exhausted, IdleBudget, Pool, PoolConfig, PoolStats,
-    Pooled,
+    Pooled, Priority,
 };
 use tokio::time::Instant;
 
@@ -33,6 +33,13 @@ pub enum LeaseError {
     /// `max_connections` were busy for the whole `queue_timeout`.
     #[error("all {max_connections} connections stayed busy for {waited:?}")]
     QueueTimeout { max_connections: usize, waited: Duration },
+    /// The client held more than its share of a crowded backend, and as many such
+    /// requests as may wait (half the queue) already did (see `share`).
+    #[error(
+        "all {max_connections} connections busy, this client holds more than its share \
+         of them, and {waiting} requests over their share already queued"
+    )]
+    ShareFull { max_connections: usize, waiting: usize },
 }
 
 /// The connections to one backend: idle ones in its pool, and new ones opened to
@@ -92,10 +99,16 @@ impl OriginPool {
     }
 
     /// An idle connection ready for a request, or a new one; when `max_connections`
-    /// are open, waits in the backend's queue (see [`OriginPool::try_idle`]).
-    pub async fn lease(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
+    /// are open, waits in the backend's queue, in `priority`'s class (see
+    /// [`OriginPool::try_idle`] and `share`).
+    pub async fn lease(
+        &self,
+        connect_timeout: Duration,
+        priority: Priority,
+    ) -> Result<Lease, LeaseError> {
         loop {
-            match self.pool.acquire().await.map_err(|e| self.queue_error(e))? {
+            let acquired = self.pool.acquire_as(priority).await;
+            match acquired.map_err(|e| self.queue_error(e))? {
                 // Boxed: with reuse, connecting is the rare case, and its state would
                 // otherwise make every lease's future larger.
                 Checkout::Connect(permit) => {
@@ -108,10 +121,17 @@ impl OriginPool {
         }
     }
 
+    /// Whether a request of the second class may take a connection now (see
+    /// [`Priority`]).
+    pub fn second_may_take(&self) -> bool {
+        self.pool.second_may_take()
+    }
+
     /// A newly opened connection, never a pooled one (for a retry after a pooled
     /// connection turned out dead).
     pub async fn connect_fresh(&self, connect_timeout: Duration) -> Result<Lease, LeaseError> {
-        let permit = self.pool.acquire_fresh().await.map_err(|e| self.queue_error(e))?;
+        let acquired = self.pool.acquire_fresh().await;
+        let permit = acquired.map_err(|e| self.queue_error(e))?;
         self.open(permit, connect_timeout).await
     }
 
@@ -147,6 +167,9 @@ impl OriginPool {
         let max_connections = self.pool.config().max_connections;
         match e {
             Exhausted::QueueFull { waiting } => LeaseError::QueueFull { max_connections, waiting },
+            Exhausted::SecondClassFull { waiting } => {
+                LeaseError::ShareFull { max_connections, waiting }
+            }
             Exhausted::QueueTimeout { waited } => {
                 LeaseError::QueueTimeout { max_connections, waited }
             }

@@ -23,6 +23,7 @@ mod load;
 mod metrics;
 pub mod multiplex;
 pub mod settings;
+pub mod share;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

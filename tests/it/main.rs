@@ -25,6 +25,8 @@ mod differential;
 mod upgrade;
 // Response buffering: slow readers release the upstream connection; what must stream does not.
 mod buffering;
+// Per-client fairness: one address cannot take a crowded backend's last connections.
+mod fairness;
 // Upstream failures: 502 and 504 naming the backend, stalled bodies.
 mod errors;
 // Pool limits: idle timeout, max lifetime, max requests per connection.

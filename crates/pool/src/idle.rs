@@ -42,6 +42,10 @@ pub(crate) struct Inner<C> {
     pub(crate) connecting: AtomicUsize,
     /// Wakes one queued request when a connection is released or closed.
     pub(crate) wake: Notify,
+    /// Wakes one queued request of the second class, when none of the first waits.
+    pub(crate) wake_second: Notify,
+    /// Requests of the second class waiting now (counted in `stats.waiting` too).
+    pub(crate) waiting_second: AtomicUsize,
     /// Set by [`Pool::retire`]: connections coming back close instead of idling.
     retired: AtomicBool,
 }
@@ -216,6 +220,8 @@ impl<C: Poolable> Pool<C> {
                 open: AtomicUsize::new(0),
                 connecting: AtomicUsize::new(0),
                 wake: Notify::new(),
+                wake_second: Notify::new(),
+                waiting_second: AtomicUsize::new(0),
                 retired: AtomicBool::new(false),
             }),
         }
@@ -437,7 +443,7 @@ impl<C: Poolable> Pool<C> {
     }
 
     /// Requests holding a connection or opening one now.
-    fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
     }
 
@@ -495,9 +501,19 @@ impl<C: Poolable> Pool<C> {
     /// time; this side frees a connection before it reads `waiting` (both SeqCst). So
     /// either the request finds the connection, or this side sees the request and wakes
     /// it. Skipping the wake when nobody waits keeps `Notify`'s lock off the hot path.
+    ///
+    /// A request of the first class goes first (see [`crate::Priority`]); a request
+    /// counts its class before it counts itself waiting, so a total above the second
+    /// class's count means one of the first waits.
     pub(crate) fn wake_waiter(&self) {
-        if self.inner.stats.waiting() > 0 {
+        let waiting = self.inner.stats.waiting();
+        if waiting == 0 {
+            return;
+        }
+        if waiting > self.inner.waiting_second.load(Ordering::SeqCst) {
             self.inner.wake.notify_one();
+        } else {
+            self.inner.wake_second.notify_one();
         }
     }
 

@@ -16,7 +16,7 @@ mod stats;
 pub use budget::IdleBudget;
 pub use idle::{OriginLimits, Pool, Pooled};
 pub use limits::PoolConfig;
-pub use queue::{Checkout, ConnectPermit, Exhausted};
+pub use queue::{Checkout, ConnectPermit, Exhausted, Priority, RESERVE_PERCENT};
 pub use stats::{CloseReason, PoolStats, PoolStatsSnapshot};
 
 /// A connection the pool can hold.

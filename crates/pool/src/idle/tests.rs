@@ -409,3 +409,61 @@ async fn clear_for_counts_the_reason_and_leaves_busy_connections_alone() {
     busy.release(Instant::now());
     assert_eq!(pool.stats().snapshot().idle, 1, "a cleared pool still takes connections back");
 }
+
+/// A request of `priority` that expects a connection, idle or new, from `pool`.
+fn ask(pool: &Pool<FakeConn>, priority: crate::Priority) -> tokio::task::JoinHandle<bool> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.acquire_as(priority).await.is_ok() })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_second_class_never_takes_the_reserve() {
+    use crate::Priority::{First, Second};
+    let pool = limited(8, 8);
+    let mut busy = Vec::new();
+    for id in 0..6 {
+        busy.push(open(&pool, id).await);
+    }
+    // Six of eight busy: the last quarter is the first class's.
+    let second = ask(&pool, Second);
+    tokio::time::advance(Duration::from_millis(100)).await;
+    assert!(!second.is_finished(), "the second class waits at the reserve");
+    assert!(ask(&pool, First).await.unwrap(), "the first class takes the reserve");
+    // One of the six comes back: below the reserve again, the second class goes.
+    busy.pop().unwrap().release(Instant::now());
+    assert!(second.await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_first_class_request_goes_before_the_second() {
+    use crate::Priority::{First, Second};
+    let pool = limited(4, 8);
+    let mut busy = Vec::new();
+    for id in 0..4 {
+        busy.push(open(&pool, id).await);
+    }
+    let second = ask(&pool, Second);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let first = ask(&pool, First);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    busy.pop().unwrap().release(Instant::now());
+    assert!(first.await.unwrap(), "the later first-class request got the connection");
+    assert!(!second.is_finished());
+    busy.pop().unwrap().release(Instant::now());
+    assert!(second.await.unwrap(), "then the second");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_second_class_may_fill_half_the_queue() {
+    use crate::Priority::{First, Second};
+    let pool = limited(2, 8);
+    let _busy = (open(&pool, 1).await, open(&pool, 2).await);
+    let _waiting: Vec<_> = (0..4).map(|_| ask(&pool, Second)).collect();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let full = pool.acquire_as(Second).await;
+    assert!(matches!(full, Err(Exhausted::SecondClassFull { waiting: 4 })), "{:?}", full.as_ref().err());
+    let first = ask(&pool, First);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert!(!first.is_finished(), "the first class still queues behind the busy ones");
+    assert_eq!(pool.stats().snapshot().waiting, 5);
+}
