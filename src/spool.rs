@@ -141,10 +141,18 @@ struct SpoolCounts {
     errors: AtomicU64,
 }
 
-/// A push was refused: it would pass a bound of the exchange or of the process.
+/// A push was refused: it would pass a bound of the exchange or of the process (or
+/// the temporary file failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("spool full")]
-pub struct Full;
+pub enum Full {
+    /// The exchange's own bound: its memory and file bytes, `memory_per_exchange` and
+    /// `file_per_exchange`.
+    #[error("more than one exchange may hold ({0} bytes)")]
+    Exchange(u64),
+    /// The bound on all exchanges together, or a temporary file that failed.
+    #[error("holdfast's buffers are full")]
+    Process,
+}
 
 impl Spools {
     pub fn new(config: SpoolConfig) -> Arc<Spools> {
@@ -321,13 +329,18 @@ impl Spool {
         let config = &spools.config;
         let written = self.file.as_ref().map_or(0, |f| f.write_at);
         let after = written.saturating_add(self.tail.len() as u64).saturating_add(n as u64);
-        if self.broken || config.file_per_exchange == 0 || after > config.file_per_exchange {
-            return Err(self.full());
+        if self.broken {
+            return Err(self.full(Full::Process));
+        }
+        if config.file_per_exchange == 0 || after > config.file_per_exchange {
+            let bound =
+                (config.memory_per_exchange as u64).saturating_add(config.file_per_exchange);
+            return Err(self.full(Full::Exchange(bound)));
         }
         if self.tail.capacity() == 0 {
             let chunk = FILE_CHUNK as u64;
             if !Spools::take(&self.spools.memory, chunk, config.memory_total) {
-                return Err(self.full());
+                return Err(self.full(Full::Process));
             }
             self.memory_held = self.memory_held.saturating_add(chunk);
             self.tail = Vec::with_capacity(FILE_CHUNK);
@@ -342,7 +355,7 @@ impl Spool {
                 Err(e) => {
                     self.broken = true;
                     self.failed(&e, "could not make a temporary file");
-                    return Err(Full);
+                    return Err(Full::Process);
                 }
             }
         }
@@ -352,11 +365,11 @@ impl Spool {
             if let Err(e) = self.write_tail().await {
                 self.broken = true;
                 self.failed(&e, "could not write a temporary file");
-                return Err(Full);
+                return Err(Full::Process);
             }
         }
         if !Spools::take(&spools.file, n as u64, spools.file_total) {
-            return Err(self.full());
+            return Err(self.full(Full::Process));
         }
         for part in parts {
             self.tail.extend_from_slice(part);
@@ -483,9 +496,9 @@ impl Spool {
         counter.fetch_add(n as u64, Relaxed);
     }
 
-    fn full(&self) -> Full {
+    fn full(&self, why: Full) -> Full {
         self.spools.stats.full.fetch_add(1, Relaxed);
-        Full
+        why
     }
 
     fn failed(&self, e: &io::Error, what: &str) {

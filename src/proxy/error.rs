@@ -49,6 +49,13 @@ pub enum ProxyErrorKind {
     ClientTimeout,
     #[error("the request body is larger than client_max_body ({0} bytes)")]
     BodyTooLarge(u64),
+    /// Request buffering could not hold the whole body.
+    #[error("the request body is larger than request buffering holds ({0} bytes)")]
+    BodyTooLargeToBuffer(u64),
+    /// Request buffering found holdfast's buffers full (`buffering.memory_total`,
+    /// `file_total`) or its temporary file failing.
+    #[error("holdfast's request buffers are full")]
+    BuffersFull,
 }
 
 /// Why the client's request body could not be read to its end.
@@ -78,7 +85,10 @@ impl ProxyErrorKind {
             ProxyErrorKind::ClientBody(ClientBodyError::Invalid(_)) => "bad_request",
             ProxyErrorKind::ClientBody(_) => "client_aborted",
             ProxyErrorKind::ClientTimeout => "client_timeout",
-            ProxyErrorKind::BodyTooLarge(_) => "body_too_large",
+            ProxyErrorKind::BodyTooLarge(_) | ProxyErrorKind::BodyTooLargeToBuffer(_) => {
+                "body_too_large"
+            }
+            ProxyErrorKind::BuffersFull => "buffers_full",
         }
     }
 }
@@ -132,6 +142,7 @@ impl ProxyErrorKind {
             ProxyErrorKind::ClientBody(_)
                 | ProxyErrorKind::ClientTimeout
                 | ProxyErrorKind::BodyTooLarge(_)
+                | ProxyErrorKind::BodyTooLargeToBuffer(_)
                 | ProxyErrorKind::Queue(LeaseError::ShareFull { .. })
         )
     }
@@ -149,8 +160,8 @@ impl ProxyError {
             | ProxyErrorKind::BadResponse(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
             ProxyErrorKind::ClientTimeout => 408,
-            ProxyErrorKind::BodyTooLarge(_) => 413,
-            ProxyErrorKind::Queue(_) => 503,
+            ProxyErrorKind::BodyTooLarge(_) | ProxyErrorKind::BodyTooLargeToBuffer(_) => 413,
+            ProxyErrorKind::Queue(_) | ProxyErrorKind::BuffersFull => 503,
         }
     }
 

@@ -29,6 +29,18 @@ use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claim;
 use crate::upstream::{Backend, Lease, LeaseError};
 
+/// The failure of a step before any connection was asked for (reading the body
+/// beforehand), as the client hears of it.
+fn attempt_failed(out: &Outbound, e: Attempt) -> ProxyError {
+    let kind = match e {
+        Attempt::Failed(kind) => kind,
+        Attempt::Closed { error, .. } | Attempt::Refused { error, .. } => {
+            ProxyErrorKind::Closed(error)
+        }
+    };
+    error(out, kind, false)
+}
+
 /// The response reached the client whole at `now`: recorded, and what the client's
 /// connection does next (`keep_client`: the response lets it stay open).
 pub(super) fn delivered(
@@ -290,7 +302,15 @@ impl Proxy {
             Some(kept) => Some(kept),
             None => self.kept_body(out, wire).await?,
         };
-        let asked = if kept.is_some() { Instant::now() } else { out.record.started() };
+        let buffer = kept.is_none()
+            && out.route.buffering.requests
+            && !out.progress.body_consumed
+            && out.backend().speaks() == Speaks::Http1;
+        if buffer {
+            // Request buffering: the whole body before a connection is asked for.
+            wire.buffer_request(out).await.map_err(|e| attempt_failed(out, e))?;
+        }
+        let asked = if kept.is_some() || buffer { Instant::now() } else { out.record.started() };
         out.record.asking(asked);
         let body = match (&kept, out.request.framing) {
             (Some(_), _) => BodyReplay::Kept,
@@ -365,15 +385,7 @@ impl Proxy {
                 out.progress.body_consumed = true;
                 Ok(Some(kept))
             }
-            Err(e) => {
-                let kind = match e {
-                    Attempt::Failed(kind) => kind,
-                    Attempt::Closed { error, .. } | Attempt::Refused { error, .. } => {
-                        ProxyErrorKind::Closed(error)
-                    }
-                };
-                Err(error(out, kind, false))
-            }
+            Err(e) => Err(attempt_failed(out, e)),
         }
     }
 

@@ -24,6 +24,7 @@ use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::head::HeadScan;
 use crate::http1::response::{self, BadResponse, Response};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
+use crate::spool::{Full, Spool};
 use crate::upstream::{keepalive, Lease, OriginConn};
 
 /// How long a background drain may take before the connection is closed instead.
@@ -43,6 +44,8 @@ pub(crate) struct H1Wire<'a> {
     /// Response bytes that wait for the client after the origin is done. Boxed: only
     /// responses to clients that fell behind have one.
     behind: Option<Box<Backlog>>,
+    /// The request body, read whole before it is sent (request buffering).
+    request_body: Option<Box<Spool>>,
 }
 
 impl<'a> H1Wire<'a> {
@@ -53,6 +56,7 @@ impl<'a> H1Wire<'a> {
             response_head: net::scratch(),
             mux: None,
             behind: None,
+            request_body: None,
         }
     }
 }
@@ -65,6 +69,19 @@ impl Drop for H1Wire<'_> {
 }
 
 impl Wire for H1Wire<'_> {
+    async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
+        let limits = upload_limits(out);
+        let mut spool = Box::new(out.route.site.spools.spool());
+        let (framing, expect) = (out.request.framing, &mut out.progress.expect_continue);
+        let (client, buf) = (&mut *self.client.stream, &mut *self.client.buf);
+        let read = transfer::buffer_request(client, buf, framing, expect, &limits, &mut spool);
+        read.await.map_err(|e| upload_error(e, limits.upstream_stall))?;
+        spool.settle().await;
+        out.progress.body_consumed = true;
+        self.request_body = Some(spool);
+        Ok(())
+    }
+
     async fn read_kept(&mut self, out: &mut Outbound, len: u64) -> Result<Vec<u8>, Attempt> {
         let limits = upload_limits(out);
         let expect = &mut out.progress.expect_continue;
@@ -85,7 +102,12 @@ impl Wire for H1Wire<'_> {
         send_head(stream, head, kept, limit).await?;
         // `response_header` counts from the end of the request: its arrival when it had
         // no body or one read beforehand, else the end of the upload.
-        let (upload, sent_at) = if out.progress.body_consumed {
+        let (upload, sent_at) = if let Some(mut body) = self.request_body.take() {
+            let sent = transfer::send_spooled(stream, &mut body, limit).await;
+            // The head went: a failure now may have reached the origin.
+            sent.map_err(|(_, e)| upload_error(UploadError::Upstream(e), limit))?;
+            (Upload::Complete, Instant::now())
+        } else if out.progress.body_consumed {
             (Upload::Complete, out.record.started())
         } else {
             let limits = upload_limits(out);
@@ -390,6 +412,10 @@ fn upload_error(e: UploadError, limit: Duration) -> Attempt {
         UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
         UploadError::ClientStalled => Attempt::Failed(ProxyErrorKind::ClientTimeout),
         UploadError::TooLarge(max) => Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)),
+        UploadError::Spool(Full::Exchange(max)) => {
+            Attempt::Failed(ProxyErrorKind::BodyTooLargeToBuffer(max))
+        }
+        UploadError::Spool(Full::Process) => Attempt::Failed(ProxyErrorKind::BuffersFull),
         // An origin that stops taking the body fails like a response that does not come.
         UploadError::Upstream(WaitError::TimedOut) => {
             Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))

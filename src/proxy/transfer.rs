@@ -24,6 +24,7 @@ use crate::http1::request::FramingViolation;
 use crate::http1::response::{self, Early};
 use crate::http1::Framing;
 use crate::net::{self, Deadline, InBuf, WaitError};
+use crate::spool::{Full, Spool};
 
 /// How far a request body got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,8 @@ pub enum UploadError {
     TooLarge(u64),
     /// Writing it to the origin failed; the origin may have received part of it.
     Upstream(WaitError),
+    /// Request buffering could hold no more of it.
+    Spool(Full),
 }
 
 /// The limits a request body moves under.
@@ -157,6 +160,63 @@ async fn early_answer(
             Ok(_) | Err(_) => return Ok(true),
         }
     }
+}
+
+/// Reads the client's whole request body (`framing`) into `spool`, in the framing
+/// holdfast writes to an HTTP/1.1 origin (as [`upload`] would write it), before
+/// anything goes to the origin: request buffering, so a slow upload holds no upstream
+/// connection.
+pub async fn buffer_request(
+    client: &mut Stream,
+    buf: &mut InBuf,
+    framing: Framing,
+    expect_continue: &mut bool,
+    limits: &UploadLimits,
+    spool: &mut Spool,
+) -> Result<(), UploadError> {
+    let mut body = Relay::new(framing, framing == Framing::Chunked);
+    let mut pace = Pace::new(limits.pace, limits.client_stall);
+    // Bounded by the body: each round takes bytes from the client, or ends.
+    loop {
+        if !buf.is_empty() {
+            let piece = body.decode(buf.data_mut()).map_err(invalid)?;
+            if limits.max_body.is_some_and(|max| body.payload() > max) {
+                return Err(UploadError::TooLarge(limits.max_body.unwrap_or_default()));
+            }
+            let mut size_line = [0; 18];
+            let mut parts = Parts::new();
+            let payload = buf.data().get(..piece.payload).unwrap_or_default();
+            body.frame(payload, piece.done, &mut size_line, &mut parts);
+            spool.push(parts.as_slice()).await.map_err(UploadError::Spool)?;
+            buf.consume(piece.used);
+            pace.moved(piece.used as u64);
+        }
+        if body.is_done() {
+            return Ok(());
+        }
+        answer_continue(client, expect_continue, limits.client_stall).await?;
+        read_some(read_client(client, buf, &mut pace).await)?;
+    }
+}
+
+/// Writes what `spool` holds to the origin, within `stall` for each wait.
+pub async fn send_spooled(
+    upstream: &Stream,
+    spool: &mut Spool,
+    stall: Duration,
+) -> Result<(), (u64, WaitError)> {
+    let mut sent = 0u64;
+    // Bounded by the spool's bytes: each round writes some or fails.
+    while !spool.is_empty() {
+        let front = spool.front().map_err(|e| (sent, WaitError::Io(e)))?;
+        let n = front.len();
+        net::write_all(upstream, &[front], stall)
+            .await
+            .map_err(|(n, e)| (sent.saturating_add(n), e))?;
+        spool.consume(n);
+        sent = sent.saturating_add(n as u64);
+    }
+    Ok(())
 }
 
 /// Reads a request body of `len` bytes into memory, so the request can be sent again

@@ -36,6 +36,16 @@ pub(crate) trait Wire {
         len: u64,
     ) -> impl Future<Output = Result<Vec<u8>, Attempt>> + Send;
 
+    /// Reads the whole request body before anything is sent (request buffering), to
+    /// send it with the head on the next attempt; a wire that cannot leaves the body
+    /// to stream.
+    fn buffer_request(
+        &mut self,
+        _out: &mut Outbound,
+    ) -> impl Future<Output = Result<(), Attempt>> + Send {
+        async { Ok(()) }
+    }
+
     /// One try on one connection: the request (`head`, the `kept` body or the body as
     /// it streams from the client) goes out, and the final response head comes back.
     fn attempt(

@@ -72,7 +72,7 @@ async fn a_push_past_the_exchange_bound_is_refused_whole() {
     let spools = Spools::new(config(1024, 100_000));
     let mut spool = spools.spool();
     spool.push(&[&bytes(0, 90_000)]).await.expect("fits");
-    assert_eq!(spool.push(&[&bytes(90_000, 20_000)]).await, Err(Full));
+    assert_eq!(spool.push(&[&bytes(90_000, 20_000)]).await, Err(Full::Exchange(101_024)));
     assert_eq!(spool.len, 90_000, "nothing of a refused push is kept");
     spool.push(&[&bytes(90_000, 5_000)]).await.expect("what still fits is taken");
     assert_eq!(drain(&mut spool), bytes(0, 95_000));
@@ -84,7 +84,7 @@ async fn memory_only_spools_refuse_what_their_memory_cannot_hold() {
     let spools = Spools::new(config(1000, 0));
     let mut spool = spools.spool();
     spool.push(&[&[1; 600]]).await.expect("fits");
-    assert_eq!(spool.push(&[&[2; 600]]).await, Err(Full));
+    assert_eq!(spool.push(&[&[2; 600]]).await, Err(Full::Exchange(1000)));
     let n = spool.front().expect("in memory").len();
     spool.consume(n);
     spool.push(&[&[2; 600]]).await.expect("room again once the client took some");
@@ -99,7 +99,7 @@ async fn the_process_bounds_hold_across_spools_and_are_given_back() {
     let mut a = spools.spool();
     let mut b = spools.spool();
     a.push(&[&bytes(0, 60_000)]).await.expect("a fits");
-    assert_eq!(b.push(&[&bytes(0, 60_000)]).await, Err(Full), "past the file total");
+    assert_eq!(b.push(&[&bytes(0, 60_000)]).await, Err(Full::Process), "past the file total");
     assert!(spools.memory_in_use() <= 3 * 8192 + 2 * FILE_CHUNK as u64);
     drop(a);
     assert_eq!(spools.file_in_use(), 0);

@@ -193,3 +193,75 @@ async fn chunked_and_closing_responses_reach_a_slow_reader_whole() {
     assert_eq!(body.len(), LARGE);
     assert!(body.iter().all(|b| *b == b'x'));
 }
+
+/// A route with request buffering, in front of `origin`.
+fn buffering_requests(origin: &Origin, extra: &str) -> Config {
+    let route =
+        format!("[[route]]\npath = \"/\"\nupstream = \"app\"\nbuffer_requests = true\n{extra}");
+    config(&route, origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_upload_reaches_the_origin_only_once_it_is_whole() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(buffering_requests(&origin, "")).await;
+    let mut client = crate::support::RawClient::connect(proxy.addr()).await;
+    let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 251) as u8).collect();
+    let head =
+        format!("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", body.len());
+    client.send(head).await;
+    client.send(&body[..600_000]).await;
+    // Most of the body is in holdfast: the origin has seen nothing yet.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.accepted(), 0, "no upstream connection while the upload is slow");
+    client.send(&body[600_000..]).await;
+    let reply = within("the response", client.response()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body_text());
+    assert_eq!(reply.header("x-received-bytes"), Some("1000000"));
+    let fnv = crate::support::Fnv::of(&body);
+    assert_eq!(reply.header("x-received-fnv"), Some(fnv.as_str()));
+    // A chunked upload with trailers, buffered the same way.
+    let mut client = crate::support::RawClient::connect(proxy.addr()).await;
+    client
+        .send(
+            "POST /chunked HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(origin.count_path("/chunked"), 0);
+    client.send("6\r\n world\r\n0\r\nX-Check: 1\r\n\r\n").await;
+    let reply = within("the chunked response", client.response()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body_text());
+    assert_eq!(reply.header("x-received-bytes"), Some("11"));
+    assert_eq!(reply.header("x-received-trailers"), Some("x-check"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_request_buffering_the_upload_streams_to_the_origin() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(config("", &origin)).await;
+    let mut client = crate::support::RawClient::connect(proxy.addr()).await;
+    client.send("POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345").await;
+    wait_until("the origin has the request", DEADLINE, || origin.count_path("/upload") == 1).await;
+    client.send("67890").await;
+    let reply = within("the response", client.response()).await;
+    assert_eq!(reply.header("x-received-bytes"), Some("10"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_larger_than_request_buffering_holds_gets_413() {
+    let origin = Origin::start().await;
+    let bounds = "\n[buffering]\nmemory_per_exchange = 1024\nfile_per_exchange = 10240\n";
+    let proxy = Proxy::start(buffering_requests(&origin, bounds)).await;
+    let mut client = crate::support::RawClient::connect(proxy.addr()).await;
+    client.send("POST /big HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n").await;
+    client.send(vec![b'b'; 20_000]).await;
+    let reply = within("the refusal", client.response()).await;
+    assert_eq!(reply.status, 413, "{}", reply.body_text());
+    assert!(
+        reply.body_text().contains("request buffering holds (11264 bytes)"),
+        "{}",
+        reply.body_text()
+    );
+    assert_eq!(origin.accepted(), 0, "nothing reached the origin");
+}

@@ -461,7 +461,11 @@ async fn the_second_class_may_fill_half_the_queue() {
     let _waiting: Vec<_> = (0..4).map(|_| ask(&pool, Second)).collect();
     tokio::time::advance(Duration::from_millis(10)).await;
     let full = pool.acquire_as(Second).await;
-    assert!(matches!(full, Err(Exhausted::SecondClassFull { waiting: 4 })), "{:?}", full.as_ref().err());
+    assert!(
+        matches!(full, Err(Exhausted::SecondClassFull { waiting: 4 })),
+        "{:?}",
+        full.as_ref().err()
+    );
     let first = ask(&pool, First);
     tokio::time::advance(Duration::from_millis(10)).await;
     assert!(!first.is_finished(), "the first class still queues behind the busy ones");
