@@ -25,6 +25,7 @@
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod answers;
+mod body_copy;
 pub mod error;
 mod exchange;
 pub mod forwarded;
