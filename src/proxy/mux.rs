@@ -129,7 +129,17 @@ impl Proxy {
                         );
                         continue;
                     }
-                    (retry::SendOutcome::Unsent, io_error)
+                    // The origin refuses stream after stream: the backend is failing,
+                    // whether the connection is new or not.
+                    drop(lease);
+                    backend.observe(502, None, Instant::now());
+                    let unsent = retry::SendOutcome::Unsent;
+                    if retry::may_fail_over(&out.request.method, unsent, body)
+                        && self.fail_over(out, &mut tried)
+                    {
+                        continue;
+                    }
+                    return Err(error(out, ProxyErrorKind::Closed(io_error), reused).into());
                 }
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
             };

@@ -3,7 +3,8 @@
 //! (waiting for the origin's window, or for the client), after the whole body. From
 //! HTTP/2 and HTTP/1.1 clients, by GOAWAY and by REFUSED_STREAM; each POST is processed
 //! exactly once. A body too large to keep gets a 502 that says so; a stream the origin
-//! may have processed is not sent again. The drill: 4,000 POSTs of 100 B to 1 MB
+//! may have processed is not sent again; an origin that refuses every stream fails the
+//! request after a bounded number of tries. The drill: 4,000 POSTs of 100 B to 1 MB
 //! through an origin that sends GOAWAY every 7 or 100 streams.
 //!
 //! The origin is written frame by frame ([`RefusingOrigin`]): `h2`'s server cannot
@@ -360,6 +361,27 @@ async fn a_stream_the_origin_may_have_processed_is_not_sent_again() {
             assert_eq!(origin.streams(), 1, "{what}: sent again");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_that_refuses_every_stream_fails_the_request_after_a_bounded_number() {
+    // REFUSED_STREAM leaves the connection open, so every try is on a reused one.
+    let options = RefusingOptions {
+        how: Refusal::Reset,
+        at: RefuseAt::End,
+        times: usize::MAX,
+        ..RefusingOptions::default()
+    };
+    let (origin, proxy) = refusing(options).await;
+    for client in CLIENTS {
+        let before = origin.streams();
+        let answer = post(proxy.addr(), client, &body("never", 1000)).await;
+        assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{client:?}: {}", answer.text);
+        let tries = origin.streams() - before;
+        // The first try and `mux::MAX_REFUSED` (25) more.
+        assert_eq!(tries, 26, "{client:?}");
+    }
+    assert!(origin.processed().is_empty());
 }
 
 // The drill.
