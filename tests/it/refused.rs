@@ -5,7 +5,8 @@
 //! exactly once. A body too large to keep gets a 502 that says so; a stream the origin
 //! may have processed is not sent again; an origin that refuses every stream fails the
 //! request after a bounded number of tries. The drill: 4,000 POSTs of 100 B to 1 MB
-//! through an origin that sends GOAWAY every 7 or 100 streams.
+//! through an origin that sends GOAWAY every 7 or 100 streams, and 2,000 through one
+//! that refuses every fifth stream.
 //!
 //! The origin is written frame by frame ([`RefusingOrigin`]): `h2`'s server cannot
 //! refuse a stream by GOAWAY once its HEADERS arrived.
@@ -386,16 +387,15 @@ async fn an_origin_that_refuses_every_stream_fails_the_request_after_a_bounded_n
 
 // The drill.
 
-/// Requests in one run of the drill.
-const DRILL_POSTS: usize = 4_000;
 /// Requests in flight at once, half from HTTP/2 clients, half from HTTP/1.1 ones.
 const DRILL_LANES: usize = 32;
 
-/// The body size of request `i`: from 100 B to 1 MB, evenly spread over the powers of
-/// ten between (each decade holds as many requests), in a scrambled order.
-fn drill_size(i: usize) -> usize {
-    let spot = (i * 2_654_435_761) % DRILL_POSTS;
-    let exponent = 4.0 * spot as f64 / (DRILL_POSTS - 1) as f64;
+/// The body size of request `i` of `posts`: from 100 B to 1 MB, evenly spread over the
+/// powers of ten between (each decade holds as many requests), in a scrambled order.
+fn drill_size(i: usize, posts: usize) -> usize {
+    // The multiplier shares no factor with 2 or 5: the spots are a permutation.
+    let spot = (i * 2_654_435_761) % posts;
+    let exponent = 4.0 * spot as f64 / (posts - 1) as f64;
     (100.0 * 10f64.powf(exponent)).round() as usize
 }
 
@@ -405,11 +405,11 @@ enum Lane {
     H1(HttpClient),
 }
 
-/// Sends request `i` (a POST whose body carries its id) on `lane`; what went wrong, if
-/// anything.
-async fn drill_post(i: usize, lane: &mut Lane) -> Option<String> {
+/// Sends request `i` of `posts` (a POST whose body carries its id) on `lane`; what
+/// went wrong, if anything.
+async fn drill_post(i: usize, posts: usize, lane: &mut Lane) -> Option<String> {
     let id = format!("r{i}");
-    let body = body(&id, drill_size(i));
+    let body = body(&id, drill_size(i, posts));
     let path = format!("/drill/{id}");
     let answer = match lane {
         Lane::H2(h2) => {
@@ -435,9 +435,9 @@ async fn drill_post(i: usize, lane: &mut Lane) -> Option<String> {
     (!ok).then(|| format!("{id} ({} bytes): {} {}", body.len(), answer.status, answer.text.trim()))
 }
 
-/// 4,000 POSTs through an origin that turns streams away as `options` say: none fails,
-/// none is processed twice.
-async fn drill(options: RefusingOptions) {
+/// `posts` POSTs through an origin that turns streams away as `options` say: none
+/// fails, none is processed twice.
+async fn drill(options: RefusingOptions, posts: usize) {
     let what = format!("{options:?}");
     let (origin, proxy) = refusing(options).await;
     let started = Instant::now();
@@ -452,8 +452,8 @@ async fn drill(options: RefusingOptions) {
                 };
                 let mut failed = Vec::new();
                 // Bounded: this lane's share of the requests.
-                for i in (lane..DRILL_POSTS).step_by(DRILL_LANES) {
-                    if let Some(why) = drill_post(i, &mut client).await {
+                for i in (lane..posts).step_by(DRILL_LANES) {
+                    if let Some(why) = drill_post(i, posts, &mut client).await {
                         failed.push(why);
                     }
                 }
@@ -471,7 +471,7 @@ async fn drill(options: RefusingOptions) {
     let before = ids.len();
     ids.dedup();
     eprintln!(
-        "drill, {what}: {DRILL_POSTS} POSTs in {:.1} s, {} failed, \
+        "drill, {what}: {posts} POSTs in {:.1} s, {} failed, \
          {} processed ({} twice), {} streams refused, {} GOAWAYs, {} connections",
         started.elapsed().as_secs_f64(),
         failed.len(),
@@ -483,30 +483,34 @@ async fn drill(options: RefusingOptions) {
     );
     assert!(failed.is_empty(), "{} failed: {:?}", failed.len(), &failed[..failed.len().min(10)]);
     assert_eq!(before, ids.len(), "requests processed twice");
-    assert_eq!(processed.len(), DRILL_POSTS);
-    assert!(!origin.turned_away().is_empty(), "the origin refused no stream: not a drill");
+    assert_eq!(processed.len(), posts);
+    // Whether streams were in flight when a GOAWAY came is timing's to say; that it came
+    // is not.
+    let turned_away = origin.goaways() > 0 || !origin.turned_away().is_empty();
+    assert!(turned_away, "the origin turned nothing away: not a drill");
     assert!(origin.errors().is_empty(), "{:?}", origin.errors());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_goaway_every_7_streams_loses_and_repeats_no_post() {
-    drill(RefusingOptions { goaway_every: Some(7), ..RefusingOptions::default() }).await;
+    drill(RefusingOptions { goaway_every: Some(7), ..RefusingOptions::default() }, 4_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_goaway_every_100_streams_loses_and_repeats_no_post() {
-    drill(RefusingOptions { goaway_every: Some(100), ..RefusingOptions::default() }).await;
+    let options = RefusingOptions { goaway_every: Some(100), ..RefusingOptions::default() };
+    drill(options, 4_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drill_refused_stream_every_5_streams_loses_and_repeats_no_post() {
     // After a GOAWAY holdfast carries fewer streams per connection, so refusals by
     // GOAWAY dwindle; REFUSED_STREAM teaches it nothing, so here every fifth stream
-    // is refused, at each point of its upload in turn.
+    // is refused, at each point of its upload in turn (about 500 refusals).
     let options = RefusingOptions {
         how: Refusal::Reset,
         refuse_every: Some(5),
         ..RefusingOptions::default()
     };
-    drill(options).await;
+    drill(options, 2_000).await;
 }
