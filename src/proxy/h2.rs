@@ -50,6 +50,9 @@ pub(crate) struct H2Wire {
     client_failed: bool,
     /// How far the client's body was read, across tries.
     read: BodyRead,
+    /// A piece of the client's body read and not yet wholly sent on when the
+    /// origin's response head came first: it goes before the rest.
+    in_hand: Option<InHand>,
     /// The trailers that ended the client's body, kept with its copy: a stream the
     /// origin refused sends them again after it.
     trailers_sent: Option<HeaderMap>,
@@ -64,6 +67,13 @@ struct BodyRead {
     /// To its end (its last DATA frame or its trailers), whether or not all of it went
     /// on to the origin.
     ended: bool,
+}
+
+/// A piece of a client's body on its way to the origin.
+struct InHand {
+    data: Bytes,
+    /// It ends the body.
+    last: bool,
 }
 
 /// A response head for an HTTP/2 client.
@@ -99,6 +109,7 @@ impl H2Wire {
             origin_body: None,
             client_failed: false,
             read: BodyRead::default(),
+            in_hand: None,
             trailers_sent: None,
         }
     }
@@ -447,32 +458,42 @@ struct Keep<'a> {
 /// Streams the client's body to an HTTP/2 origin until it ends (trailers included),
 /// within the route's body limit; `read` says how far the client's body was read.
 /// With `keep`, what goes is copied first.
+///
+/// The pump may be dropped midway, when the response head comes first: what it read
+/// and had not sent yet waits in `in_hand`, and a pump started again sends it first.
 async fn pump(
     body: &mut RecvStream,
     to: &mut SendStream<Bytes>,
     read: &mut BodyRead,
+    in_hand: &mut Option<InHand>,
     max: Option<u64>,
     stall: Duration,
     mut keep: Option<Keep<'_>>,
 ) -> Result<(), Attempt> {
     let closed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
-    while let Some(data) = flow::next(body, stall).await.map_err(client_failed)? {
+    // Each round sends one piece; bounded by the body.
+    loop {
+        if let Some(piece) = in_hand.as_mut() {
+            flow::send_from(to, &mut piece.data, piece.last, stall).await.map_err(closed)?;
+            let last = piece.last;
+            *in_hand = None;
+            if last {
+                return Ok(());
+            }
+        }
+        let Some(data) = flow::next(body, stall).await.map_err(client_failed)? else { break };
         count_body(&mut read.bytes, data.len(), max)?;
         if let Some(keep) = keep.as_mut() {
             keep.copy.push(&data);
         }
-        // The window goes back before the bytes go on: a refusal that ends this pump
-        // mid-send drops them here (the copy holds them), and the client's window must
-        // not shrink by them for good.
+        // The window goes back as the bytes are taken into `in_hand`: they are
+        // holdfast's to send from here.
         flow::release(body, data.len());
         // The client's last DATA frame ends the origin's stream too, instead of an
         // empty frame after it.
         let last = body.is_end_stream();
         read.ended = last;
-        flow::send(to, data, last, stall).await.map_err(closed)?;
-        if last {
-            return Ok(());
-        }
+        *in_hand = Some(InHand { data, last });
     }
     let trailers = flow::trailers(body, stall).await.map_err(client_failed)?;
     read.ended = true;
@@ -502,7 +523,9 @@ impl MuxWire for H2Wire {
                 .headers_mut()
                 .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
-        // A try refused after the client's body ended sends it all from the copy.
+        // A try after a refused one sends what was read from the copy, and all of it
+        // once the client's body ended.
+        self.in_hand = None;
         out.progress.body_consumed |= self.read.ended;
         let streaming = !out.progress.body_consumed;
         // After a refused try, what went on it goes first.
@@ -529,8 +552,8 @@ impl MuxWire for H2Wire {
             let max = out.route.max_body;
             let first = {
                 let keep = Keep { copy: &mut *copy, trailers: &mut self.trailers_sent };
-                let (body, read) = (&mut self.body, &mut self.read);
-                let pump = pump(body, &mut upload, read, max, stall, Some(keep));
+                let (body, read, in_hand) = (&mut self.body, &mut self.read, &mut self.in_hand);
+                let pump = pump(body, &mut upload, read, in_hand, max, stall, Some(keep));
                 tokio::select! {
                     biased;
                     answered = &mut response => First::Answered(answered),
@@ -585,8 +608,8 @@ impl MuxWire for H2Wire {
         let upload = async {
             if let Some(mut upload) = self.upload.take() {
                 let max = out.route.max_body;
-                let (body, read) = (&mut self.body, &mut self.read);
-                if pump(body, &mut upload, read, max, stall, None).await.is_err() {
+                let (body, read, in_hand) = (&mut self.body, &mut self.read, &mut self.in_hand);
+                if pump(body, &mut upload, read, in_hand, max, stall, None).await.is_err() {
                     upload.send_reset(h2::Reason::CANCEL);
                 }
             }

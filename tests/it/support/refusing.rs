@@ -9,7 +9,8 @@
 //! sent) is processed: its body read to the end, then answered 200 with
 //! `x-received-bytes`, `x-received-fnv` (FNV-1a of the body), `x-received-trailers`
 //! (`1` when trailers ended the body, else `0`), `x-conn` (the connection's number,
-//! from 1) and the body `ok\n`.
+//! from 1) and the body `ok\n`. With [`RefusingOptions::answer_first`], the response
+//! head comes first and those fields come as trailers once the body has arrived.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -82,6 +83,10 @@ pub struct RefusingOptions {
     /// Every this many streams (over all connections, the refusals above aside) is
     /// turned away as `how` says, at a point that goes round [`CYCLE`].
     pub refuse_every: Option<usize>,
+    /// Answer each stream's HEADERS at once, before its body (as gRPC servers may),
+    /// then grant window only as the body arrives, and end the response with trailers
+    /// saying what arrived.
+    pub answer_first: bool,
 }
 
 /// The points [`RefusingOptions::refuse_every`] goes round: on the HEADERS, early in
@@ -99,6 +104,7 @@ impl Default for RefusingOptions {
             window: 65_535,
             goaway_every: None,
             refuse_every: None,
+            answer_first: false,
         }
     }
 }
@@ -206,6 +212,8 @@ struct Upload {
     trailers: bool,
     /// Turned away when it reaches this point (or its end, if sooner).
     refuse: Option<RefuseAt>,
+    /// Its response head went before its body came ([`RefusingOptions::answer_first`]).
+    answered: bool,
 }
 
 /// One connection's streams.
@@ -351,9 +359,15 @@ impl Conn<'_> {
             self.turn_away(id);
             return;
         }
-        // A stream turned away mid-body keeps the announced window, so the test
-        // knows where its upload stands; any other may send its whole body.
-        if !matches!(refuse, Some(RefuseAt::Bytes(_))) {
+        if self.options.answer_first && refuse.is_none() {
+            let block = [0x88]; // :status 200
+            self.out.extend(encode_frame(frame::HEADERS, frame::END_HEADERS, id, &block));
+            if let Some(upload) = self.uploads.get_mut(&id) {
+                upload.answered = true;
+            }
+        } else if !matches!(refuse, Some(RefuseAt::Bytes(_))) {
+            // A stream turned away mid-body keeps the announced window, so the test
+            // knows where its upload stands; any other may send its whole body.
             self.out.extend(window_update(id, OPEN_WINDOW));
         }
         if self.options.goaway_every == Some(self.count) {
@@ -370,6 +384,9 @@ impl Conn<'_> {
             self.out.extend(window_update(0, f.payload.len() as u32));
         }
         let Some(upload) = self.uploads.get_mut(&f.stream) else { return };
+        if upload.answered && !f.payload.is_empty() {
+            self.out.extend(window_update(f.stream, f.payload.len() as u32));
+        }
         upload.received += f.payload.len() as u64;
         upload.fnv.update(&f.payload);
         let room = 64usize.saturating_sub(upload.start.len());
@@ -398,6 +415,16 @@ impl Conn<'_> {
             .and_then(|rest| rest.split_once(';'))
             .map_or(String::new(), |(id, _)| id.to_string());
         self.state.processed.lock().unwrap().push(request_id);
+        if upload.answered {
+            let mut trailers = Vec::new();
+            let received = upload.received.to_string();
+            hpack_literal(b"x-received-bytes", received.as_bytes(), &mut trailers);
+            hpack_literal(b"x-received-fnv", upload.fnv.hex().as_bytes(), &mut trailers);
+            self.out.extend(encode_frame(frame::DATA, 0, id, b"ok\n"));
+            let flags = frame::END_HEADERS | frame::END_STREAM;
+            self.out.extend(encode_frame(frame::HEADERS, flags, id, &trailers));
+            return;
+        }
         let mut block = vec![0x88]; // :status 200
         hpack_literal(b"content-length", b"3", &mut block);
         hpack_literal(b"x-received-bytes", upload.received.to_string().as_bytes(), &mut block);
