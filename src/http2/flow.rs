@@ -39,8 +39,20 @@ pub async fn send(
     end: bool,
     stall: Duration,
 ) -> io::Result<()> {
+    send_from(stream, &mut data, end, stall).await
+}
+
+/// [`send`], taking the bytes from `data` as they go: what did not go stays there, so a
+/// caller that drops the send midway (something else came first) can send the rest
+/// later.
+pub async fn send_from(
+    stream: &mut SendStream<Bytes>,
+    data: &mut Bytes,
+    end: bool,
+    stall: Duration,
+) -> io::Result<()> {
     if data.is_empty() {
-        return stream.send_data(data, end).map_err(to_io);
+        return stream.send_data(Bytes::new(), end).map_err(to_io);
     }
     while !data.is_empty() {
         stream.reserve_capacity(data.len());

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use http::Method;
 
+use super::body_copy::CopyLost;
 use super::retry::NotReplayed;
 use crate::http1::request::FramingViolation;
 use crate::http1::response::BadResponse;
@@ -40,6 +41,13 @@ pub enum ProxyErrorKind {
          retried because it may have reached the origin and {why}"
     )]
     NotReplayed { error: io::Error, method: Method, why: NotReplayed },
+    /// An HTTP/2 origin refused the stream, so it never processed the request, but its
+    /// body streamed without a copy to send again (`body_copy`).
+    #[error(
+        "the origin refused the stream ({error}), so it did not process the {method} \
+         request, and holdfast could not send it again: {why}"
+    )]
+    RefusedNotResent { error: io::Error, method: Method, why: CopyLost },
     #[error("{0}")]
     BadResponse(#[from] BadResponse),
     #[error("reading the client's request body failed: {0}")]
@@ -81,6 +89,7 @@ impl ProxyErrorKind {
             ProxyErrorKind::Closed(e) if refused_our_side(e) => "tls_handshake",
             ProxyErrorKind::Closed(_) => "origin_closed",
             ProxyErrorKind::NotReplayed { .. } => "not_replayed",
+            ProxyErrorKind::RefusedNotResent { .. } => "refused_not_resent",
             ProxyErrorKind::BadResponse(_) => "bad_response",
             ProxyErrorKind::ClientBody(ClientBodyError::Invalid(_)) => "bad_request",
             ProxyErrorKind::ClientBody(_) => "client_aborted",
@@ -120,7 +129,8 @@ fn refused_our_side(e: &io::Error) -> bool {
 impl ProxyErrorKind {
     /// Whether the failure is the backend's (it failed or did not answer in time), so
     /// its health counts it like a 5xx. Connect failures are counted where they happen;
-    /// full queues and bad client bodies are not the backend's doing.
+    /// full queues, bad client bodies and refused streams (an origin going away
+    /// gracefully) are not the backend's doing.
     pub fn is_backend_failure(&self) -> bool {
         matches!(
             self,
@@ -157,6 +167,7 @@ impl ProxyError {
             ProxyErrorKind::Connect(_)
             | ProxyErrorKind::Closed(_)
             | ProxyErrorKind::NotReplayed { .. }
+            | ProxyErrorKind::RefusedNotResent { .. }
             | ProxyErrorKind::BadResponse(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
             ProxyErrorKind::ClientTimeout => 408,

@@ -376,8 +376,7 @@ impl Proxy {
         wire: &mut W,
     ) -> Result<Option<Vec<u8>>, ProxyError> {
         let Framing::Length(len) = out.request.framing else { return Ok(None) };
-        let multiplexed = out.backend().speaks() != Speaks::Http1;
-        if !retry::should_keep_body(&out.request.method, Some(len), multiplexed) {
+        if !retry::should_keep_body(&out.request.method, Some(len)) {
             return Ok(None);
         }
         match wire.read_kept(out, len).await {

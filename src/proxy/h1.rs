@@ -39,8 +39,9 @@ pub(crate) struct H1Wire<'a> {
     origin_buf: InBuf,
     /// The response head as the client gets it.
     pub(super) response_head: Vec<u8>,
-    /// An HTTP/2 origin's response (see `h1_mux`). Boxed: rare.
-    pub(super) mux: Option<Box<(http::response::Parts, h2::RecvStream)>>,
+    /// An exchange with an HTTP/2 origin: its response, and where the client's body
+    /// is (see `h1_mux`). Boxed: rare.
+    pub(super) mux: Option<Box<super::h1_mux::H1Mux>>,
     /// Response bytes that wait for the client after the origin is done. Boxed: only
     /// responses to clients that fell behind have one.
     behind: Option<Box<Backlog>>,

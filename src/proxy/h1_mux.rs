@@ -2,15 +2,17 @@
 //! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames; the
 //! origin's response comes back as an HTTP/1.1 head and body in the framing the client
 //! gets. The body goes up before the response is awaited: an HTTP/1.1 client sends its
-//! whole request first.
+//! whole request first. A stream the origin refused mid-body goes again from a copy
+//! of what went, then on from where the client's body stopped.
 
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
 
+use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, H1Wire};
-use super::h2::{answer_despite, start_of, stream_failed};
+use super::h2::{send_again, start_of, stream_failed, upload_failed};
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
@@ -21,6 +23,16 @@ use crate::http1::request::FramingViolation;
 use crate::http2::flow;
 use crate::net::{self, Deadline, WaitError};
 
+/// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
+#[derive(Default)]
+pub(super) struct H1Mux {
+    /// Where the client's body is in its framing, kept from one try to the next: a
+    /// stream refused mid-body goes on from where the client's body stopped.
+    relay: Option<Relay>,
+    /// The origin's response, for [`MuxWire::mux_relay`].
+    response: Option<(http::response::Parts, RecvStream)>,
+}
+
 impl MuxWire for H1Wire<'_> {
     async fn mux_attempt(
         &mut self,
@@ -28,41 +40,42 @@ impl MuxWire for H1Wire<'_> {
         mut send: SendRequest<Bytes>,
         request: http::Request<()>,
         kept: Option<&[u8]>,
+        copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let streaming = !out.progress.body_consumed;
-        let end = kept.is_none() && !streaming;
-        let (response, mut upload) = match send.send_request(request, end) {
-            Ok(sent) => sent,
-            Err(e) => return Err(stream_failed(e, false)),
-        };
+        // After a refused try, what went on it goes first.
+        let again = kept.is_none() && copy.len() > 0;
+        let end = kept.is_none() && !streaming && !again;
+        let (response, mut upload) = send.send_request(request, end).map_err(stream_failed)?;
         let stall = out.route.site.timeouts.read;
-        let sent_failed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
-        if let Some(kept) = kept {
-            let kept = Bytes::copy_from_slice(kept);
-            flow::send(&mut upload, kept, true, stall).await.map_err(sent_failed)?;
-        }
-        let mut sent_body = false;
         let limit = out.route.site.timeouts.response_header;
-        if streaming {
-            match self.upload_h2(out, &mut upload).await {
-                Ok(sent) => sent_body = sent,
-                // The origin stopped taking the body (RST_STREAM after a complete
-                // response, RFC 9113, 8.1): its response, if it sent one, stands, and
-                // the client's connection closes after it.
-                Err(failed @ Attempt::Closed { .. }) => {
-                    let Some(answered) = answer_despite(response, limit).await else {
-                        return Err(failed);
-                    };
-                    return Ok(self.start_mux(out, answered, Upload::Interrupted));
-                }
-                Err(failed) => return Err(failed),
+        let sent = match kept {
+            Some(kept) => flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await,
+            None if again => send_again(&mut upload, copy, None, !streaming, stall).await,
+            None => Ok(()),
+        };
+        let sent = match sent {
+            Ok(()) if streaming => self.upload_h2(out, &mut upload, copy).await,
+            Ok(()) => Ok(()),
+            Err(error) => Err(Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }),
+        };
+        match sent {
+            Ok(()) => out.progress.body_consumed = true,
+            // The origin stopped taking the body: its response, if it sent one before
+            // (RFC 9113, 8.1), stands, and the client's connection closes after it
+            // unless the body was read to its end.
+            Err(Attempt::Closed { error, .. }) => {
+                let answered = upload_failed(response, limit, error).await?;
+                let upload =
+                    if out.progress.body_consumed { Upload::Complete } else { Upload::Interrupted };
+                return Ok(self.start_mux(out, answered, upload));
             }
-            out.progress.body_consumed = true;
+            Err(failed) => return Err(failed),
         }
         self.client.buf.release();
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
-            Ok(Err(e)) => Err(stream_failed(e, sent_body)),
+            Ok(Err(e)) => Err(stream_failed(e)),
             Ok(Ok(answered)) => Ok(self.start_mux(out, answered, Upload::Complete)),
         }
     }
@@ -73,10 +86,9 @@ impl MuxWire for H1Wire<'_> {
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
         let stall = out.route.site.timeouts.read;
-        let Some(mux) = self.mux.take() else {
+        let Some((parts, mut body)) = self.mux.take().and_then(|mux| mux.response) else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
-        let (parts, mut body) = *mux;
         let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
         let hsts = out.hsts(|| has_hsts);
         let head = &mut self.response_head;
@@ -135,22 +147,23 @@ impl H1Wire<'_> {
         if upload == Upload::Interrupted {
             start.connection = ConnectionOut::for_client(false, out.request.version);
         }
-        self.mux = Some(Box::new((parts, body)));
+        self.mux.get_or_insert_with(Box::default).response = Some((parts, body));
         (upload, start)
     }
 
     /// Streams the client's body, out of its HTTP/1.1 framing, to an HTTP/2 origin,
-    /// within the route's limit; true when some of it went.
+    /// within the route's limit, from where it stopped on a refused stream; what goes
+    /// is copied into `copy` first.
     async fn upload_h2(
         &mut self,
         out: &mut Outbound,
         upload: &mut SendStream<Bytes>,
-    ) -> Result<bool, Attempt> {
+        copy: &mut BodyCopy,
+    ) -> Result<(), Attempt> {
         let stall = out.route.site.timeouts.read;
         let max = out.route.max_body;
-        let mut relay = Relay::new(out.request.framing, false);
-        let mut total = 0u64;
-        let mut sent = false;
+        let mux = self.mux.get_or_insert_with(Box::default);
+        let relay = mux.relay.get_or_insert_with(|| Relay::new(out.request.framing, false));
         let client = &mut self.client;
         loop {
             if !client.buf.is_empty() {
@@ -161,18 +174,20 @@ impl H1Wire<'_> {
                 let payload = client.buf.data().get(..piece.payload).unwrap_or_default();
                 let data = Bytes::copy_from_slice(payload);
                 client.buf.consume(piece.used);
-                total = total.saturating_add(data.len() as u64);
-                if let Some(max) = max.filter(|max| total > *max) {
+                if let Some(max) = max.filter(|max| relay.payload() > *max) {
                     return Err(Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)));
                 }
+                copy.push(&data);
+                // Read to its end: a try refused from here on sends it all from the
+                // copy.
+                out.progress.body_consumed |= piece.done;
                 if !data.is_empty() || piece.done {
-                    sent |= !data.is_empty();
                     flow::send(upload, data, piece.done, stall).await.map_err(|error| {
                         Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
                     })?;
                 }
                 if piece.done {
-                    return Ok(sent);
+                    return Ok(());
                 }
                 // A partial chunk line stays in the buffer until more arrives.
                 if piece.used > 0 && !client.buf.is_empty() {

@@ -16,9 +16,10 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::backlog;
+use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, HeadOut};
-use super::retry::{self, SendOutcome};
+use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::Outbound;
@@ -48,9 +49,32 @@ pub(crate) struct H2Wire {
     origin_body: Option<RecvStream>,
     /// The client reset the stream or did not take the response.
     client_failed: bool,
-    /// A streamed body sent whole to an origin that refused the stream: sent again
-    /// from here.
-    replay: Option<Vec<u8>>,
+    /// How far the client's body was read, across tries.
+    read: BodyRead,
+    /// A piece of the client's body read and not yet wholly sent on when the
+    /// origin's response head came first: it goes before the rest.
+    in_hand: Option<InHand>,
+    /// The trailers that ended the client's body, kept with its copy: a stream the
+    /// origin refused sends them again after it.
+    trailers_sent: Option<HeaderMap>,
+}
+
+/// How far a client's body was read.
+#[derive(Default)]
+struct BodyRead {
+    /// Bytes, for the route's limit: counted once, however often a refused stream
+    /// sends them again.
+    bytes: u64,
+    /// To its end (its last DATA frame or its trailers), whether or not all of it went
+    /// on to the origin.
+    ended: bool,
+}
+
+/// A piece of a client's body on its way to the origin.
+struct InHand {
+    data: Bytes,
+    /// It ends the body.
+    last: bool,
 }
 
 /// A response head for an HTTP/2 client.
@@ -85,7 +109,9 @@ impl H2Wire {
             upload: None,
             origin_body: None,
             client_failed: false,
-            replay: None,
+            read: BodyRead::default(),
+            in_hand: None,
+            trailers_sent: None,
         }
     }
 
@@ -379,13 +405,43 @@ impl H2Wire {
     }
 }
 
-/// The response of a stream whose upload failed, if the origin sent one before it
-/// stopped taking the body.
-pub(super) async fn answer_despite(
+/// What an upload that failed with `error` means, asked of the stream itself: the
+/// origin's response, if it sent one before it stopped taking the body (RST_STREAM
+/// after a complete response, RFC 9113, 8.1); [`Attempt::Refused`], if the origin
+/// refused the stream, wherever its body was; else a stream that may have reached it.
+pub(super) async fn upload_failed(
     response: impl std::future::Future<Output = Result<Response<RecvStream>, h2::Error>>,
     limit: Duration,
-) -> Option<Response<RecvStream>> {
-    tokio::time::timeout(limit, response).await.ok()?.ok()
+    error: io::Error,
+) -> Result<Response<RecvStream>, Attempt> {
+    match tokio::time::timeout(limit, response).await {
+        Ok(Ok(answered)) => Ok(answered),
+        Ok(Err(e)) if flow::refused(&e) => Err(stream_failed(e)),
+        Ok(Err(_)) | Err(_) => Err(Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }),
+    }
+}
+
+/// Sends on a new stream the body that went on a refused one, from its start: what
+/// `copy` holds, then, once the body had ended (`ended`), the `trailers` that ended
+/// it or the end of the stream.
+pub(super) async fn send_again(
+    upload: &mut SendStream<Bytes>,
+    copy: &BodyCopy,
+    trailers: Option<&HeaderMap>,
+    ended: bool,
+    stall: Duration,
+) -> io::Result<()> {
+    let mut chunks = copy.chunks().peekable();
+    while let Some(chunk) = chunks.next() {
+        let last = ended && trailers.is_none() && chunks.peek().is_none();
+        flow::send(upload, chunk, last, stall).await?;
+    }
+    match trailers {
+        _ if !ended => Ok(()),
+        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(flow::to_io),
+        None if copy.len() == 0 => upload.send_data(Bytes::new(), true).map_err(flow::to_io),
+        None => Ok(()),
+    }
 }
 
 /// What finished first while a request body streamed to an HTTP/2 origin.
@@ -394,49 +450,64 @@ enum First {
     Answered(Result<Response<RecvStream>, h2::Error>),
 }
 
+/// Where [`pump`] keeps what it sends, so a refused stream can send it again.
+struct Keep<'a> {
+    copy: &'a mut BodyCopy,
+    trailers: &'a mut Option<HeaderMap>,
+}
+
 /// Streams the client's body to an HTTP/2 origin until it ends (trailers included),
-/// within the route's body limit; `total` counts the bytes sent.
+/// within the route's body limit; `read` says how far the client's body was read.
+/// With `keep`, what goes is copied first.
 ///
-/// A copy of what went is kept in `copy` while the body is small (see
-/// [`retry::KEEP_BODY_MAX_BYTES`]) and has no trailers, so a stream the origin refuses
-/// after the body arrived can go again.
+/// The pump may be dropped midway, when the response head comes first: what it read
+/// and had not sent yet waits in `in_hand`, and a pump started again sends it first.
 async fn pump(
     body: &mut RecvStream,
     to: &mut SendStream<Bytes>,
-    total: &mut u64,
+    read: &mut BodyRead,
+    in_hand: &mut Option<InHand>,
     max: Option<u64>,
     stall: Duration,
-    copy: &mut Option<Vec<u8>>,
+    mut keep: Option<Keep<'_>>,
 ) -> Result<(), Attempt> {
-    while let Some(data) = flow::next(body, stall).await.map_err(client_failed)? {
-        count_body(total, data.len(), max)?;
-        let n = data.len();
-        if let Some(kept) = copy.as_mut() {
-            if *total <= retry::KEEP_BODY_MAX_BYTES {
-                kept.extend_from_slice(&data);
-            } else {
-                *copy = None;
+    let closed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
+    // Each round sends one piece; bounded by the body.
+    loop {
+        if let Some(piece) = in_hand.as_mut() {
+            flow::send_from(to, &mut piece.data, piece.last, stall).await.map_err(closed)?;
+            let last = piece.last;
+            *in_hand = None;
+            if last {
+                return Ok(());
             }
         }
+        let Some(data) = flow::next(body, stall).await.map_err(client_failed)? else { break };
+        count_body(&mut read.bytes, data.len(), max)?;
+        if let Some(keep) = keep.as_mut() {
+            keep.copy.push(&data);
+        }
+        // The window goes back as the bytes are taken into `in_hand`: they are
+        // holdfast's to send from here.
+        flow::release(body, data.len());
         // The client's last DATA frame ends the origin's stream too, instead of an
         // empty frame after it.
         let last = body.is_end_stream();
-        flow::send(to, data, last, stall)
-            .await
-            .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
-        flow::release(body, n);
-        if last {
-            return Ok(());
-        }
+        read.ended = last;
+        *in_hand = Some(InHand { data, last });
     }
-    let end = match flow::trailers(body, stall).await.map_err(client_failed)? {
+    let trailers = flow::trailers(body, stall).await.map_err(client_failed)?;
+    read.ended = true;
+    let end = match trailers {
         Some(trailers) => {
-            *copy = None;
+            if let Some(keep) = keep.as_mut() {
+                *keep.trailers = Some(trailers.clone());
+            }
             to.send_trailers(trailers)
         }
         None => to.send_data(Bytes::new(), true),
     };
-    end.map_err(|e| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: flow::to_io(e) })
+    end.map_err(|e| closed(flow::to_io(e)))
 }
 
 impl MuxWire for H2Wire {
@@ -446,65 +517,61 @@ impl MuxWire for H2Wire {
         mut send: SendRequest<Bytes>,
         mut request: http::Request<()>,
         kept: Option<&[u8]>,
+        copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         if self.facts.te_trailers {
             request
                 .headers_mut()
                 .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
         }
+        // A try after a refused one sends what was read from the copy, and all of it
+        // once the client's body ended.
+        self.in_hand = None;
+        out.progress.body_consumed |= self.read.ended;
         let streaming = !out.progress.body_consumed;
-        // A streamed body the origin refused once goes again from its copy.
-        let replay = self.replay.take();
-        let kept = kept.or(replay.as_deref());
-        let end = kept.is_none() && !streaming;
-        let (response, mut upload) = match send.send_request(request, end) {
-            Ok(sent) => sent,
-            Err(e) => return Err(self.refused_keeps(stream_failed(e, false), replay)),
-        };
+        // After a refused try, what went on it goes first.
+        let again = kept.is_none() && (copy.len() > 0 || self.trailers_sent.is_some());
+        let end = kept.is_none() && !streaming && !again;
+        let (response, mut upload) = send.send_request(request, end).map_err(stream_failed)?;
         let stall = out.route.site.timeouts.read;
-        if let Some(kept) = kept {
-            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall)
-                .await
-                .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
-        }
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
-        let mut sent_body = false;
-        // What a refused stream would be sent again with.
-        let mut again = replay;
+        let sent = match kept {
+            Some(kept) => flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await,
+            None if again => {
+                let trailers = self.trailers_sent.as_ref();
+                send_again(&mut upload, copy, trailers, !streaming, stall).await
+            }
+            None => Ok(()),
+        };
+        if let Err(error) = sent {
+            let answered = upload_failed(response, limit, error).await?;
+            return Ok(self.start_mux(out, answered, None));
+        }
         if streaming {
             self.answer_continue(out);
-            let mut total = 0u64;
             let max = out.route.max_body;
-            let mut copy = Some(Vec::new());
             let first = {
-                let pump = pump(&mut self.body, &mut upload, &mut total, max, stall, &mut copy);
+                let keep = Keep { copy: &mut *copy, trailers: &mut self.trailers_sent };
+                let (body, read, in_hand) = (&mut self.body, &mut self.read, &mut self.in_hand);
+                let pump = pump(body, &mut upload, read, in_hand, max, stall, Some(keep));
                 tokio::select! {
                     biased;
                     answered = &mut response => First::Answered(answered),
                     done = pump => First::Pumped(done),
                 }
             };
-            sent_body = total > 0;
             match first {
-                First::Pumped(Ok(())) => {
-                    // The whole body went, and a copy is at hand: not lost if refused.
-                    sent_body = copy.is_none();
-                    again = copy;
-                }
-                // The origin stopped taking the body (RST_STREAM after a complete
-                // response, RFC 9113, 8.1): its response, if it sent one, stands.
-                First::Pumped(Err(failed @ Attempt::Closed { .. })) => {
-                    return match answer_despite(response, limit).await {
-                        Some(answered) => Ok(self.start_mux(out, answered, None)),
-                        None => Err(failed),
-                    };
+                First::Pumped(Ok(())) => {}
+                First::Pumped(Err(Attempt::Closed { error, .. })) => {
+                    let answered = upload_failed(response, limit, error).await?;
+                    return Ok(self.start_mux(out, answered, None));
                 }
                 First::Pumped(Err(failed)) => return Err(failed),
                 // The response came first: the body goes on streaming while it is
-                // relayed.
+                // relayed. Or the origin refused the stream mid-body.
                 First::Answered(answered) => {
-                    let answered = answered.map_err(|e| stream_failed(e, sent_body))?;
+                    let answered = answered.map_err(stream_failed)?;
                     return Ok(self.start_mux(out, answered, Some(upload)));
                 }
             }
@@ -519,7 +586,7 @@ impl MuxWire for H2Wire {
         };
         match waited {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
-            Ok(Err(e)) => Err(self.refused_keeps(stream_failed(e, sent_body), again)),
+            Ok(Err(e)) => Err(stream_failed(e)),
             Ok(Ok(answered)) => Ok(self.start_mux(out, answered, None)),
         }
     }
@@ -541,12 +608,9 @@ impl MuxWire for H2Wire {
         let download = relay_stream(&mut origin, &mut client, end, stall);
         let upload = async {
             if let Some(mut upload) = self.upload.take() {
-                let mut total = 0u64;
                 let max = out.route.max_body;
-                if pump(&mut self.body, &mut upload, &mut total, max, stall, &mut None)
-                    .await
-                    .is_err()
-                {
+                let (body, read, in_hand) = (&mut self.body, &mut self.read, &mut self.in_hand);
+                if pump(body, &mut upload, read, in_hand, max, stall, None).await.is_err() {
                     upload.send_reset(h2::Reason::CANCEL);
                 }
             }
@@ -558,14 +622,6 @@ impl MuxWire for H2Wire {
 }
 
 impl H2Wire {
-    /// Keeps the body to send again when the origin refused the stream.
-    fn refused_keeps(&mut self, attempt: Attempt, body: Option<Vec<u8>>) -> Attempt {
-        if matches!(attempt, Attempt::Refused { .. }) {
-            self.replay = body;
-        }
-        attempt
-    }
-
     /// Keeps an HTTP/2 origin's response for [`MuxWire::mux_relay`] and says how it
     /// starts.
     fn start_mux(
@@ -621,16 +677,15 @@ pub(super) fn start_of(
     }
 }
 
-/// What a stream that failed before its response means for the attempt: refused ones
-/// go again; others are `retry`'s to judge, unless body bytes went already.
-pub(super) fn stream_failed(e: h2::Error, sent_body: bool) -> Attempt {
-    let refused = flow::refused(&e);
+/// What a stream that failed before its response means for the attempt: a refused one
+/// ([`flow::refused`]) never reached the origin, wherever its body was; others may
+/// have, and are `retry`'s to judge.
+pub(super) fn stream_failed(e: h2::Error) -> Attempt {
     let goaway = e.is_go_away();
-    let error = flow::to_io(e);
-    match (refused, sent_body) {
-        (true, false) => Attempt::Refused { goaway, error },
-        (true, true) => Attempt::Failed(ProxyErrorKind::Closed(error)),
-        (false, _) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
+    if flow::refused(&e) {
+        Attempt::Refused { goaway, error: flow::to_io(e) }
+    } else {
+        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: flow::to_io(e) }
     }
 }
 

@@ -26,6 +26,7 @@
 
 pub mod answers;
 mod backlog;
+mod body_copy;
 pub mod error;
 mod exchange;
 pub mod forwarded;

@@ -3,13 +3,16 @@
 //! fails moves the request to another backend, a stream that failed before its
 //! response goes again when `retry` allows it, and everything is counted the same way.
 //! One rule is HTTP/2's own: a stream the origin refused (`REFUSED_STREAM`, or above
-//! the last stream of its GOAWAY) never reached its application, so it goes again on
-//! another connection whatever its method.
+//! the last stream of its graceful GOAWAY) never reached its application, so it goes
+//! again whatever its method and wherever its body was: a body read beforehand goes
+//! again whole, a streamed one from the copy kept as it went (`body_copy`); a body too
+//! large to keep cannot, and the client gets a 502 that says so.
 
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::body_copy::BodyCopy;
 use super::error::{ProxyError, ProxyErrorKind};
 use super::exchange::{client_left, delivered, origin_body_failed};
 use super::retry::{self, Decision};
@@ -49,10 +52,10 @@ impl From<ProxyError> for MuxFailure {
 }
 
 impl Proxy {
-    /// Leases a stream, sends the request and reads the response head; again on
-    /// another connection when the origin refused the stream, or when the stream
-    /// failed and [`retry::may_replay`] allows it; on another backend when a connect
-    /// failed or [`retry::may_fail_over`] allows it.
+    /// Leases a stream, sends the request and reads the response head; again when the
+    /// origin refused the stream (up to [`MAX_REFUSED`] times, if the body can go
+    /// again), or when the stream failed and [`retry::may_replay`] allows it; on
+    /// another backend when a connect failed or [`retry::may_fail_over`] allows it.
     pub(super) async fn send_mux<W: MuxWire>(
         &self,
         out: &mut Outbound,
@@ -60,6 +63,8 @@ impl Proxy {
         wire: &mut W,
     ) -> Result<SentMux, MuxFailure> {
         let (kept, _, body) = self.prelude(out, wire, None).await?;
+        // A streamed body as far as it went, until the response head comes.
+        let mut copy = BodyCopy::new();
         let mut tried = Vec::new();
         let mut refused = 0usize;
         loop {
@@ -70,6 +75,15 @@ impl Proxy {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Err(MuxFailure::SpeaksHttp1(kept)),
                 Err(LeaseError::Connect(e)) => {
+                    // Turned away as the connection opened: refused like a stream.
+                    if e.is_refusal() && refused < MAX_REFUSED {
+                        refused = refused.saturating_add(1);
+                        tracing::debug!(
+                            backend = %backend.addr, error = %e,
+                            "the origin went away as the connection opened; trying another"
+                        );
+                        continue;
+                    }
                     if e.is_backend_failure() {
                         backend.connect_failed(Instant::now());
                     }
@@ -87,7 +101,8 @@ impl Proxy {
             let request = convert::origin_request(head, tls, false).map_err(|e| {
                 error(out, ProxyErrorKind::Closed(std::io::Error::other(e.to_string())), false)
             })?;
-            let attempt = wire.mux_attempt(out, lease.sender(), request, kept.as_deref()).await;
+            let sender = lease.sender();
+            let attempt = wire.mux_attempt(out, sender, request, kept.as_deref(), &mut copy).await;
             let (outcome, io_error) = match attempt {
                 Ok((upload, start)) => {
                     lease.answered();
@@ -98,16 +113,33 @@ impl Proxy {
                     if goaway {
                         lease.went_away();
                     }
+                    if let Some(why) = copy.lost() {
+                        let method = out.request.method.clone();
+                        let kind =
+                            ProxyErrorKind::RefusedNotResent { error: io_error, method, why };
+                        return Err(error(out, kind, reused).into());
+                    }
                     refused = refused.saturating_add(1);
                     if refused <= MAX_REFUSED {
                         lease.retried();
                         tracing::debug!(
                             backend = %backend.addr, method = %out.request.method, goaway,
-                            error = %io_error, "the origin refused the stream; sending it again"
+                            resent_bytes = copy.len(), error = %io_error,
+                            "the origin refused the stream; sending it again"
                         );
                         continue;
                     }
-                    (retry::SendOutcome::Unsent, io_error)
+                    // The origin refuses stream after stream: the backend is failing,
+                    // whether the connection is new or not.
+                    drop(lease);
+                    backend.observe(502, None, Instant::now());
+                    let unsent = retry::SendOutcome::Unsent;
+                    if retry::may_fail_over(&out.request.method, unsent, body)
+                        && self.fail_over(out, &mut tried)
+                    {
+                        continue;
+                    }
+                    return Err(error(out, ProxyErrorKind::Closed(io_error), reused).into());
                 }
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
             };

@@ -8,6 +8,10 @@
 //! head is the rewritten head holdfast keeps until the response arrives, and its body
 //! is empty or was read in full beforehand ([`should_keep_body`]).
 //!
+//! A stream an HTTP/2 origin refused is another matter: it never reached the origin's
+//! application, so `mux` sends it again whatever its method, from a copy of its body
+//! kept as it streamed (`body_copy`).
+//!
 //! A failure on a connection that was new is not this race but the backend failing: it
 //! is not retried on the same backend (that would only add load), but [`may_fail_over`]
 //! decides whether another backend of the group gets the request, as it always does
@@ -140,10 +144,10 @@ pub fn may_fail_over(method: &Method, sent: SendOutcome, body: BodyReplay) -> bo
 
 /// Whether a body of `len` bytes (its exact size, from `Content-Length`) is read in full
 /// and kept before the request is sent, so a replay can send it again: for idempotent
-/// methods, and for every method to an HTTP/2 origin (`multiplexed`), which may refuse
-/// a stream after its body arrived and before it processed it (`REFUSED_STREAM`).
-pub fn should_keep_body(method: &Method, len: Option<u64>, multiplexed: bool) -> bool {
-    (multiplexed || is_idempotent(method)) && len.is_some_and(|n| n <= KEEP_BODY_MAX_BYTES)
+/// methods only. (A body to an HTTP/2 origin is copied as it streams instead, for a
+/// refused stream: `body_copy`.)
+pub fn should_keep_body(method: &Method, len: Option<u64>) -> bool {
+    is_idempotent(method) && len.is_some_and(|n| n <= KEEP_BODY_MAX_BYTES)
 }
 
 /// RFC 9110, 9.2.2: methods whose intended effect is the same however often they run.
@@ -245,17 +249,14 @@ mod tests {
 
     #[test]
     fn only_small_sized_bodies_of_idempotent_requests_are_kept() {
-        assert!(should_keep_body(&Method::PUT, Some(0), false));
-        assert!(should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES), false));
-        assert!(should_keep_body(&Method::POST, Some(10), true));
-        assert!(!should_keep_body(&Method::POST, Some(10), false));
-        assert!(!should_keep_body(&Method::POST, None, true));
-        assert!(should_keep_body(&Method::DELETE, Some(10), false));
-        assert!(!should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES + 1), false));
+        assert!(should_keep_body(&Method::PUT, Some(0)));
+        assert!(should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES)));
+        assert!(should_keep_body(&Method::DELETE, Some(10)));
+        assert!(!should_keep_body(&Method::PUT, Some(KEEP_BODY_MAX_BYTES + 1)));
         // Chunked: the size is unknown until the end.
-        assert!(!should_keep_body(&Method::PUT, None, false));
+        assert!(!should_keep_body(&Method::PUT, None));
         for method in not_idempotent() {
-            assert!(!should_keep_body(&method, Some(10), false), "{method}");
+            assert!(!should_keep_body(&method, Some(10)), "{method}");
         }
     }
 }

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 
+use super::body_copy::BodyCopy;
 use super::error::ProxyErrorKind;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
@@ -119,12 +120,18 @@ pub(crate) trait MuxWire: Wire {
     /// the body as it streams from the client, and the final response head back. A
     /// body may still be streaming when the response head comes (gRPC streams both
     /// ways); [`MuxWire::mux_relay`] finishes it.
+    ///
+    /// A streamed body goes into `copy` as it goes out, until the response head
+    /// comes; a try after a refused one sends what `copy` holds first, then the rest
+    /// of the body as it streams. A refusal is [`Attempt::Refused`] wherever the body
+    /// was when it came; whether the request goes again is the caller's to decide.
     fn mux_attempt(
         &mut self,
         out: &mut Outbound,
         send: SendRequest<Bytes>,
         request: http::Request<()>,
         kept: Option<&[u8]>,
+        copy: &mut BodyCopy,
     ) -> impl Future<Output = Result<(Upload, ResponseStart), Attempt>> + Send;
 
     /// Streams the response body and trailers to the client, after the head.
@@ -161,6 +168,7 @@ pub(crate) enum Attempt {
     /// Anything else: no retry.
     Failed(ProxyErrorKind),
     /// An HTTP/2 origin refused the stream (`REFUSED_STREAM`, or above the last stream
-    /// of its GOAWAY): it never processed it, so it goes again whatever its method.
+    /// of its graceful GOAWAY): it never processed it, so it goes again whatever its
+    /// method, if its body can be sent again.
     Refused { goaway: bool, error: io::Error },
 }

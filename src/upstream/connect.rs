@@ -83,6 +83,10 @@ pub enum ConnectError {
     /// The HTTP/2 session could not start (preface, SETTINGS, the first PING).
     #[error("HTTP/2 handshake failed: {0}")]
     Http2(String),
+    /// The origin sent a graceful GOAWAY before the HTTP/2 session was ready (it is
+    /// going away, a restart for one): nothing was sent on the connection.
+    #[error("the origin sent GOAWAY as the HTTP/2 session started")]
+    WentAway,
     /// The backend left its group (a reload or a new resolution) while the request
     /// waited for a connection.
     #[error("the backend was removed from its group")]
@@ -90,6 +94,13 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
+    /// Whether the origin turned the connection away before anything was sent on it,
+    /// as it refuses a stream: the request may go on another connection, whatever its
+    /// method.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, ConnectError::WentAway)
+    }
+
     /// The same failure again, for each request that waited on the one connect.
     pub fn duplicate(&self) -> ConnectError {
         let again = |e: &io::Error| io::Error::new(e.kind(), e.to_string());
@@ -104,14 +115,15 @@ impl ConnectError {
             ConnectError::Io(e) => ConnectError::Io(again(e)),
             ConnectError::Tls(s) => ConnectError::Tls(s.clone()),
             ConnectError::Http2(s) => ConnectError::Http2(s.clone()),
+            ConnectError::WentAway => ConnectError::WentAway,
             ConnectError::Retired => ConnectError::Retired,
         }
     }
 
     /// Whether the failure says something about the backend (it refused, did not
-    /// answer, cannot be reached), so its health counts it. Running out of local ports
-    /// or a bad source address is this host's problem: ejecting the backend would not
-    /// help.
+    /// answer, cannot be reached, went away), so its health counts it. Running out of
+    /// local ports or a bad source address is this host's problem: ejecting the backend
+    /// would not help.
     pub fn is_backend_failure(&self) -> bool {
         !matches!(
             self,
@@ -132,6 +144,7 @@ impl ConnectError {
             ConnectError::Io(_) => "connect_failed",
             ConnectError::Tls(_) => "tls_handshake",
             ConnectError::Http2(_) => "h2_handshake",
+            ConnectError::WentAway => "h2_goaway",
             ConnectError::Retired => "backend_removed",
         }
     }

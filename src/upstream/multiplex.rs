@@ -442,9 +442,18 @@ impl Shared {
             }
             ended.store(true, Ordering::Release);
         });
-        if let Some(pings) = pings.as_mut() {
-            pings.ping(h2::Ping::opaque()).await.map_err(fail)?;
+        let pinged = match pings.as_mut() {
+            Some(pings) => pings.ping(h2::Ping::opaque()).await.map(|_| ()),
+            None => Ok(()),
+        };
+        // A graceful GOAWAY before the session was ready, whether or not the ping's
+        // answer came first: the origin is going away, and the connection never took a
+        // stream. (Adopted, it would be dropped at once and another opened, without
+        // end if the origin always does this.)
+        if went_away(&send) {
+            return Err(ConnectError::WentAway);
         }
+        pinged.map_err(fail)?;
         let id = self.stats.opened.fetch_add(1, Ordering::Relaxed);
         let draining = AtomicBool::new(false);
         let conn = Arc::new(Conn { id, send, closed, draining, answered: AtomicU64::new(0) });
@@ -479,6 +488,17 @@ async fn keep_pinging(
             return;
         }
     }
+}
+
+/// Whether the origin sent a graceful GOAWAY (NO_ERROR) on the connection of `send`.
+fn went_away(send: &SendRequest<Bytes>) -> bool {
+    let mut probe = send.clone();
+    let mut cx = Context::from_waker(Waker::noop());
+    matches!(
+        probe.poll_ready(&mut cx),
+        Poll::Ready(Err(e))
+            if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR)
+    )
 }
 
 /// Whether the TLS session on `stream` negotiated `h2`.

@@ -20,6 +20,7 @@ use crate::support::http2::{
     encode_frame, frame, h2_config, have_tool_with, hpack_indexed_name, H2Client, H2Origin,
     H2OriginOptions, RawEnd, RawH2,
 };
+use crate::support::refusing::{RefusingOptions, RefusingOrigin};
 use crate::support::tls::{
     have_tool, run_tool, tls_connect, toml_path, Pki, TlsOrigin, TlsOriginOptions,
 };
@@ -544,6 +545,31 @@ async fn response_complete_before_the_upload_is_relayed() {
     let reply = h1.request(Method::POST, "/early", body_of(&vec![b'e'; 200_000])).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(reply.text(), "early\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_still_uploading_when_the_response_head_comes_reaches_the_origin_whole() {
+    // A gRPC server may send a call's response head before it reads the request: the
+    // body goes on while the response is relayed, and none of it may be lost at the
+    // switch, not even a piece that was waiting for the origin's window.
+    let options =
+        RefusingOptions { answer_first: true, window: 1000, ..RefusingOptions::default() };
+    let origin = RefusingOrigin::start(options).await;
+    let proxy =
+        Proxy::start(h2_config("h2c = true", &[format!("h2c://{}", origin.addr())], "", "")).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    for size in [10_000usize, 100_000, 1 << 20] {
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let reply = client
+            .request(Method::POST, "/stream", &[], Bytes::from(body.clone()))
+            .await
+            .expect("a response");
+        assert_eq!(reply.status, StatusCode::OK, "{size} bytes: {}", reply.text());
+        let trailers = reply.trailers.expect("trailers saying what arrived");
+        let said = |name: &str| trailers.get(name).and_then(|v| v.to_str().ok()).map(String::from);
+        assert_eq!(said("x-received-bytes"), Some(size.to_string()), "{size} bytes");
+        assert_eq!(said("x-received-fnv"), Some(Fnv::of(&body)), "{size} bytes");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

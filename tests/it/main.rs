@@ -69,6 +69,8 @@ mod tls_origin;
 // HTTP/2: h2c and TLS clients (h2 crate, curl, nghttp, h2load), HTTP/1.1 and HTTP/2
 // origins, GOAWAY and REFUSED_STREAM retried, trailers, config keys, SIGTERM's GOAWAY.
 mod h2;
+// Streams an HTTP/2 origin refused, sent again wherever their body was; the GOAWAY drill.
+mod refused;
 // HTTP/2 abuse: rapid reset, CONTINUATION floods, oversized header lists, too many streams.
 mod h2_floods;
 // gRPC end to end with Python's grpcio, over h2c and over TLS.

@@ -14,6 +14,7 @@ pub mod node;
 pub mod origin;
 pub mod port;
 pub mod proxy;
+pub mod refusing;
 pub mod scrape;
 pub mod tap;
 pub mod tls;
