@@ -1,7 +1,8 @@
 //! The wire of an exchange between an HTTP/1.1 client and an HTTP/2 origin: the
-//! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames; the
-//! origin's response comes back as an HTTP/1.1 head and body in the framing the client
-//! gets. The body goes up before the response is awaited: an HTTP/1.1 client sends its
+//! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames (its
+//! trailer section as trailing HEADERS); the origin's response comes back as an
+//! HTTP/1.1 head and body in the framing the client gets (trailers in a chunked one).
+//! The body goes up before the response is awaited: an HTTP/1.1 client sends its
 //! whole request first.
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use super::Outbound;
 use crate::http1::body::Relay;
 use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
-use crate::http2::flow;
+use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, WaitError};
 
 impl MuxWire for H1Wire<'_> {
@@ -113,9 +114,20 @@ impl MuxWire for H1Wire<'_> {
             flow::release(&mut body, data.len());
             bytes = bytes.saturating_add(data.len() as u64);
         }
+        // Trailers (gRPC's `grpc-status`, say) go in the chunked ending (RFC 9112,
+        // 7.1.2). A client that gets the origin's Content-Length, or an HTTP/1.0 client
+        // (close-delimited), has no trailer section: trailers are not read, and dropped.
         if chunked {
-            let end = [LAST_CHUNK, b"\r\n"];
-            net::write_all(stream, &end, stall).await.map_err(|(_, e)| to_client(e, bytes))?;
+            let trailers = match flow::trailers(&mut body, stall).await {
+                Ok(trailers) => trailers,
+                Err(error) => return Err(DownloadError::Upstream { error, bytes }),
+            };
+            let mut end = LAST_CHUNK.to_vec();
+            if let Some(trailers) = &trailers {
+                convert::write_h1_trailers(trailers, &mut end);
+            }
+            end.extend_from_slice(b"\r\n");
+            net::write_all(stream, &[&end], stall).await.map_err(|(_, e)| to_client(e, bytes))?;
         }
         Ok(Downloaded { bytes, extra: false })
     }
@@ -148,7 +160,9 @@ impl H1Wire<'_> {
     ) -> Result<bool, Attempt> {
         let stall = out.route.site.timeouts.read;
         let max = out.route.max_body;
-        let mut relay = Relay::new(out.request.framing, false);
+        // The client's trailer section is bounded as its head is (RFC 9112, 7.1.2).
+        let max_trailer_bytes = out.route.site.limits.max_header_bytes;
+        let mut relay = Relay::new(out.request.framing, false, max_trailer_bytes);
         let mut total = 0u64;
         let mut sent = false;
         let client = &mut self.client;
@@ -165,11 +179,20 @@ impl H1Wire<'_> {
                 if let Some(max) = max.filter(|max| total > *max) {
                     return Err(Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)));
                 }
-                if !data.is_empty() || piece.done {
+                // A chunked body's trailers end the stream in a HEADERS frame of their
+                // own (RFC 9113, 8.1); without any, the last DATA frame ends it.
+                let trailers = match piece.done {
+                    true => convert::trailers_from_h1(relay.trailers()),
+                    false => http::HeaderMap::new(),
+                };
+                let end = piece.done && trailers.is_empty();
+                let failed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
+                if !data.is_empty() || end {
                     sent |= !data.is_empty();
-                    flow::send(upload, data, piece.done, stall).await.map_err(|error| {
-                        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
-                    })?;
+                    flow::send(upload, data, end, stall).await.map_err(failed)?;
+                }
+                if !trailers.is_empty() {
+                    upload.send_trailers(trailers).map_err(|e| failed(flow::to_io(e)))?;
                 }
                 if piece.done {
                     return Ok(sent);

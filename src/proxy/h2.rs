@@ -50,6 +50,9 @@ pub(crate) struct H2Wire {
     /// A streamed body sent whole to an origin that refused the stream: sent again
     /// from here.
     replay: Option<Vec<u8>>,
+    /// The trailers of a body read whole beforehand ([`Wire::read_kept`]), sent after
+    /// it to an HTTP/2 origin.
+    kept_trailers: Option<HeaderMap>,
 }
 
 /// A response head for an HTTP/2 client.
@@ -85,6 +88,7 @@ impl H2Wire {
             origin_body: None,
             client_failed: false,
             replay: None,
+            kept_trailers: None,
         }
     }
 
@@ -159,6 +163,11 @@ impl Wire for H2Wire {
         if kept.len() != want {
             return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)));
         }
+        // HTTP/2 allows trailers after a body of declared length; they are kept with
+        // it for an HTTP/2 origin (an HTTP/1.1 origin gets the length, and no trailer
+        // section to put them in).
+        let trailers = flow::trailers(&mut self.body, stall).await.map_err(client_failed)?;
+        self.kept_trailers = trailers.map(convert::passable_trailers).filter(|t| !t.is_empty());
         Ok(kept)
     }
 
@@ -271,25 +280,39 @@ impl H2Wire {
         if empty {
             return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
         }
-        let mut relay = Relay::new(start.framing, false);
+        // The origin's trailer section is bounded as its head is (RFC 9112, 7.1.2).
+        let mut relay = Relay::new(start.framing, false, response::MAX_HEAD_BYTES);
         let mut bytes = 0u64;
         loop {
             if !self.origin_buf.is_empty() {
+                // A malformed body, or a trailer section past the bound, ends the
+                // stream with an error, as a failed origin does.
                 let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
+                    client.send_reset(h2::Reason::INTERNAL_ERROR);
                     DownloadError::Upstream { error: io::Error::other(e.to_string()), bytes }
                 })?;
                 let payload = self.origin_buf.data().get(..piece.payload).unwrap_or_default();
                 let data = Bytes::copy_from_slice(payload);
                 self.origin_buf.consume(piece.used);
                 let n = data.len() as u64;
-                if n > 0 || piece.done {
-                    flow::send(&mut client, data, piece.done, stall).await.map_err(|e| {
-                        DownloadError::Client {
-                            error: WaitError::Io(e),
-                            bytes,
-                            remaining: relay.remaining(),
-                        }
-                    })?;
+                // A chunked body's trailers (gRPC's `grpc-status`, say) end the stream
+                // in a HEADERS frame of their own (RFC 9113, 8.1); without any, the
+                // last DATA frame ends it.
+                let trailers = match piece.done {
+                    true => convert::trailers_from_h1(relay.trailers()),
+                    false => HeaderMap::new(),
+                };
+                let end = piece.done && trailers.is_empty();
+                let to_client = |e| DownloadError::Client {
+                    error: WaitError::Io(e),
+                    bytes,
+                    remaining: relay.remaining(),
+                };
+                if n > 0 || end {
+                    flow::send(&mut client, data, end, stall).await.map_err(to_client)?;
+                }
+                if !trailers.is_empty() {
+                    client.send_trailers(trailers).map_err(|e| to_client(flow::to_io(e)))?;
                 }
                 bytes = bytes.saturating_add(n);
                 if piece.done {
@@ -359,17 +382,15 @@ impl H2Wire {
             written.map_err(origin_failed)?;
             flow::release(&mut self.body, data.len());
         }
+        // The client's trailers go in the chunked body's trailer section (RFC 9112,
+        // 7.1.2). A body sent with the client's Content-Length has no trailer section:
+        // its trailers, if it sends any, are not read and go nowhere.
         if chunked {
             let trailers =
                 flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
             let mut end = encode::LAST_CHUNK.to_vec();
-            for (name, value) in trailers.iter().flatten() {
-                if !convert::is_connection_specific(name.as_str()) {
-                    end.extend_from_slice(name.as_str().as_bytes());
-                    end.extend_from_slice(b": ");
-                    end.extend_from_slice(value.as_bytes());
-                    end.extend_from_slice(b"\r\n");
-                }
+            if let Some(trailers) = &trailers {
+                convert::write_h1_trailers(trailers, &mut end);
             }
             end.extend_from_slice(b"\r\n");
             net::write_all(stream, &[&end], origin_stall).await.map_err(origin_failed)?;
@@ -428,12 +449,15 @@ async fn pump(
             return Ok(());
         }
     }
-    let end = match flow::trailers(body, stall).await.map_err(client_failed)? {
-        Some(trailers) => {
+    // Trailers go on in a HEADERS frame that ends the stream (RFC 9113, 8.1), less
+    // the fields that may not be trailers.
+    let trailers = flow::trailers(body, stall).await.map_err(client_failed)?;
+    let end = match trailers.map(convert::passable_trailers) {
+        Some(trailers) if !trailers.is_empty() => {
             *copy = None;
             to.send_trailers(trailers)
         }
-        None => to.send_data(Bytes::new(), true),
+        Some(_) | None => to.send_data(Bytes::new(), true),
     };
     end.map_err(|e| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: flow::to_io(e) })
 }
@@ -446,6 +470,9 @@ impl MuxWire for H2Wire {
         mut request: http::Request<()>,
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
+        // `TE` is hop-by-hop; a client's `te: trailers` (RFC 9110, 10.1.4: it accepts
+        // trailers) is said again on this hop, where holdfast passes trailers on.
+        // gRPC servers refuse calls without it.
         if self.facts.te_trailers {
             request
                 .headers_mut()
@@ -462,9 +489,15 @@ impl MuxWire for H2Wire {
         };
         let stall = out.route.site.timeouts.read;
         if let Some(kept) = kept {
-            flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall)
+            let sent_failed =
+                |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
+            let trailers = self.kept_trailers.clone();
+            flow::send(&mut upload, Bytes::copy_from_slice(kept), trailers.is_none(), stall)
                 .await
-                .map_err(|error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error })?;
+                .map_err(sent_failed)?;
+            if let Some(trailers) = trailers {
+                upload.send_trailers(trailers).map_err(|e| sent_failed(flow::to_io(e)))?;
+            }
         }
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
@@ -669,9 +702,11 @@ async fn relay_stream(
             return Err(DownloadError::Upstream { error, bytes });
         }
     };
-    let end = match trailers {
-        Some(t) => client.send_trailers(t),
-        None => client.send_data(Bytes::new(), true),
+    // Trailers go on in a HEADERS frame that ends the stream (RFC 9113, 8.1), less
+    // the fields that may not be trailers.
+    let end = match trailers.map(convert::passable_trailers) {
+        Some(t) if !t.is_empty() => client.send_trailers(t),
+        Some(_) | None => client.send_data(Bytes::new(), true),
     };
     end.map_err(|e| to_client(flow::to_io(e), bytes))?;
     Ok(Downloaded { bytes, extra: false })

@@ -57,6 +57,8 @@ pub struct UploadLimits {
     pub pace: PaceConfig,
     /// Payload bytes the body may have.
     pub max_body: Option<u64>,
+    /// Bytes a chunked body's trailer section may have: the client's head limit.
+    pub max_trailer_bytes: usize,
 }
 
 /// Charges `pace` with the time a wait on the client under `deadline` took.
@@ -93,7 +95,7 @@ pub async fn upload(
     expect_continue: &mut bool,
     limits: &UploadLimits,
 ) -> Result<Upload, UploadError> {
-    let mut body = Relay::new(framing, framing == Framing::Chunked);
+    let mut body = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
     let mut pace = Pace::new(limits.pace, limits.client_stall);
     let mut early = HeadScan::default();
     loop {
@@ -332,7 +334,10 @@ pub async fn download(
 ) -> Result<Downloaded, DownloadError> {
     let pace = Pace::new(limits.pace, limits.client_stall);
     let mut to = ToClient { stream: client, bytes: 0, pace };
-    let mut body = Relay::new(framing, out.is_chunked(framing));
+    // The origin's trailer section is bounded as its head is. An HTTP/1.0 client gets a
+    // chunked body decoded, ended by the close, and so cannot be sent trailers: they
+    // are read, checked and dropped.
+    let mut body = Relay::new(framing, out.is_chunked(framing), response::MAX_HEAD_BYTES);
     // The head goes out with the first body bytes.
     let mut head = Some(head);
     loop {
