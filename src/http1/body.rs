@@ -11,9 +11,6 @@ use super::chunked::{Chunked, InvalidChunk};
 use super::encode::{self, LAST_CHUNK};
 use super::Framing;
 
-/// Trailer bytes accepted at the end of a chunked body.
-const MAX_TRAILER_BYTES: usize = 32 * 1024;
-
 /// A body's framing on the way in, and how far it has got.
 #[derive(Debug)]
 enum Input {
@@ -75,10 +72,14 @@ impl<'a> Parts<'a> {
 }
 
 impl Relay {
-    pub fn new(framing: Framing, chunked_out: bool) -> Relay {
+    /// A body framed `framing` on the way in; `chunked_out`: the receiver gets chunk
+    /// framing. A chunked body's trailer section may take `max_trailer_bytes` (RFC 9112,
+    /// 7.1.2: it is a field section like a head, and is bounded like one: callers pass
+    /// the head limit of the sender's side); past it the body is invalid.
+    pub fn new(framing: Framing, chunked_out: bool, max_trailer_bytes: usize) -> Relay {
         let input = match framing {
             Framing::Length(n) => Input::Length(n),
-            Framing::Chunked => Input::Chunked(Box::new(Chunked::new(MAX_TRAILER_BYTES))),
+            Framing::Chunked => Input::Chunked(Box::new(Chunked::new(max_trailer_bytes))),
             Framing::UntilClose => Input::UntilClose,
             Framing::Empty => Input::Length(0),
         };
@@ -101,6 +102,16 @@ impl Relay {
     /// Whether the receiver gets chunk framing.
     pub fn is_chunked_out(&self) -> bool {
         self.chunked_out
+    }
+
+    /// The trailer lines of a chunked body that may pass (`Name: value\r\n` each, those
+    /// that may not be trailers dropped already), complete once the body is done; empty
+    /// for other framings.
+    pub fn trailers(&self) -> &[u8] {
+        match &self.input {
+            Input::Chunked(chunked) => chunked.trailers(),
+            Input::Length(_) | Input::UntilClose => &[],
+        }
     }
 
     /// Body bytes still to come, when the framing says.
@@ -150,12 +161,8 @@ impl Relay {
             }
         }
         if ended && self.chunked_out {
-            let trailers = match &self.input {
-                Input::Chunked(chunked) => chunked.trailers(),
-                _ => &[],
-            };
             parts.push(LAST_CHUNK);
-            parts.push(trailers);
+            parts.push(self.trailers());
             parts.push(b"\r\n");
         }
     }

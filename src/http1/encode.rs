@@ -393,9 +393,13 @@ pub fn client_response_from(
         http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     status_line(out, status, reason);
     let mut has_date = false;
+    let chunked = body.is_chunked(framing);
     for (name, value) in headers {
         let keep_length = framing == Framing::Empty && name == http::header::CONTENT_LENGTH;
+        // `Trailer` announces trailer fields (RFC 9110, 6.6.2): only a chunked body
+        // can carry them to an HTTP/1.1 client.
         if (name == http::header::CONTENT_LENGTH && !keep_length)
+            || (name == http::header::TRAILER && !chunked)
             || crate::http2::convert::is_connection_specific(name.as_str())
         {
             continue;
@@ -404,7 +408,7 @@ pub fn client_response_from(
         header(out, name.as_str().as_bytes(), value.as_bytes());
     }
     match framing {
-        _ if body.is_chunked(framing) => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        _ if chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::Length(n) => content_length(n, out),
         _ => {}
     }

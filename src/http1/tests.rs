@@ -707,7 +707,7 @@ fn local_response_and_chunk_lines_are_well_formed() {
 /// What a relay writes for `input` arriving in pieces of `split` bytes.
 fn relayed(input: &[u8], framing: Framing, chunked_out: bool, split: usize) -> Vec<u8> {
     use super::body::{Parts, Relay};
-    let mut relay = Relay::new(framing, chunked_out);
+    let mut relay = Relay::new(framing, chunked_out, 1024);
     let mut out = Vec::new();
     for piece in input.chunks(split) {
         let mut buf = piece.to_vec();

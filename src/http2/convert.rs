@@ -1,7 +1,9 @@
 //! Between HTTP/2 messages and HTTP/1.1 heads: a client's stream as the HTTP/1.1 head
 //! `http1::request` parses ([`request_head`]), the head holdfast wrote for an origin as
-//! an HTTP/2 request ([`origin_request`]), and an HTTP/1.1 origin's response head as
-//! an HTTP/2 one ([`response_from_h1`]).
+//! an HTTP/2 request ([`origin_request`]), an HTTP/1.1 origin's response head as
+//! an HTTP/2 one ([`response_from_h1`]), and trailers from either protocol as the
+//! other carries them ([`trailers_from_h1`], [`write_h1_trailers`],
+//! [`passable_trailers`]).
 //!
 //! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the `h2` crate
 //! refuses them from peers, and they are left out of what holdfast sends.
@@ -10,7 +12,9 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 
+use crate::http1::chunked::is_forbidden_trailer;
 use crate::http1::response::Response;
+use crate::http1::Framing;
 
 /// Fields HTTP/2 does not carry (RFC 9113, 8.2.2), besides `TE` other than `trailers`.
 const CONNECTION_SPECIFIC: [&str; 6] =
@@ -200,15 +204,18 @@ fn from_parsed(
 }
 
 /// The fields of an HTTP/1.1 origin's response as an HTTP/2 client gets them: those
-/// holdfast passes on (not the hop-by-hop ones, nor trailer names), `content-length`
-/// when the body has one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS).
+/// holdfast passes on (not the hop-by-hop ones), `content-length` when the body has
+/// one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS). `Trailer`, which
+/// announces trailer fields (RFC 9110, 6.6.2), stays only on a chunked body: no other
+/// HTTP/1.1 body can have trailers.
 pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
     // One copy of the head: the values are slices of it.
     let shared = Bytes::copy_from_slice(resp.raw);
+    let chunked = resp.framing == Framing::Chunked;
     for (i, h) in resp.headers.iter().enumerate() {
         if resp.dropped.contains(i)
-            || resp.trailer_lines.contains(i)
+            || (!chunked && resp.trailer_lines.contains(i))
             || is_connection_specific(h.name)
             || h.name.eq_ignore_ascii_case("content-length")
         {
@@ -227,6 +234,67 @@ pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
     }
     add_lines(&mut map, extra);
     map
+}
+
+/// Whether a trailer field named `name` may be passed on. RFC 9110, 6.5.1: fields that
+/// frame the message, route it, authenticate, modify the request, or say how to
+/// process the content (`Content-Length`, `Transfer-Encoding`, `Host`,
+/// `Authorization`, `Content-Encoding`, `Content-Type`, `Range`, `Trailer` itself and
+/// the like, [`is_forbidden_trailer`]) may not be trailers; nor may the
+/// connection-specific fields (RFC 9113, 8.2.2). holdfast writes framing itself, so
+/// these are dropped on the way through, never forwarded.
+pub fn may_pass_trailer(name: &str) -> bool {
+    !is_forbidden_trailer(name.as_bytes()) && !is_connection_specific(name)
+}
+
+/// The trailer lines of an HTTP/1.1 chunked body (`Name: value\r\n` each, RFC 9112,
+/// 7.1.2, as `http1::chunked` keeps them) as HTTP/2 trailers, which go out in a
+/// HEADERS frame that ends the stream (RFC 9113, 8.1). Names are lowercased (RFC 9113,
+/// 8.2.1); values lose the whitespace around them (RFC 9112, 5); fields that may not
+/// pass ([`may_pass_trailer`]) or are not valid HTTP/2 fields are dropped. A
+/// pseudo-header cannot come out (RFC 9113, 8.1 forbids them in trailers): a name
+/// that starts with `:` is not a valid field name.
+pub fn trailers_from_h1(lines: &[u8]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for l in lines.split(|b| *b == b'\n') {
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let Some(colon) = l.iter().position(|b| *b == b':') else { continue };
+        let Some((name, value)) = l.split_at_checked(colon) else { continue };
+        let value = value.get(1..).unwrap_or_default().trim_ascii();
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        else {
+            continue;
+        };
+        // The section is bounded in bytes (the sender's head limit), so the map stays
+        // far below its capacity; past it, the rest is dropped rather than panic.
+        if may_pass_trailer(name.as_str()) && map.try_append(name, value).is_err() {
+            break;
+        }
+    }
+    map
+}
+
+/// Writes HTTP/2 trailers as the trailer section of a chunked body for an HTTP/1.1
+/// peer (RFC 9112, 7.1.2): one `name: value\r\n` line for each field that may pass
+/// ([`may_pass_trailer`]). The `h2` crate has checked the values (no CR, LF or NUL).
+pub fn write_h1_trailers(trailers: &HeaderMap, out: &mut Vec<u8>) {
+    for (name, value) in trailers {
+        if may_pass_trailer(name.as_str()) {
+            line(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+}
+
+/// HTTP/2 trailers as they go on to an HTTP/2 peer: without the fields that may not
+/// pass ([`may_pass_trailer`]). The `h2` crate keeps pseudo-headers out of trailers
+/// both ways (RFC 9113, 8.1).
+pub fn passable_trailers(mut trailers: HeaderMap) -> HeaderMap {
+    let refused: Vec<HeaderName> =
+        trailers.keys().filter(|name| !may_pass_trailer(name.as_str())).cloned().collect();
+    for name in refused {
+        trailers.remove(name);
+    }
+    trailers
 }
 
 /// Where `part`, a slice of `whole`, lies in it.
@@ -327,6 +395,44 @@ mod tests {
         assert!(req.headers().get("host").is_none());
         assert_eq!(req.headers()["te"], "trailers");
         assert_eq!(req.headers()["x-forwarded-for"], "1.2.3.4");
+    }
+
+    #[test]
+    fn h1_trailer_lines_become_lowercase_http2_trailers_without_forbidden_fields() {
+        let lines = b"Grpc-Status: 0\r\ngrpc-message:  not%20found \r\nX-Sum:1\r\n\
+                      Content-Length: 5\r\nConnection: close\r\nTE: trailers\r\n\
+                      Trailer: x\r\nContent-Type: text/html\r\n:status: 200\r\n\
+                      bad name: 1\r\nX-Sum: 2\r\n";
+        let map = trailers_from_h1(lines);
+        let fields: Vec<(&str, &[u8])> =
+            map.iter().map(|(n, v)| (n.as_str(), v.as_bytes())).collect();
+        assert_eq!(
+            fields,
+            [
+                ("grpc-status", &b"0"[..]),
+                ("grpc-message", b"not%20found"),
+                ("x-sum", b"1"),
+                ("x-sum", b"2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn http2_trailers_lose_the_fields_that_may_not_be_trailers() {
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("5"));
+        t.insert("grpc-message", HeaderValue::from_static("gone"));
+        t.insert("content-length", HeaderValue::from_static("0"));
+        t.insert("host", HeaderValue::from_static("evil"));
+        t.insert("authorization", HeaderValue::from_static("Bearer x"));
+        t.insert("te", HeaderValue::from_static("trailers"));
+        t.insert("trailer", HeaderValue::from_static("grpc-status"));
+        let mut lines = Vec::new();
+        write_h1_trailers(&t, &mut lines);
+        assert_eq!(lines, b"grpc-status: 5\r\ngrpc-message: gone\r\n");
+        let passed = passable_trailers(t);
+        let names: Vec<&str> = passed.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["grpc-status", "grpc-message"]);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod convert;
+pub mod flood;
 pub mod flow;
 pub mod serve;
 

@@ -8,7 +8,9 @@
 //! connection), flow-control windows that bound what one connection buffers, and
 //! limits on streams reset by the client (rapid reset, CVE-2023-44487) and on streams
 //! holdfast had to reset: past them the connection gets GOAWAY `ENHANCE_YOUR_CALM` and
-//! closes. Other connections are not touched.
+//! closes. So does a client that sends PING or SETTINGS frames past the rates
+//! `flood` allows, which the `h2` crate would answer forever. Other connections are
+//! not touched.
 
 use std::future::poll_fn;
 use std::io;
@@ -26,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use super::convert;
+use super::flood::{ControlWatch, FloodAlarm};
 use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
 use crate::http1::request::{self, HeadLimits, Refusal};
@@ -60,7 +63,9 @@ pub async fn serve(
     let (limits, timeouts) = (site.limits, site.timeouts);
     drop(site);
     CLIENT.connections.fetch_add(1, Relaxed);
-    let io = Prefixed { prefix, at: 0, stream };
+    let alarm = Arc::new(FloodAlarm::default());
+    let watch = ControlWatch::new(Arc::clone(&alarm));
+    let io = Prefixed { prefix, at: 0, stream, watch };
     let handshake = h2::server::Builder::new()
         .max_concurrent_streams(limits.h2_max_concurrent_streams)
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
@@ -90,6 +95,7 @@ pub async fn serve(
     // every stream would cost each stream their registrations.
     let mut stop = std::pin::pin!(stopped(open));
     let mut cut = std::pin::pin!(streams.cut.notified());
+    let mut flooded = std::pin::pin!(alarm.tripped());
     let mut idle_timer = std::pin::pin!(tokio::time::sleep(idle));
     let mut seen = 0u64;
     loop {
@@ -106,6 +112,15 @@ pub async fn serve(
                 // Many streams reset or abandoned: a flood, not a client.
                 CLIENT.calm.fetch_add(1, Relaxed);
                 tracing::debug!(client = %addr, "HTTP/2 client abandoned too many streams; closing");
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                stopping = true;
+                continue;
+            }
+            () = &mut flooded, if !stopping => {
+                // PING or SETTINGS frames past any client's rate (see `flood`).
+                CLIENT.calm.fetch_add(1, Relaxed);
+                let frames = alarm.flooded().map_or("control", |f| f.as_str());
+                tracing::debug!(client = %addr, frames, "HTTP/2 client flooded control frames; closing");
                 conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
                 stopping = true;
                 continue;
@@ -253,11 +268,13 @@ fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut SendResponse<Bytes>, re
     }
 }
 
-/// The client's first bytes, read before HTTP/2 was recognised, then the connection.
+/// The client's first bytes, read before HTTP/2 was recognised, then the connection;
+/// the frames both ways pass the connection's flood watch.
 struct Prefixed {
     prefix: Vec<u8>,
     at: usize,
     stream: Stream,
+    watch: ControlWatch,
 }
 
 impl AsyncRead for Prefixed {
@@ -269,7 +286,9 @@ impl AsyncRead for Prefixed {
         let this = &mut *self;
         if let Some(rest) = this.prefix.get(this.at..).filter(|r| !r.is_empty()) {
             let n = rest.len().min(buf.remaining());
-            buf.put_slice(rest.get(..n).unwrap_or_default());
+            let piece = rest.get(..n).unwrap_or_default();
+            this.watch.on_read(piece);
+            buf.put_slice(piece);
             this.at = this.at.saturating_add(n);
             if this.at >= this.prefix.len() {
                 this.prefix = Vec::new();
@@ -277,7 +296,12 @@ impl AsyncRead for Prefixed {
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = read {
+            this.watch.on_read(buf.filled().get(before..).unwrap_or_default());
+        }
+        read
     }
 }
 
@@ -287,7 +311,12 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let this = &mut *self;
+        let written = Pin::new(&mut this.stream).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.watch.on_written(buf.get(..n).unwrap_or_default());
+        }
+        written
     }
 
     fn poll_write_vectored(
@@ -295,7 +324,21 @@ impl AsyncWrite for Prefixed {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let this = &mut *self;
+        let written = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = written {
+            // The first `n` bytes of the slices, in order.
+            let mut left = n;
+            for slice in bufs {
+                if left == 0 {
+                    break;
+                }
+                let part = slice.get(..left.min(slice.len())).unwrap_or_default();
+                this.watch.on_written(part);
+                left = left.saturating_sub(part.len());
+            }
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {

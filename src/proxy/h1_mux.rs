@@ -1,9 +1,11 @@
 //! The wire of an exchange between an HTTP/1.1 client and an HTTP/2 origin: the
-//! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames; the
-//! origin's response comes back as an HTTP/1.1 head and body in the framing the client
-//! gets. The body goes up before the response is awaited: an HTTP/1.1 client sends its
+//! client's body, taken out of its HTTP/1.1 framing, goes out as DATA frames (its
+//! trailer section as trailing HEADERS); the origin's response comes back as an
+//! HTTP/1.1 head and body in the framing the client gets (trailers in a chunked one).
+//! The body goes up before the response is awaited: an HTTP/1.1 client sends its
 //! whole request first. A stream the origin refused mid-body goes again from a copy
-//! of what went, then on from where the client's body stopped.
+//! of what went (and the trailers, once read), then on from where the client's body
+//! stopped.
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -20,7 +22,7 @@ use super::Outbound;
 use crate::http1::body::Relay;
 use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
-use crate::http2::flow;
+use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, WaitError};
 
 /// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
@@ -31,6 +33,9 @@ pub(super) struct H1Mux {
     relay: Option<Relay>,
     /// The origin's response, for [`MuxWire::mux_relay`].
     response: Option<(http::response::Parts, RecvStream)>,
+    /// The client's trailers, once its body was read to its end: a refused stream
+    /// sends them again.
+    trailers: Option<http::HeaderMap>,
 }
 
 impl MuxWire for H1Wire<'_> {
@@ -51,7 +56,10 @@ impl MuxWire for H1Wire<'_> {
         let limit = out.route.site.timeouts.response_header;
         let sent = match kept {
             Some(kept) => flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await,
-            None if again => send_again(&mut upload, copy, None, !streaming, stall).await,
+            None if again => {
+                let trailers = self.mux.as_ref().and_then(|m| m.trailers.as_ref());
+                send_again(&mut upload, copy, trailers, !streaming, stall).await
+            }
             None => Ok(()),
         };
         let sent = match sent {
@@ -125,9 +133,20 @@ impl MuxWire for H1Wire<'_> {
             flow::release(&mut body, data.len());
             bytes = bytes.saturating_add(data.len() as u64);
         }
+        // Trailers (gRPC's `grpc-status`, say) go in the chunked ending (RFC 9112,
+        // 7.1.2). A client that gets the origin's Content-Length, or an HTTP/1.0 client
+        // (close-delimited), has no trailer section: trailers are not read, and dropped.
         if chunked {
-            let end = [LAST_CHUNK, b"\r\n"];
-            net::write_all(stream, &end, stall).await.map_err(|(_, e)| to_client(e, bytes))?;
+            let trailers = match flow::trailers(&mut body, stall).await {
+                Ok(trailers) => trailers,
+                Err(error) => return Err(DownloadError::Upstream { error, bytes }),
+            };
+            let mut end = LAST_CHUNK.to_vec();
+            if let Some(trailers) = &trailers {
+                convert::write_h1_trailers(trailers, &mut end);
+            }
+            end.extend_from_slice(b"\r\n");
+            net::write_all(stream, &[&end], stall).await.map_err(|(_, e)| to_client(e, bytes))?;
         }
         Ok(Downloaded { bytes, extra: false })
     }
@@ -162,8 +181,11 @@ impl H1Wire<'_> {
     ) -> Result<(), Attempt> {
         let stall = out.route.site.timeouts.read;
         let max = out.route.max_body;
+        // The client's trailer section is bounded as its head is (RFC 9112, 7.1.2).
+        let max_trailer_bytes = out.route.site.limits.max_header_bytes;
+        let framing = out.request.framing;
         let mux = self.mux.get_or_insert_with(Box::default);
-        let relay = mux.relay.get_or_insert_with(|| Relay::new(out.request.framing, false));
+        let relay = mux.relay.get_or_insert_with(|| Relay::new(framing, false, max_trailer_bytes));
         let client = &mut self.client;
         loop {
             if !client.buf.is_empty() {
@@ -179,12 +201,22 @@ impl H1Wire<'_> {
                 }
                 copy.push(&data);
                 // Read to its end: a try refused from here on sends it all from the
-                // copy.
+                // copy, and the trailers kept here.
                 out.progress.body_consumed |= piece.done;
-                if !data.is_empty() || piece.done {
-                    flow::send(upload, data, piece.done, stall).await.map_err(|error| {
-                        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
-                    })?;
+                // A chunked body's trailers end the stream in a HEADERS frame of their
+                // own (RFC 9113, 8.1); without any, the last DATA frame ends it.
+                let trailers = match piece.done {
+                    true => convert::trailers_from_h1(relay.trailers()),
+                    false => http::HeaderMap::new(),
+                };
+                let end = piece.done && trailers.is_empty();
+                let failed = |error| Attempt::Closed { outcome: SendOutcome::MaybeReceived, error };
+                if !data.is_empty() || end {
+                    flow::send(upload, data, end, stall).await.map_err(failed)?;
+                }
+                if !trailers.is_empty() {
+                    mux.trailers = Some(trailers.clone());
+                    upload.send_trailers(trailers).map_err(|e| failed(flow::to_io(e)))?;
                 }
                 if piece.done {
                     return Ok(());

@@ -49,6 +49,9 @@ pub(crate) struct H2Wire {
     origin_body: Option<RecvStream>,
     /// The client reset the stream or did not take the response.
     client_failed: bool,
+    /// The trailers of a body read whole beforehand ([`Wire::read_kept`]), sent after
+    /// it to an HTTP/2 origin.
+    kept_trailers: Option<HeaderMap>,
     /// How far the client's body was read, across tries.
     read: BodyRead,
     /// A piece of the client's body read and not yet wholly sent on when the
@@ -109,6 +112,7 @@ impl H2Wire {
             upload: None,
             origin_body: None,
             client_failed: false,
+            kept_trailers: None,
             read: BodyRead::default(),
             in_hand: None,
             trailers_sent: None,
@@ -186,6 +190,11 @@ impl Wire for H2Wire {
         if kept.len() != want {
             return Err(Attempt::Failed(ProxyErrorKind::ClientBody(ClientBodyError::Closed)));
         }
+        // HTTP/2 allows trailers after a body of declared length; they are kept with
+        // it for an HTTP/2 origin (an HTTP/1.1 origin gets the length, and no trailer
+        // section to put them in).
+        let trailers = flow::trailers(&mut self.body, stall).await.map_err(client_failed)?;
+        self.kept_trailers = trailers.map(convert::passable_trailers).filter(|t| !t.is_empty());
         Ok(kept)
     }
 
@@ -298,25 +307,39 @@ impl H2Wire {
         if empty {
             return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
         }
-        let mut relay = Relay::new(start.framing, false);
+        // The origin's trailer section is bounded as its head is (RFC 9112, 7.1.2).
+        let mut relay = Relay::new(start.framing, false, response::MAX_HEAD_BYTES);
         let mut bytes = 0u64;
         loop {
             if !self.origin_buf.is_empty() {
+                // A malformed body, or a trailer section past the bound, ends the
+                // stream with an error, as a failed origin does.
                 let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
+                    client.send_reset(h2::Reason::INTERNAL_ERROR);
                     DownloadError::Upstream { error: io::Error::other(e.to_string()), bytes }
                 })?;
                 let payload = self.origin_buf.data().get(..piece.payload).unwrap_or_default();
                 let data = Bytes::copy_from_slice(payload);
                 self.origin_buf.consume(piece.used);
                 let n = data.len() as u64;
-                if n > 0 || piece.done {
-                    flow::send(&mut client, data, piece.done, stall).await.map_err(|e| {
-                        DownloadError::Client {
-                            error: WaitError::Io(e),
-                            bytes,
-                            remaining: relay.remaining(),
-                        }
-                    })?;
+                // A chunked body's trailers (gRPC's `grpc-status`, say) end the stream
+                // in a HEADERS frame of their own (RFC 9113, 8.1); without any, the
+                // last DATA frame ends it.
+                let trailers = match piece.done {
+                    true => convert::trailers_from_h1(relay.trailers()),
+                    false => HeaderMap::new(),
+                };
+                let end = piece.done && trailers.is_empty();
+                let to_client = |e| DownloadError::Client {
+                    error: WaitError::Io(e),
+                    bytes,
+                    remaining: relay.remaining(),
+                };
+                if n > 0 || end {
+                    flow::send(&mut client, data, end, stall).await.map_err(to_client)?;
+                }
+                if !trailers.is_empty() {
+                    client.send_trailers(trailers).map_err(|e| to_client(flow::to_io(e)))?;
                 }
                 bytes = bytes.saturating_add(n);
                 if piece.done {
@@ -386,17 +409,15 @@ impl H2Wire {
             written.map_err(origin_failed)?;
             flow::release(&mut self.body, data.len());
         }
+        // The client's trailers go in the chunked body's trailer section (RFC 9112,
+        // 7.1.2). A body sent with the client's Content-Length has no trailer section:
+        // its trailers, if it sends any, are not read and go nowhere.
         if chunked {
             let trailers =
                 flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
             let mut end = encode::LAST_CHUNK.to_vec();
-            for (name, value) in trailers.iter().flatten() {
-                if !convert::is_connection_specific(name.as_str()) {
-                    end.extend_from_slice(name.as_str().as_bytes());
-                    end.extend_from_slice(b": ");
-                    end.extend_from_slice(value.as_bytes());
-                    end.extend_from_slice(b"\r\n");
-                }
+            if let Some(trailers) = &trailers {
+                convert::write_h1_trailers(trailers, &mut end);
             }
             end.extend_from_slice(b"\r\n");
             net::write_all(stream, &[&end], origin_stall).await.map_err(origin_failed)?;
@@ -440,6 +461,21 @@ pub(super) async fn send_again(
         _ if !ended => Ok(()),
         Some(trailers) => upload.send_trailers(trailers.clone()).map_err(flow::to_io),
         None if copy.len() == 0 => upload.send_data(Bytes::new(), true).map_err(flow::to_io),
+        None => Ok(()),
+    }
+}
+
+/// Sends a body read whole beforehand, and the trailers that ended it, ending the
+/// stream.
+async fn send_kept(
+    upload: &mut SendStream<Bytes>,
+    kept: &[u8],
+    trailers: Option<&HeaderMap>,
+    stall: Duration,
+) -> io::Result<()> {
+    flow::send(upload, Bytes::copy_from_slice(kept), trailers.is_none(), stall).await?;
+    match trailers {
+        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(flow::to_io),
         None => Ok(()),
     }
 }
@@ -496,16 +532,18 @@ async fn pump(
         read.ended = last;
         *in_hand = Some(InHand { data, last });
     }
+    // Trailers go on in a HEADERS frame that ends the stream (RFC 9113, 8.1), less
+    // the fields that may not be trailers.
     let trailers = flow::trailers(body, stall).await.map_err(client_failed)?;
     read.ended = true;
-    let end = match trailers {
-        Some(trailers) => {
+    let end = match trailers.map(convert::passable_trailers) {
+        Some(trailers) if !trailers.is_empty() => {
             if let Some(keep) = keep.as_mut() {
                 *keep.trailers = Some(trailers.clone());
             }
             to.send_trailers(trailers)
         }
-        None => to.send_data(Bytes::new(), true),
+        Some(_) | None => to.send_data(Bytes::new(), true),
     };
     end.map_err(|e| closed(flow::to_io(e)))
 }
@@ -519,6 +557,9 @@ impl MuxWire for H2Wire {
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
+        // `TE` is hop-by-hop; a client's `te: trailers` (RFC 9110, 10.1.4: it accepts
+        // trailers) is said again on this hop, where holdfast passes trailers on.
+        // gRPC servers refuse calls without it.
         if self.facts.te_trailers {
             request
                 .headers_mut()
@@ -537,7 +578,7 @@ impl MuxWire for H2Wire {
         let limit = out.route.site.timeouts.response_header;
         let mut response = std::pin::pin!(response);
         let sent = match kept {
-            Some(kept) => flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await,
+            Some(kept) => send_kept(&mut upload, kept, self.kept_trailers.as_ref(), stall).await,
             None if again => {
                 let trailers = self.trailers_sent.as_ref();
                 send_again(&mut upload, copy, trailers, !streaming, stall).await
@@ -729,9 +770,11 @@ async fn relay_stream(
             return Err(DownloadError::Upstream { error, bytes });
         }
     };
-    let end = match trailers {
-        Some(t) => client.send_trailers(t),
-        None => client.send_data(Bytes::new(), true),
+    // Trailers go on in a HEADERS frame that ends the stream (RFC 9113, 8.1), less
+    // the fields that may not be trailers.
+    let end = match trailers.map(convert::passable_trailers) {
+        Some(t) if !t.is_empty() => client.send_trailers(t),
+        Some(_) | None => client.send_data(Bytes::new(), true),
     };
     end.map_err(|e| to_client(flow::to_io(e), bytes))?;
     Ok(Downloaded { bytes, extra: false })

@@ -384,5 +384,6 @@ fn upload_limits(out: &Outbound) -> UploadLimits {
         client_stall: site.timeouts.read,
         pace: pace_config(site),
         max_body: out.route.max_body,
+        max_trailer_bytes: site.limits.max_header_bytes,
     }
 }

@@ -61,6 +61,8 @@ pub struct UploadLimits {
     pub pace: PaceConfig,
     /// Payload bytes the body may have.
     pub max_body: Option<u64>,
+    /// Bytes a chunked body's trailer section may have: the client's head limit.
+    pub max_trailer_bytes: usize,
 }
 
 /// One read from the client, within what `pace` allows.
@@ -90,7 +92,7 @@ pub async fn upload(
     expect_continue: &mut bool,
     limits: &UploadLimits,
 ) -> Result<Upload, UploadError> {
-    let mut body = Relay::new(framing, framing == Framing::Chunked);
+    let mut body = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
     let mut pace = Pace::new(limits.pace, limits.client_stall);
     let mut early = HeadScan::default();
     loop {
@@ -174,7 +176,7 @@ pub async fn buffer_request(
     limits: &UploadLimits,
     spool: &mut Spool,
 ) -> Result<(), UploadError> {
-    let mut body = Relay::new(framing, framing == Framing::Chunked);
+    let mut body = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
     let mut pace = Pace::new(limits.pace, limits.client_stall);
     // Bounded by the body: each round takes bytes from the client, or ends.
     loop {
@@ -362,7 +364,10 @@ pub async fn download(
     limits: &DownloadLimits,
     to: &mut Backlog,
 ) -> Result<Downloaded, DownloadError> {
-    let mut body = Relay::new(framing, out.is_chunked(framing));
+    // The origin's trailer section is bounded as its head is. An HTTP/1.0 client gets a
+    // chunked body decoded, ended by the close, and so cannot be sent trailers: they
+    // are read, checked and dropped.
+    let mut body = Relay::new(framing, out.is_chunked(framing), response::MAX_HEAD_BYTES);
     // The head goes out with the first body bytes.
     let mut head = Some(head);
     loop {

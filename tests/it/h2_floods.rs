@@ -1,7 +1,8 @@
 //! HTTP/2 clients that abuse the protocol: rapid reset (CVE-2023-44487), CONTINUATION
-//! floods, header lists over the limit, and more concurrent streams than announced.
-//! Each gets its own connection closed or its streams refused, nothing of it reaches
-//! the origin, and a well-behaved client on another connection is served throughout.
+//! floods, header lists over the limit, more concurrent streams than announced, and
+//! PING and SETTINGS floods. Each gets its own connection closed or its streams
+//! refused, nothing of it reaches the origin, and a well-behaved client on another
+//! connection is served throughout. Clients that ping as real ones do are not cut off.
 //!
 //! The abusive clients write frames by hand ([`RawH2`]); the well-behaved one is the
 //! `h2` crate's.
@@ -20,6 +21,14 @@ use crate::support::http2::{
     encode_frame, frame, get_block, h2_config, hpack_literal, H2Client, RawEnd, RawH2,
 };
 use crate::support::{wait_until, Origin, Proxy, DEADLINE};
+
+/// GOAWAY's ENHANCE_YOUR_CALM.
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+/// The WINDOW_UPDATE frame type.
+const WINDOW_UPDATE: u8 = 0x8;
+/// The counter of connections cut off, and the label of those cut off for a flood.
+const CONNECTION_ERRORS: &str = "holdfast_h2_client_connection_errors_total";
+const CALM: [(&str, &str); 1] = [("reason", "enhance_your_calm")];
 
 /// How long holdfast may take to close an abusive connection once the abuse is
 /// unmistakable.
@@ -268,4 +277,143 @@ async fn streams_over_h2_max_concurrent_streams_are_refused() {
     }
     let fresh = H2Client::connect(proxy.addr()).await;
     assert_eq!(fresh.get("/after").await.status, StatusCode::OK);
+}
+
+/// Floods a fresh connection with `batch(i)` (at most 100 batches of 1000 frames):
+/// holdfast answers GOAWAY `ENHANCE_YOUR_CALM` and closes the connection long before
+/// the end, counts it, and serves a well-behaved client throughout.
+async fn flood_is_cut_off(what: &str, batch: impl FnMut(usize) -> Vec<u8>) {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
+    let bystander = Bystander::start(&proxy).await;
+    bystander.wait_more(5).await;
+    let before = proxy.metrics().await.count_or_zero(CONNECTION_ERRORS, &CALM);
+
+    let mut attacker = RawH2::connect(proxy.addr()).await;
+    let started = Instant::now();
+    let sent = flood(&mut attacker, 100, batch).await;
+    let goaway = match attacker.seen.iter().find(|f| f.kind == frame::GOAWAY) {
+        Some(goaway) => goaway.clone(),
+        None => {
+            attacker.until(CLOSE_DEADLINE, |f| f.kind == frame::GOAWAY).await.unwrap_or_else(|e| {
+                panic!("{what} flood: no GOAWAY ({e:?}); frames {:?}", attacker.kinds())
+            })
+        }
+    };
+    let (_, code) = goaway.goaway().expect("a GOAWAY with a code");
+    assert_eq!(code, ENHANCE_YOUR_CALM, "{what} flood: GOAWAY code {code:#x}");
+    // Then the connection closes.
+    match attacker.until(CLOSE_DEADLINE, |_| false).await {
+        Err(RawEnd::Closed) => {}
+        other => panic!("{what} flood: the connection is still open after its GOAWAY: {other:?}"),
+    }
+    eprintln!("{what} flood: {sent} batches of 1000 sent, closed after {:?}", started.elapsed());
+    assert!(sent < 100, "holdfast took 100,000 {what} frames on one connection");
+    // Counted (other tests in this process may count too, never less).
+    let after = proxy.metrics().await.count_or_zero(CONNECTION_ERRORS, &CALM);
+    assert!(after > before, "{what} flood not counted: {before} before, {after} after");
+    // The well-behaved client goes on being served, during and after.
+    bystander.wait_more(5).await;
+    bystander.stop().await;
+    let fresh = H2Client::connect(proxy.addr()).await;
+    assert_eq!(fresh.get("/after").await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_flood_gets_enhance_your_calm_and_is_closed() {
+    flood_is_cut_off("PING", |b| {
+        (0..1000u64)
+            .flat_map(|i| encode_frame(frame::PING, 0, 0, &(b as u64 * 1000 + i).to_be_bytes()))
+            .collect()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_flood_gets_enhance_your_calm_and_is_closed() {
+    // SETTINGS_MAX_CONCURRENT_STREAMS = 100, again and again.
+    let setting = [0, 3, 0, 0, 0, 100];
+    flood_is_cut_off("SETTINGS", |_| {
+        (0..1000).flat_map(|_| encode_frame(frame::SETTINGS, 0, 0, &setting)).collect()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_at_a_normal_rate_are_answered_and_not_cut_off() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
+    let mut client = RawH2::connect(proxy.addr()).await;
+    // 8 a second for 8 seconds (a keepalive pinging hard), each answered: more pings
+    // than holdfast's burst, at a rate it keeps up with.
+    let mut tick = tokio::time::interval(Duration::from_millis(125));
+    for i in 0..64u64 {
+        tick.tick().await;
+        let ping = encode_frame(frame::PING, 0, 0, &i.to_be_bytes());
+        client.send(&ping).await.unwrap_or_else(|e| panic!("ping {i}: {e}"));
+        let answer = client
+            .until(DEADLINE, |f| {
+                (f.kind == frame::PING && f.flags & frame::ACK != 0) || f.kind == frame::GOAWAY
+            })
+            .await
+            .unwrap_or_else(|e| panic!("ping {i} unanswered: {e:?}"));
+        assert_eq!((answer.kind, answer.payload), (frame::PING, i.to_be_bytes().to_vec()));
+    }
+    client.get(1, "/after-pings").await.expect("send a request");
+    let response = client
+        .until(DEADLINE, |f| f.kind == frame::HEADERS || f.kind == frame::GOAWAY)
+        .await
+        .expect("a response");
+    assert_eq!((response.kind, response.status()), (frame::HEADERS, Some(200)));
+    assert_eq!(origin.count_path("/after-pings"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_per_answer_while_data_arrives_is_not_cut_off() {
+    // gRPC's flow-control estimation (grpc-go, grpc-java) pings whenever DATA arrives
+    // and no ping is outstanding: once per round trip for as long as data flows.
+    const SIZE: usize = 8 << 20;
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c_to_http1(&origin, "")).await;
+    let mut client = RawH2::connect(proxy.addr()).await;
+    client.get(1, &format!("/bytes/{SIZE}")).await.expect("send a request");
+    let (mut received, mut pings, mut outstanding) = (0usize, 0u64, false);
+    let end = Instant::now() + DEADLINE * 3;
+    // Bounded by the deadline; each round reads one frame.
+    loop {
+        let f = client
+            .next_frame(end)
+            .await
+            .unwrap_or_else(|e| panic!("{received} of {SIZE} bytes, {pings} pings, then {e:?}"));
+        match f.kind {
+            frame::DATA if f.stream == 1 => {
+                received += f.payload.len();
+                // The default windows (64 KiB) keep a round trip short: the window
+                // goes back as the data is taken.
+                if let Ok(n) = u32::try_from(f.payload.len()) {
+                    if n > 0 {
+                        let mut update = encode_frame(WINDOW_UPDATE, 0, 0, &n.to_be_bytes());
+                        update.extend(encode_frame(WINDOW_UPDATE, 0, 1, &n.to_be_bytes()));
+                        client.send(&update).await.expect("send WINDOW_UPDATE");
+                    }
+                }
+                if !outstanding {
+                    let ping = encode_frame(frame::PING, 0, 0, &pings.to_be_bytes());
+                    client.send(&ping).await.expect("send a PING");
+                    pings += 1;
+                    outstanding = true;
+                }
+                if f.flags & frame::END_STREAM != 0 {
+                    break;
+                }
+            }
+            frame::PING if f.flags & frame::ACK != 0 => outstanding = false,
+            frame::GOAWAY => panic!("cut off after {pings} pings: {:?}", f.goaway()),
+            _ => {}
+        }
+    }
+    assert_eq!(received, SIZE);
+    eprintln!("{pings} pings while {SIZE} bytes arrived");
+    // Far more than holdfast's burst of 50, so the rule, not the burst, let them by.
+    assert!(pings > 100, "only {pings} pings: the test did not test the rule");
 }

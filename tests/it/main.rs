@@ -75,3 +75,5 @@ mod refused;
 mod h2_floods;
 // gRPC end to end with Python's grpcio, over h2c and over TLS.
 mod grpc;
+// Trailers both ways in every pairing of HTTP/1.1 and HTTP/2 client and origin, gRPC's too.
+mod trailers;
