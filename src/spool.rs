@@ -264,6 +264,11 @@ impl Spool {
         self.len == 0
     }
 
+    /// Unread bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
     /// Bytes in the file now (written and not yet read back).
     fn file_unread(&self) -> u64 {
         self.file.as_ref().map_or(0, |f| f.write_at.saturating_sub(f.read_at))

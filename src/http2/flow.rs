@@ -83,6 +83,19 @@ pub async fn next(body: &mut RecvStream, stall: Duration) -> io::Result<Option<B
     }
 }
 
+/// [`next`], within `deadline`: one deadline for several reads.
+pub async fn next_by(
+    body: &mut RecvStream,
+    deadline: &mut Deadline<'_>,
+) -> io::Result<Option<Bytes>> {
+    match net::wait(body.data(), deadline).await {
+        Err(_) => Err(timed_out()),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(data))) => Ok(Some(data)),
+        Ok(Some(Err(e))) => Err(to_io(e)),
+    }
+}
+
 /// Gives `n` bytes of window back to the sender of `body`.
 pub fn release(body: &mut RecvStream, n: usize) {
     // Fails only once the stream is gone, when the window no longer matters.

@@ -44,7 +44,7 @@ pub(crate) struct H1Wire<'a> {
     pub(super) mux: Option<Box<super::h1_mux::H1Mux>>,
     /// Response bytes that wait for the client after the origin is done. Boxed: only
     /// responses to clients that fell behind have one.
-    behind: Option<Box<Backlog>>,
+    pub(super) behind: Option<Box<Backlog>>,
     /// The request body, read whole before it is sent (request buffering).
     request_body: Option<Box<Spool>>,
 }

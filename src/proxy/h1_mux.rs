@@ -7,19 +7,23 @@
 //! of what went (and the trailers, once read), then on from where the client's body
 //! stopped.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
 
+use super::backlog::Backlog;
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
-use super::h1::{self, H1Wire};
+use super::h1::H1Wire;
 use super::h2::{send_again, start_of, stream_failed, upload_failed};
+use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
-use super::Outbound;
-use crate::http1::body::Relay;
+use super::{pace_config, Outbound};
+use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
 use crate::http1::request::FramingViolation;
 use crate::http2::{convert, flow};
@@ -93,7 +97,8 @@ impl MuxWire for H1Wire<'_> {
         out: &Outbound,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
-        let stall = out.route.site.timeouts.read;
+        let site = &out.route.site;
+        let stall = site.timeouts.read;
         let Some((parts, mut body)) = self.mux.take().and_then(|mux| mux.response) else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
@@ -112,43 +117,97 @@ impl MuxWire for H1Wire<'_> {
             head,
         );
         let stream = &*self.client.stream;
-        let to_client = |error, bytes| DownloadError::Client { error, bytes, remaining: None };
-        net::write_all(stream, &[head], stall).await.map_err(|(_, e)| to_client(e, 0))?;
-        if framing == crate::http1::Framing::Empty {
-            return Ok(Downloaded { bytes: 0, extra: false });
-        }
-        let chunked = body_out.is_chunked(framing);
-        let mut bytes = 0u64;
-        loop {
-            let data = match flow::next(&mut body, stall).await {
-                Ok(Some(data)) => data,
-                Ok(None) => break,
-                Err(error) => return Err(DownloadError::Upstream { error, bytes }),
-            };
-            if data.is_empty() {
-                continue;
+        let spools = start.buffer.then(|| Arc::clone(&site.spools));
+        let mut to = Backlog::new(Pace::new(pace_config(site), stall), spools);
+        let to_client = |error, to: &Backlog| DownloadError::Client {
+            error,
+            bytes: to.bytes(),
+            remaining: None,
+        };
+        let mut head_only = Parts::new();
+        head_only.push(head);
+        to.send(stream, &head_only, head.len(), false).await.map_err(|e| to_client(e, &to))?;
+        if framing != crate::http1::Framing::Empty {
+            let chunked = body_out.is_chunked(framing);
+            loop {
+                let next = next_for_h1(&mut body, stream, &mut to, stall).await;
+                let data = match next.map_err(|e| to_client(e, &to))? {
+                    Ok(Some(data)) => data,
+                    Ok(None) => break,
+                    Err(error) => return Err(DownloadError::Upstream { error, bytes: to.bytes() }),
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                let mut size_line = [0u8; 18];
+                let mut parts = Parts::new();
+                if chunked {
+                    parts.push(encode::chunk_size_line(data.len(), &mut size_line));
+                    parts.push(&data);
+                    parts.push(b"\r\n");
+                } else {
+                    parts.push(&data);
+                }
+                to.send(stream, &parts, 0, false).await.map_err(|e| to_client(e, &to))?;
+                // Sent on, or held for the client: holdfast has the bytes, and the
+                // origin its window back.
+                flow::release(&mut body, data.len());
             }
-            let written = h1::write_payload(stream, &data, chunked, stall).await;
-            written.map_err(|(_, e)| to_client(e, bytes))?;
-            flow::release(&mut body, data.len());
-            bytes = bytes.saturating_add(data.len() as u64);
-        }
-        // Trailers (gRPC's `grpc-status`, say) go in the chunked ending (RFC 9112,
-        // 7.1.2). A client that gets the origin's Content-Length, or an HTTP/1.0 client
-        // (close-delimited), has no trailer section: trailers are not read, and dropped.
-        if chunked {
-            let trailers = match flow::trailers(&mut body, stall).await {
-                Ok(trailers) => trailers,
-                Err(error) => return Err(DownloadError::Upstream { error, bytes }),
-            };
-            let mut end = LAST_CHUNK.to_vec();
-            if let Some(trailers) = &trailers {
-                convert::write_h1_trailers(trailers, &mut end);
+            // Trailers (gRPC's `grpc-status`, say) go in the chunked ending (RFC 9112,
+            // 7.1.2). A client that gets the origin's Content-Length, or an HTTP/1.0
+            // client (close-delimited), has no trailer section: trailers are not read,
+            // and dropped.
+            if chunked {
+                let trailers = match flow::trailers(&mut body, stall).await {
+                    Ok(trailers) => trailers,
+                    Err(error) => return Err(DownloadError::Upstream { error, bytes: to.bytes() }),
+                };
+                let mut end = LAST_CHUNK.to_vec();
+                if let Some(trailers) = &trailers {
+                    convert::write_h1_trailers(trailers, &mut end);
+                }
+                end.extend_from_slice(b"\r\n");
+                let mut parts = Parts::new();
+                parts.push(&end);
+                to.send(stream, &parts, 0, false).await.map_err(|e| to_client(e, &to))?;
             }
-            end.extend_from_slice(b"\r\n");
-            net::write_all(stream, &[&end], stall).await.map_err(|(_, e)| to_client(e, bytes))?;
+        }
+        let bytes = to.bytes();
+        if to.is_behind() {
+            self.behind = Some(Box::new(to));
         }
         Ok(Downloaded { bytes, extra: false })
+    }
+}
+
+/// The next DATA frame's bytes from an HTTP/2 origin's `body`, within `stall` (`None`
+/// at its end); an HTTP/1.1 `client` is given what waits for it meanwhile. The outer
+/// error is the client's.
+async fn next_for_h1(
+    body: &mut RecvStream,
+    client: &net::Stream,
+    to: &mut Backlog,
+    stall: std::time::Duration,
+) -> Result<std::io::Result<Option<Bytes>>, WaitError> {
+    let mut deadline = Deadline::after(stall);
+    // Bounded: each round takes a frame from the origin or gives the client bytes; the
+    // deadline bounds the rounds in which the origin sends nothing.
+    loop {
+        if !to.is_behind() {
+            return Ok(flow::next_by(body, &mut deadline).await);
+        }
+        let served = {
+            let next = flow::next_by(body, &mut deadline);
+            tokio::select! {
+                biased;
+                next = next => Err(next),
+                served = to.serve(client) => Ok(served),
+            }
+        };
+        match served {
+            Err(next) => return Ok(next),
+            Ok(served) => served?,
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! It decides nothing: `exchange` and `mux` do, from what this reports.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,10 +20,12 @@ use super::backlog;
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, HeadOut};
+use super::pace::Pace;
 use super::retry::SendOutcome;
+use super::stream_backlog::{self, Behind, Ending, StreamBacklog};
 use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
-use super::Outbound;
+use super::{pace_config, Outbound};
 use crate::http1::body::Relay;
 use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::response;
@@ -49,6 +52,9 @@ pub(crate) struct H2Wire {
     origin_body: Option<RecvStream>,
     /// The client reset the stream or did not take the response.
     client_failed: bool,
+    /// A response the origin is done with and the client is not (response
+    /// buffering). Boxed: only streams whose client fell behind have one.
+    behind: Option<Box<Behind>>,
     /// The trailers of a body read whole beforehand ([`Wire::read_kept`]), sent after
     /// it to an HTTP/2 origin.
     kept_trailers: Option<HeaderMap>,
@@ -112,6 +118,7 @@ impl H2Wire {
             upload: None,
             origin_body: None,
             client_failed: false,
+            behind: None,
             kept_trailers: None,
             read: BodyRead::default(),
             in_hand: None,
@@ -254,6 +261,27 @@ impl Wire for H2Wire {
         !self.origin_buf.is_empty()
     }
 
+    fn is_behind(&self) -> bool {
+        self.behind.is_some()
+    }
+
+    async fn finish(&mut self, out: &Outbound) -> Result<u64, DownloadError> {
+        let Some(behind) = self.behind.take() else { return Ok(0) };
+        let Behind { mut client, mut to, ending } = *behind;
+        to.origin_done(out.route.site.timeouts.client_buffered).await;
+        let finished = match to.catch_up(&mut client).await {
+            Ok(()) => stream_backlog::end(&mut client, ending),
+            Err(e) => Err(e),
+        };
+        finished.map(|()| to.bytes()).map_err(|e| {
+            // A client that took nothing of a response held for it gives up the stream;
+            // one that does so to many streams loses its connection.
+            client.send_reset(h2::Reason::CANCEL);
+            self.client_failed = true;
+            DownloadError::Client { error: WaitError::Io(e), bytes: to.bytes(), remaining: None }
+        })
+    }
+
     async fn switch(&mut self, _out: &Outbound) -> bool {
         // An HTTP/2 stream never asks to switch protocols (`Upgrade` is not HTTP/2).
         false
@@ -298,7 +326,8 @@ impl H2Wire {
         conn: &mut OriginConn,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
-        let stall = out.route.site.timeouts.read;
+        let site = &out.route.site;
+        let stall = site.timeouts.read;
         let headers = std::mem::take(&mut self.head.headers);
         let empty = matches!(start.framing, Framing::Empty | Framing::Length(0));
         let mut client = self.start_response(start.status, headers, empty).map_err(|e| {
@@ -307,56 +336,62 @@ impl H2Wire {
         if empty {
             return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
         }
+        let spools = start.buffer.then(|| Arc::clone(&site.spools));
+        let mut to = StreamBacklog::new(Pace::new(pace_config(site), stall), stall, spools);
         // The origin's trailer section is bounded as its head is (RFC 9112, 7.1.2).
         let mut relay = Relay::new(start.framing, false, response::MAX_HEAD_BYTES);
-        let mut bytes = 0u64;
         loop {
             if !self.origin_buf.is_empty() {
                 // A malformed body, or a trailer section past the bound, ends the
                 // stream with an error, as a failed origin does.
                 let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
                     client.send_reset(h2::Reason::INTERNAL_ERROR);
-                    DownloadError::Upstream { error: io::Error::other(e.to_string()), bytes }
+                    let error = io::Error::other(e.to_string());
+                    DownloadError::Upstream { error, bytes: to.bytes() }
                 })?;
                 let payload = self.origin_buf.data().get(..piece.payload).unwrap_or_default();
                 let data = Bytes::copy_from_slice(payload);
                 self.origin_buf.consume(piece.used);
-                let n = data.len() as u64;
-                // A chunked body's trailers (gRPC's `grpc-status`, say) end the stream
-                // in a HEADERS frame of their own (RFC 9113, 8.1); without any, the
-                // last DATA frame ends it.
-                let trailers = match piece.done {
-                    true => convert::trailers_from_h1(relay.trailers()),
-                    false => HeaderMap::new(),
-                };
-                let end = piece.done && trailers.is_empty();
-                let to_client = |e| DownloadError::Client {
+                let to_client = |e, to: &StreamBacklog| DownloadError::Client {
                     error: WaitError::Io(e),
-                    bytes,
+                    bytes: to.bytes(),
                     remaining: relay.remaining(),
                 };
-                if n > 0 || end {
-                    flow::send(&mut client, data, end, stall).await.map_err(to_client)?;
-                }
-                if !trailers.is_empty() {
-                    client.send_trailers(trailers).map_err(|e| to_client(flow::to_io(e)))?;
-                }
-                bytes = bytes.saturating_add(n);
                 if piece.done {
-                    return Ok(Downloaded { bytes, extra: !self.origin_buf.is_empty() });
+                    // A chunked body's trailers (gRPC's `grpc-status`, say) end the
+                    // stream in a HEADERS frame of their own (RFC 9113, 8.1); without
+                    // any, the last DATA frame ends it.
+                    let trailers = convert::trailers_from_h1(relay.trailers());
+                    let ending = match trailers.is_empty() {
+                        true => Ending::Data,
+                        false => Ending::Trailers(trailers),
+                    };
+                    let sent = to.send_last(&mut client, data, ending).await;
+                    let waiting = sent.map_err(|e| to_client(e, &to))?;
+                    let extra = !self.origin_buf.is_empty();
+                    return Ok(self.done_or_behind(client, to, waiting, extra));
                 }
+                to.send(&mut client, data).await.map_err(|e| to_client(e, &to))?;
                 // A partial chunk line stays in the buffer until more arrives.
                 if piece.used > 0 && !self.origin_buf.is_empty() {
                     continue;
                 }
             }
-            let mut deadline = Deadline::after(stall);
-            match self.origin_buf.fill(&mut conn.stream, &mut deadline).await {
+            let read = next_from_h1(&mut self.origin_buf, conn, &mut client, &mut to, stall).await;
+            let read = read.map_err(|e| DownloadError::Client {
+                error: WaitError::Io(e),
+                bytes: to.bytes(),
+                remaining: relay.remaining(),
+            })?;
+            match read {
                 Ok(0) if start.framing == Framing::UntilClose => {
-                    let end = flow::send(&mut client, Bytes::new(), true, stall).await;
-                    return end.map(|()| Downloaded { bytes, extra: false }).map_err(|e| {
-                        DownloadError::Client { error: WaitError::Io(e), bytes, remaining: None }
-                    });
+                    let sent = to.send_last(&mut client, Bytes::new(), Ending::Data).await;
+                    let waiting = sent.map_err(|e| DownloadError::Client {
+                        error: WaitError::Io(e),
+                        bytes: to.bytes(),
+                        remaining: None,
+                    })?;
+                    return Ok(self.done_or_behind(client, to, waiting, false));
                 }
                 Ok(0) => {
                     let error = io::Error::new(
@@ -364,15 +399,31 @@ impl H2Wire {
                         "the origin closed the connection before the body ended",
                     );
                     client.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Err(DownloadError::Upstream { error, bytes });
+                    return Err(DownloadError::Upstream { error, bytes: to.bytes() });
                 }
                 Ok(_) => {}
                 Err(e) => {
                     client.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return Err(DownloadError::Upstream { error: e.into_io(), bytes });
+                    return Err(DownloadError::Upstream { error: e.into_io(), bytes: to.bytes() });
                 }
             }
         }
+    }
+
+    /// A download whose origin is done: finished, or with bytes and the stream's end
+    /// (`waiting`) kept for [`Wire::finish`].
+    fn done_or_behind(
+        &mut self,
+        client: SendStream<Bytes>,
+        to: StreamBacklog,
+        waiting: Option<Ending>,
+        extra: bool,
+    ) -> Downloaded {
+        let bytes = to.bytes();
+        if let Some(ending) = waiting {
+            self.behind = Some(Box::new(Behind { client, to, ending }));
+        }
+        Downloaded { bytes, extra }
     }
 
     /// Remembers whether the client failed to take a response.
@@ -646,7 +697,10 @@ impl MuxWire for H2Wire {
         let mut client = self.start_response(start.status, headers, end).map_err(|e| {
             DownloadError::Client { error: WaitError::Io(e), bytes: 0, remaining: None }
         })?;
-        let download = relay_stream(&mut origin, &mut client, end, stall);
+        let site = &out.route.site;
+        let spools = start.buffer.then(|| Arc::clone(&site.spools));
+        let mut to = StreamBacklog::new(Pace::new(pace_config(site), stall), stall, spools);
+        let download = relay_stream(&mut origin, &mut client, &mut to, end, stall);
         let upload = async {
             if let Some(mut upload) = self.upload.take() {
                 let max = out.route.max_body;
@@ -657,6 +711,7 @@ impl MuxWire for H2Wire {
             }
         };
         let (downloaded, ()) = tokio::join!(download, upload);
+        let downloaded = downloaded.map(|waiting| self.done_or_behind(client, to, waiting, false));
         self.note(&downloaded);
         downloaded
     }
@@ -730,52 +785,119 @@ pub(super) fn stream_failed(e: h2::Error) -> Attempt {
     }
 }
 
-/// Relays an HTTP/2 origin's response body and trailers to an HTTP/2 client.
+/// Relays an HTTP/2 origin's response body and trailers to an HTTP/2 client, through
+/// `to`; the stream's end when it waits behind bytes the client has not taken.
 async fn relay_stream(
     origin: &mut RecvStream,
     client: &mut SendStream<Bytes>,
+    to: &mut StreamBacklog,
     ended: bool,
     stall: Duration,
-) -> Result<Downloaded, DownloadError> {
-    let mut bytes = 0u64;
+) -> Result<Option<Ending>, DownloadError> {
     if ended {
-        return Ok(Downloaded { bytes, extra: false });
+        return Ok(None);
     }
-    let to_client =
-        |e, bytes| DownloadError::Client { error: WaitError::Io(e), bytes, remaining: None };
+    let to_client = |e, to: &StreamBacklog| DownloadError::Client {
+        error: WaitError::Io(e),
+        bytes: to.bytes(),
+        remaining: None,
+    };
     loop {
-        let data = match flow::next(origin, stall).await {
+        let next = next_from_h2(origin, client, to, stall).await.map_err(|e| to_client(e, to))?;
+        let data = match next {
             Ok(Some(data)) => data,
             Ok(None) => break,
             Err(error) => {
                 client.send_reset(h2::Reason::INTERNAL_ERROR);
-                return Err(DownloadError::Upstream { error, bytes });
+                return Err(DownloadError::Upstream { error, bytes: to.bytes() });
             }
         };
         let n = data.len();
         // The origin's last DATA frame ends the client's stream too, instead of an
-        // empty frame after it.
-        let last = origin.is_end_stream();
-        flow::send(client, data, last, stall).await.map_err(|e| to_client(e, bytes))?;
-        flow::release(origin, n);
-        bytes = bytes.saturating_add(n as u64);
-        if last {
-            return Ok(Downloaded { bytes, extra: false });
+        // empty frame after it. Its window goes back once holdfast has the bytes:
+        // sent on, or held for the client.
+        if origin.is_end_stream() {
+            let waiting = to.send_last(client, data, Ending::Data).await;
+            flow::release(origin, n);
+            return waiting.map_err(|e| to_client(e, to));
         }
+        to.send(client, data).await.map_err(|e| to_client(e, to))?;
+        flow::release(origin, n);
     }
     let trailers = match flow::trailers(origin, stall).await {
         Ok(t) => t,
         Err(error) => {
             client.send_reset(h2::Reason::INTERNAL_ERROR);
-            return Err(DownloadError::Upstream { error, bytes });
+            return Err(DownloadError::Upstream { error, bytes: to.bytes() });
         }
     };
     // Trailers go on in a HEADERS frame that ends the stream (RFC 9113, 8.1), less
     // the fields that may not be trailers.
-    let end = match trailers.map(convert::passable_trailers) {
-        Some(t) if !t.is_empty() => client.send_trailers(t),
-        Some(_) | None => client.send_data(Bytes::new(), true),
+    let ending = match trailers.map(convert::passable_trailers) {
+        Some(t) if !t.is_empty() => Ending::Trailers(t),
+        Some(_) | None => Ending::Data,
     };
-    end.map_err(|e| to_client(flow::to_io(e), bytes))?;
-    Ok(Downloaded { bytes, extra: false })
+    to.send_last(client, Bytes::new(), ending).await.map_err(|e| to_client(e, to))
+}
+
+/// The next bytes of an HTTP/1.1 origin's response into `buf`, within `stall`; the
+/// client's stream is given what waits for it meanwhile. The outer error is the
+/// client's.
+async fn next_from_h1(
+    buf: &mut InBuf,
+    conn: &mut OriginConn,
+    client: &mut SendStream<Bytes>,
+    to: &mut StreamBacklog,
+    stall: Duration,
+) -> io::Result<Result<usize, WaitError>> {
+    let mut deadline = Deadline::after(stall);
+    // Bounded: each round reads from the origin or gives the client bytes; the
+    // deadline bounds the rounds in which the origin sends nothing.
+    loop {
+        if !to.is_behind() {
+            return Ok(buf.fill(&mut conn.stream, &mut deadline).await);
+        }
+        let served = {
+            let fill = buf.fill(&mut conn.stream, &mut deadline);
+            tokio::select! {
+                biased;
+                read = fill => Err(read),
+                served = to.serve(client) => Ok(served),
+            }
+        };
+        match served {
+            Err(read) => return Ok(read),
+            Ok(served) => served?,
+        }
+    }
+}
+
+/// The next DATA frame's bytes from an HTTP/2 origin's `body`, within `stall` (`None`
+/// at its end); the client's stream is given what waits for it meanwhile. The outer
+/// error is the client's.
+async fn next_from_h2(
+    body: &mut RecvStream,
+    client: &mut SendStream<Bytes>,
+    to: &mut StreamBacklog,
+    stall: Duration,
+) -> io::Result<io::Result<Option<Bytes>>> {
+    let mut deadline = Deadline::after(stall);
+    // Bounded as `next_from_h1`.
+    loop {
+        if !to.is_behind() {
+            return Ok(flow::next_by(body, &mut deadline).await);
+        }
+        let served = {
+            let next = flow::next_by(body, &mut deadline);
+            tokio::select! {
+                biased;
+                next = next => Err(next),
+                served = to.serve(client) => Ok(served),
+            }
+        };
+        match served {
+            Err(next) => return Ok(next),
+            Ok(served) => served?,
+        }
+    }
 }

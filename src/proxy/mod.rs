@@ -39,6 +39,7 @@ pub mod pace;
 pub mod record;
 pub mod retry;
 pub mod settings;
+mod stream_backlog;
 pub mod transfer;
 mod wire;
 

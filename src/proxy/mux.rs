@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::body_copy::BodyCopy;
 use super::error::{ProxyError, ProxyErrorKind};
-use super::exchange::{client_left, delivered, origin_body_failed};
+use super::exchange::{catch_up, client_left, delivered, origin_body_failed};
 use super::retry::{self, Decision};
 use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
@@ -184,6 +184,9 @@ impl Proxy {
         let downloaded = wire.mux_relay(&out, &start).await;
         drop(lease);
         match downloaded {
+            // The origin is done and its stream free; the client takes the rest at its
+            // own pace.
+            Ok(_) if wire.is_behind() => catch_up(out, status, keep_client, upload, wire).await,
             Ok(done) => delivered(out, status, done.bytes, Instant::now(), keep_client, upload),
             Err(DownloadError::Client { error, bytes, .. }) => {
                 client_left(out, status, bytes, &error)

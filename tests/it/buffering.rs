@@ -265,3 +265,74 @@ async fn a_body_larger_than_request_buffering_holds_gets_413() {
     );
     assert_eq!(origin.accepted(), 0, "nothing reached the origin");
 }
+
+/// An h2c listener in front of `servers`, with `rest` added to the config.
+fn h2c(servers: &[String], rest: &str) -> Config {
+    crate::support::http2::h2_config("h2c = true", servers, "", rest)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http2_client_does_not_hold_an_http1_upstream_connection() {
+    use crate::support::http2::{read_all, H2Client};
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(h2c(&[origin.addr().to_string()], "")).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    // The stream's window (64 KiB) is all holdfast may send until the client reads.
+    let response = client.start_get(&format!("/bytes/{LARGE}")).await;
+    assert_eq!(response.status(), 200);
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    let other = H2Client::connect(proxy.addr()).await.get("/bytes/100").await;
+    assert_eq!(other.status, 200);
+    assert_eq!(origin.accepted(), 1, "the released connection served the other client");
+    let mut body = response.into_body();
+    let bytes = within("the stalled client reads it all", read_all(&mut body)).await;
+    assert_eq!(bytes.expect("the whole body").len(), LARGE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_does_not_hold_an_http2_origins_stream() {
+    use crate::support::http2::{read_all, H2Client, H2Origin};
+    let origin = H2Origin::start().await;
+    let proxy = Proxy::start(h2c(&[format!("h2c://{}", origin.addr())], "")).await;
+    // An HTTP/2 client that grants no window: the origin still sends its whole response
+    // (holdfast takes it, and gives the origin its window back).
+    let client = H2Client::connect(proxy.addr()).await;
+    let response = client.start_get(&format!("/bytes/{LARGE}")).await;
+    wait_until("the origin sent its whole response", DEADLINE, || origin.answered() == 1).await;
+    let bytes = within("the client reads it all", read_all(&mut response.into_body())).await;
+    assert_eq!(bytes.expect("the whole body").len(), LARGE);
+    // An HTTP/1.1 client that reads nothing, the same.
+    let mut slow = reluctant_client(proxy.addr()).await;
+    get(&mut slow, &format!("/bytes/{LARGE}")).await;
+    wait_until("the origin sent its second response", DEADLINE, || origin.answered() == 2).await;
+    let (status, got) = within("the slow client reads it all", read_response(&mut slow)).await;
+    assert_eq!((status, got), (200, LARGE));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_takes_nothing_of_a_held_response_loses_the_stream() {
+    use crate::support::http2::{read_all, H2Client};
+    let origin = Origin::start().await;
+    let timeouts = "[timeouts]\nclient_buffered = \"1s\"\n";
+    let proxy = Proxy::start(h2c(&[origin.addr().to_string()], timeouts)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    let response = client.start_get(&format!("/bytes/{LARGE}")).await;
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    // Its second of grace passes with no window granted: the stream is reset.
+    let metrics =
+        || async { proxy.metrics().await.count("holdfast_spool_bytes", &[("kept", "file")]) };
+    within("the held response is given up", async {
+        // Bounded by `within`; each round scrapes once.
+        while metrics().await > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let read = within("the stream ends", read_all(&mut response.into_body())).await;
+    match read {
+        Err(e) => assert_eq!(e.reason(), Some(h2::Reason::CANCEL), "{e}"),
+        Ok(bytes) => panic!("the whole response arrived ({} bytes)", bytes.len()),
+    }
+}

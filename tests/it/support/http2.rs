@@ -426,6 +426,19 @@ impl H2Reply {
     }
 }
 
+/// Reads `body` to its end, giving its window back as it goes: its bytes, or the
+/// error that ended it.
+pub async fn read_all(body: &mut h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
+    let mut data = Vec::new();
+    // Bounded by the body; each round takes one DATA frame.
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        data.extend_from_slice(&chunk);
+        body.flow_control().release_capacity(chunk.len())?;
+    }
+    Ok(data)
+}
+
 /// One HTTP/2 client connection (the `h2` crate); clones share it, each request is a
 /// stream of its own. The connection closes once every clone is dropped.
 #[derive(Clone)]
@@ -532,6 +545,22 @@ impl H2Client {
                 body: Bytes::from(data),
                 trailers,
             })
+        })
+        .await
+    }
+
+    /// `GET path`, its response head only: the body is left unread, and its window is
+    /// given back only as [`read_all`] reads it, so the server can send no more than
+    /// the initial window until then.
+    pub async fn start_get(&self, path: &str) -> http::Response<h2::RecvStream> {
+        within("an HTTP/2 response head", async {
+            let req = Request::builder()
+                .uri(format!("{}://holdfast.test{path}", self.scheme))
+                .body(())
+                .expect("a valid request");
+            let mut sender = self.sender.clone().ready().await.expect("room for a stream");
+            let (response, _) = sender.send_request(req, true).expect("the request goes");
+            response.await.expect("a response head")
         })
         .await
     }
