@@ -165,6 +165,16 @@ impl Spools {
         })
     }
 
+    /// An empty spool for bytes that will come to about `expected` in all, when that is
+    /// known: past what an exchange keeps in memory, they go to the file from the
+    /// first byte, so a spool whose client never reads holds no memory at all.
+    pub fn spool_for(self: &Arc<Self>, expected: Option<u64>) -> Spool {
+        let mut spool = self.spool();
+        let memory = self.config.memory_per_exchange as u64;
+        spool.file_first = expected.is_some_and(|n| n > memory);
+        spool
+    }
+
     /// An empty spool; it takes nothing until bytes are pushed.
     pub fn spool(self: &Arc<Self>) -> Spool {
         Spool {
@@ -177,6 +187,7 @@ impl Spools {
             memory_held: 0,
             counted: false,
             broken: false,
+            file_first: false,
         }
     }
 
@@ -257,6 +268,8 @@ pub struct Spool {
     counted: bool,
     /// A file write failed: no more bytes go to the file.
     broken: bool,
+    /// Bytes go to the file even while the front has room (see [`Spools::spool_for`]).
+    file_first: bool,
 }
 
 impl Spool {
@@ -280,7 +293,7 @@ impl Spool {
         if n == 0 {
             return Ok(());
         }
-        let in_memory = self.file_unread() == 0 && self.tail.is_empty();
+        let in_memory = !self.file_first && self.file_unread() == 0 && self.tail.is_empty();
         let unread_front = self.front.len().saturating_sub(self.head);
         let fits = unread_front.saturating_add(n) <= self.spools.config.memory_per_exchange;
         if in_memory && fits && self.grow_front(n) {

@@ -72,6 +72,15 @@ impl Framing {
     pub fn is_bodyless(self) -> bool {
         matches!(self, Framing::Empty | Framing::Length(0))
     }
+
+    /// The body's length, when the framing says it.
+    pub fn length(self) -> Option<u64> {
+        match self {
+            Framing::Length(n) => Some(n),
+            Framing::Empty => Some(0),
+            _ => None,
+        }
+    }
 }
 
 /// Header names the proxy path treats specially; everything else is [`Name::Other`].

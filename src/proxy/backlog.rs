@@ -37,13 +37,22 @@ pub struct Backlog {
     bytes: u64,
     /// Head bytes not yet written: the first bytes to go are the head's.
     head_left: u64,
+    /// The response's length, when its head gave one (see [`Spools::spool_for`]).
+    expected: Option<u64>,
 }
 
 impl Backlog {
     /// A download's client side: paced by `pace`, with a spool from `spools` for what
     /// the client does not take at once, if response buffering is on for it.
     pub fn new(pace: Pace, spools: Option<Arc<Spools>>) -> Backlog {
-        Backlog { spools, spool: None, pace, bytes: 0, head_left: 0 }
+        Backlog { spools, spool: None, pace, bytes: 0, head_left: 0, expected: None }
+    }
+
+    /// The response is `len` bytes long: a spool for it goes straight to its file when
+    /// that is more than an exchange keeps in memory.
+    pub fn expecting(mut self, len: Option<u64>) -> Backlog {
+        self.expected = len;
+        self
     }
 
     /// Body bytes the client has been sent so far.
@@ -107,7 +116,8 @@ impl Backlog {
         let mut rest = Parts::new();
         skip(parts.as_slice(), written, &mut rest);
         if self.spool.is_none() {
-            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool()));
+            let expected = self.expected;
+            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool_for(expected)));
         }
         if let Some(spool) = self.spool.as_mut() {
             if spool.push(rest.as_slice()).await.is_ok() {

@@ -159,7 +159,8 @@ impl Wire for H1Wire<'_> {
             then_close: start.connection == ConnectionOut::Close,
         };
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
-        let mut to = Backlog::new(Pace::new(pace_config(site), site.timeouts.read), spools);
+        let pace = Pace::new(pace_config(site), site.timeouts.read);
+        let mut to = Backlog::new(pace, spools).expecting(start.framing.length());
         let downloaded = transfer::download(
             &mut conn.stream,
             &mut self.origin_buf,

@@ -118,7 +118,8 @@ impl MuxWire for H1Wire<'_> {
         );
         let stream = &*self.client.stream;
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
-        let mut to = Backlog::new(Pace::new(pace_config(site), stall), spools);
+        let pace = Pace::new(pace_config(site), stall);
+        let mut to = Backlog::new(pace, spools).expecting(framing.length());
         let to_client = |error, to: &Backlog| DownloadError::Client {
             error,
             bytes: to.bytes(),

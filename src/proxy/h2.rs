@@ -337,7 +337,8 @@ impl H2Wire {
             return Ok(Downloaded { bytes: 0, extra: !self.origin_buf.is_empty() });
         }
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
-        let mut to = StreamBacklog::new(Pace::new(pace_config(site), stall), stall, spools);
+        let pace = Pace::new(pace_config(site), stall);
+        let mut to = StreamBacklog::new(pace, stall, spools).expecting(start.framing.length());
         // The origin's trailer section is bounded as its head is (RFC 9112, 7.1.2).
         let mut relay = Relay::new(start.framing, false, response::MAX_HEAD_BYTES);
         loop {
@@ -699,7 +700,8 @@ impl MuxWire for H2Wire {
         })?;
         let site = &out.route.site;
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
-        let mut to = StreamBacklog::new(Pace::new(pace_config(site), stall), stall, spools);
+        let pace = Pace::new(pace_config(site), stall);
+        let mut to = StreamBacklog::new(pace, stall, spools).expecting(start.framing.length());
         let download = relay_stream(&mut origin, &mut client, &mut to, end, stall);
         let upload = async {
             if let Some(mut upload) = self.upload.take() {

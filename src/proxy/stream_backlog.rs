@@ -53,11 +53,20 @@ pub struct StreamBacklog {
     /// Longest wait for window while the origin still sends and the spool is full (or
     /// off).
     stall: Duration,
+    /// The response's length, when its head gave one (see [`Spools::spool_for`]).
+    expected: Option<u64>,
 }
 
 impl StreamBacklog {
     pub fn new(pace: Pace, stall: Duration, spools: Option<Arc<Spools>>) -> StreamBacklog {
-        StreamBacklog { spools, spool: None, pace, bytes: 0, stall }
+        StreamBacklog { spools, spool: None, pace, bytes: 0, stall, expected: None }
+    }
+
+    /// The response is `len` bytes long: a spool for it goes straight to its file when
+    /// that is more than an exchange keeps in memory.
+    pub fn expecting(mut self, len: Option<u64>) -> StreamBacklog {
+        self.expected = len;
+        self
     }
 
     /// Payload bytes handed to the stream so far.
@@ -96,7 +105,8 @@ impl StreamBacklog {
             return Ok(());
         }
         if self.spool.is_none() {
-            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool()));
+            let expected = self.expected;
+            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool_for(expected)));
         }
         if let Some(spool) = self.spool.as_mut() {
             if spool.push(&[&data]).await.is_ok() {

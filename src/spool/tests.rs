@@ -135,3 +135,20 @@ fn the_default_file_total_is_half_the_free_space_at_most_16_gib() {
     let fixed = SpoolConfig { file_total: Some(123), ..c };
     assert_eq!(fixed.file_total_now(), 123);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_for_a_large_response_keeps_nothing_in_memory_once_settled() {
+    let spools = Spools::new(config(32 * 1024, 10 << 20));
+    let mut spool = spools.spool_for(Some(300_000));
+    for piece in bytes(0, 300_000).chunks(10_000) {
+        spool.push(&[piece]).await.expect("fits");
+    }
+    assert!(spools.memory_in_use() <= FILE_CHUNK as u64 + 4096, "only the tail");
+    spool.settle().await;
+    assert_eq!(spools.memory_in_use(), 0, "a client that never reads costs no memory");
+    assert_eq!(drain(&mut spool), bytes(0, 300_000));
+    // A small response stays in memory.
+    let mut small = spools.spool_for(Some(1000));
+    small.push(&[&bytes(0, 1000)]).await.expect("fits");
+    assert_eq!(spools.snapshot().files, 1, "no second file");
+}
