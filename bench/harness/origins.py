@@ -108,8 +108,12 @@ class Origin:
         self.child.stop()
 
 
-def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False, extra_ports=()):
+def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False, extra_ports=(),
+          workers=None):
     """Starts origin `kind` ("rust" or "node"); returns an Origin or raises RuntimeError.
+
+    With `workers` (rust only) at most that many responses are in progress at once
+    (`bench-origin --workers`), as in an app server with that many sync workers.
 
     With `certs` (rust only, not in a namespace) the origin serves HTTPS with the
     session's server certificate; with `h2c` (rust only, not in a namespace) it also
@@ -127,10 +131,14 @@ def start(kind, *, port, bins, log_dir, netns=None, certs=None, h2c=False, extra
             argv += ["--tls-cert", certs.cert, "--tls-key", certs.key]
         if h2c:
             argv.append("--h2c")
+        if workers is not None:
+            argv += ["--workers", str(workers)]
     elif kind == "node":
         argv = [bins["node"], bins["node-origin"], "--port", str(port)]
     else:
         raise ValueError(f"unknown origin kind {kind}")
+    if workers is not None and (kind != "rust" or extra_ports):
+        raise ValueError("only bench-origin on one port limits its workers")
     if certs is not None and (kind != "rust" or netns is not None):
         raise ValueError("only bench-origin on the host serves HTTPS")
     if h2c and (kind != "rust" or netns is not None or certs is not None):

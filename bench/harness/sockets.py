@@ -67,6 +67,13 @@ def established_count(local_port, netns=None):
     return len(_ss(["state", "established", f"( sport = :{local_port} )"], netns))
 
 
+def established_to(remote_port, netns=None):
+    """Established connections whose peer port is `remote_port`: a client's (a proxy's)
+    connections to the server on that port, filtered in the kernel like
+    `established_count`."""
+    return len(_ss(["state", "established", f"( dport = :{remote_port} )"], netns))
+
+
 def established_on_any(local_ports, netns=None):
     """Established connections whose local port is any of `local_ports` (a server's
     accepted sockets on several ports), filtered in the kernel like `established_count`."""

@@ -1,9 +1,12 @@
-//! The benchmark origin: answers HTTP/1.1 from static bodies as fast as it can, so the proxy
-//! in front of it is what a benchmark measures.
+//! The benchmark origin: answers HTTP/1.1 from static bodies (or filler made on the fly) as
+//! fast as it can, so the proxy in front of it is what a benchmark measures.
 //!
-//! Routes (method ignored): `/tiny` (100 bytes), `/50k` (51,200 bytes), `/slow?ms=N` (the tiny
-//! body after N ms, N ≤ 60,000), `/gate?n=N&ms=M` (the tiny body once N requests wait at
-//! the gate together, or after M ms), `/__origin/stats` (JSON counters), anything else: tiny.
+//! Routes (method ignored): `/tiny` (100 bytes), `/50k` (51,200 bytes), `/bytes?n=N` (N
+//! bytes, N ≤ 1 GiB, made on the fly in 64 KiB frames), `/slow?ms=N` (the tiny body after N
+//! ms, N ≤ 60,000), `/gate?n=N&ms=M` (the tiny body once N requests wait at the gate
+//! together, or after M ms), `/__origin/stats` (JSON counters), anything else: tiny.
+//! With [`OriginStats::limit_workers`], at most N responses are in progress at once, as in
+//! an app server with N sync workers (see `workers.rs`).
 //! Connections are kept alive with no idle timeout: the origin never closes one first, so
 //! every close a benchmark sees comes from the proxy. Accepting, counting connections and
 //! serving them with hyper is `holdfast-origin`'s job, shared with holdfast's demo and
@@ -13,13 +16,16 @@
 //! (see `h2c.rs`). [`serve_many`] serves them on several listeners at once and counts per
 //! listener (see `listeners.rs`).
 
+mod body;
 mod h2c;
 mod listeners;
 mod tls;
+mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -28,24 +34,27 @@ use bytes::Bytes;
 use holdfast_origin::{Connections, Options, Origin};
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Request, Response};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use body::{OriginBody, CHUNK_BYTES};
 pub use h2c::{serve as serve_h2c, H2Snapshot, Options as H2cOptions, DEFAULT_MAX_STREAMS};
 /// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
 /// a burst of thousands of connects is not dropped at the listen queue.
 pub use holdfast_origin::bind;
 pub use listeners::{serve_many, ListenerSnapshot, Listeners};
 pub use tls::{serve as serve_tls, HandshakeSnapshot, HANDSHAKE_TIMEOUT};
+pub use workers::{InProgress, Responding, Workers, WorkersSnapshot};
 
 /// Body of `/tiny`, `/slow` and unknown paths.
 pub const TINY_BODY_BYTES: usize = 100;
 /// Body of `/50k`.
 pub const LARGE_BODY_BYTES: usize = 51_200;
+/// Upper bound of `/bytes?n=N`; larger values are clamped to it.
+pub const MAX_BYTES: u64 = 1 << 30;
 /// Upper bound of `/slow?ms=N` and of the wait at `/gate`; larger values are clamped to it.
 pub const MAX_SLOW: Duration = Duration::from_secs(60);
 /// How long a request waits at `/gate` when the query names no `ms`.
@@ -65,6 +74,10 @@ pub struct OriginStats {
     tls: OnceLock<tls::TlsCounts>,
     /// HTTP/2 counts of the h2c origin, set when [`serve_h2c`] starts.
     h2c: OnceLock<h2c::H2Counts>,
+    /// The workers, when their number is limited ([`OriginStats::limit_workers`]).
+    workers: OnceLock<Workers>,
+    /// Responses in progress now (see `workers.rs`).
+    in_progress: InProgress,
 }
 
 /// Counts an accepted connection closed in the origin's counts when dropped, however its
@@ -86,6 +99,10 @@ pub struct StatsSnapshot {
     pub open: u64,
     /// Requests answered since start, `/__origin/stats` not included.
     pub requests: u64,
+    /// Responses in progress now: started and their last frame not yet taken (a client
+    /// that does not read holds one), `/__origin/stats` not included.
+    #[serde(default)]
+    pub in_progress: u64,
     /// Failed `accept` calls (EMFILE when the fd limit is reached).
     pub accept_errors: u64,
     /// TLS handshakes, in TLS mode only (absent from the JSON otherwise).
@@ -98,18 +115,29 @@ pub struct StatsSnapshot {
     /// otherwise); the fields above are then their totals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listeners: Option<Vec<ListenerSnapshot>>,
+    /// The workers, when their number is limited (absent from the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<WorkersSnapshot>,
 }
 
 impl OriginStats {
+    /// From now on at most `limit` responses are in progress at once; the rest wait.
+    /// Returns false (and changes nothing) if the limit was already set.
+    pub fn limit_workers(&self, limit: NonZeroUsize) -> bool {
+        self.workers.set(Workers::new(limit)).is_ok()
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             connections: self.connections.accepted(),
             open: self.connections.open(),
             requests: self.requests.load(Ordering::Relaxed),
+            in_progress: self.in_progress.now(),
             accept_errors: self.connections.accept_errors(),
             tls: self.tls.get().map(tls::TlsCounts::handshakes),
             h2: self.h2c.get().map(h2c::H2Counts::h2),
             listeners: None,
+            workers: self.workers.get().map(Workers::snapshot),
         }
     }
 }
@@ -140,11 +168,19 @@ async fn respond(
     request: Request<Incoming>,
     stats: Arc<OriginStats>,
     gate: Arc<Gate>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<OriginBody>, Infallible> {
     let uri = request.uri();
+    if uri.path() == "/__origin/stats" {
+        return Ok(stats_response(&stats));
+    }
+    let worker = match stats.workers.get() {
+        Some(workers) => Some(workers.acquire().await),
+        None => None,
+    };
+    let responding = stats.in_progress.start(worker);
     let response = match uri.path() {
-        "/__origin/stats" => return Ok(stats_response(&stats)),
         "/50k" => body_response(&LARGE_BODY, HeaderValue::from_static("51200")),
+        "/bytes" => bytes_response(bytes_length(uri.query())),
         "/slow" => {
             tokio::time::sleep(slow_delay(uri.query())).await;
             tiny_response()
@@ -157,7 +193,12 @@ async fn respond(
         _ => tiny_response(),
     };
     stats.requests.fetch_add(1, Ordering::Relaxed);
-    Ok(response)
+    Ok(response.map(|body| body.holding(responding)))
+}
+
+/// The length `/bytes?n=N` asks for: N, at most [`MAX_BYTES`]; 0 if absent.
+pub fn bytes_length(query: Option<&str>) -> u64 {
+    query_number(query, "n").unwrap_or(0).min(MAX_BYTES)
 }
 
 /// The delay `/slow?ms=N` asks for: N milliseconds, at most [`MAX_SLOW`]; 0 if absent.
@@ -240,21 +281,29 @@ impl Drop for GateLeave<'_> {
     }
 }
 
-fn tiny_response() -> Response<Full<Bytes>> {
+fn tiny_response() -> Response<OriginBody> {
     body_response(&TINY_BODY, HeaderValue::from_static("100"))
 }
 
-fn body_response(body: &'static [u8], length: HeaderValue) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+fn body_response(body: &'static [u8], length: HeaderValue) -> Response<OriginBody> {
+    let mut response = Response::new(OriginBody::once(Bytes::from_static(body)));
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     headers.insert(CONTENT_LENGTH, length);
     response
 }
 
-fn stats_response(stats: &OriginStats) -> Response<Full<Bytes>> {
+fn bytes_response(length: u64) -> Response<OriginBody> {
+    let mut response = Response::new(OriginBody::repeat(length));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    response
+}
+
+fn stats_response(stats: &OriginStats) -> Response<OriginBody> {
     let json = serde_json::to_vec(&stats.snapshot()).expect("a struct of integers serializes");
-    let mut response = Response::new(Full::new(Bytes::from(json)));
+    let mut response = Response::new(OriginBody::once(Bytes::from(json)));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
@@ -310,6 +359,16 @@ mod tests {
         gate.pass(2, Duration::from_millis(500)).await;
         assert_eq!(started.elapsed(), Duration::from_millis(500));
         assert_eq!(*gate.lock(), 0, "it left the gate");
+    }
+
+    #[test]
+    fn bytes_length_reads_n_and_clamps_to_a_gibibyte() {
+        assert_eq!(bytes_length(Some("n=10485760")), 10_485_760);
+        assert_eq!(bytes_length(Some("n=99999999999")), MAX_BYTES);
+        assert_eq!(bytes_length(Some("n=x")), 0);
+        assert_eq!(bytes_length(None), 0);
+        let response = bytes_response(1_000);
+        assert_eq!(response.headers()[CONTENT_LENGTH], "1000");
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! `bench-load [--threads N] rate|hosts|mixed|hold|burst|handshakes ...`: load shapes wrk cannot produce
+//! `bench-load [--threads N] rate|hosts|mixed|hold|burst|handshakes|steady|zero-window|slow-read ...`:
+//! load shapes wrk cannot produce
 //! (logic in `holdfast_bench_tools::load`). Each prints one JSON object on stdout at the end
 //! and exits 0, failed requests included; progress and errors go to stderr. Non-zero exit
 //! only for bad arguments (2) or when the run could not start at all (1).
 
 use std::io::Write;
+use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use holdfast_bench_tools::load::exchange::ErrorKind;
 use holdfast_bench_tools::load::target::{Target, TargetError};
-use holdfast_bench_tools::load::{burst, handshakes, hold, hosts, mixed, rate};
+use holdfast_bench_tools::load::{
+    burst, handshakes, hold, hosts, mixed, rate, slow_read, steady, zero_window,
+};
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 use serde::Serialize;
 
@@ -26,6 +30,10 @@ const MAX_CONNECTIONS: u64 = 1_000_000;
 const MAX_RATE: f64 = 10_000_000.0;
 /// Most hosts `hosts` may spread requests over (steady and bursty each).
 const MAX_HOSTS: u64 = hosts::MAX_HOSTS as u64;
+/// Most streams `zero-window` opens on one connection.
+const MAX_STREAMS: u32 = 1 << 20;
+/// Most bytes `slow-read` sets as a receive buffer or takes in one read.
+const MAX_BUFFER_BYTES: u64 = 1 << 24;
 
 #[derive(Debug, Parser)]
 #[command(name = "bench-load", about = "Load shapes for holdfast's benchmarks (loopback only)")]
@@ -121,6 +129,63 @@ enum Command {
         #[arg(long)]
         resume: bool,
     },
+    /// A well-behaved client: open loop at a steady rate, each request with a deadline,
+    /// every request reported on its own.
+    Steady {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        /// Requests per second.
+        #[arg(long, value_parser = parse_rate)]
+        rate: f64,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        /// Each request must be answered, body and all, this long after its due time.
+        #[arg(long, value_parser = parse_duration, default_value = "5s")]
+        deadline: Duration,
+        /// Local address to connect from (loopback, e.g. 127.0.0.2); default: the kernel's.
+        #[arg(long, value_parser = parse_source)]
+        bind: Option<IpAddr>,
+        /// Speak HTTP/2 with prior knowledge over one connection instead of HTTP/1.1.
+        #[arg(long)]
+        h2c: bool,
+    },
+    /// HTTP/2 connections (prior knowledge) that open many streams and never send a
+    /// WINDOW_UPDATE, while reading everything the server sends.
+    ZeroWindow {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// Streams per connection (fewer if the server allows fewer at once).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_STREAMS)))]
+        streams: u32,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        /// Local address to connect from (loopback, e.g. 127.0.0.3); default: the kernel's.
+        #[arg(long, value_parser = parse_source)]
+        bind: Option<IpAddr>,
+    },
+    /// HTTP/1.1 clients that each GET the URL and read the response at a trickle.
+    SlowRead {
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// SO_RCVBUF in bytes, set before the connect.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_BUFFER_BYTES), default_value = "4096")]
+        rcvbuf: u64,
+        /// Most bytes taken by one read.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_BUFFER_BYTES), default_value = "1024")]
+        read_bytes: u64,
+        /// Time between two reads.
+        #[arg(long, value_parser = parse_interval, default_value = "1s")]
+        interval: Duration,
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
+        /// Local address to connect from (loopback, e.g. 127.0.0.3); default: the kernel's.
+        #[arg(long, value_parser = parse_source)]
+        bind: Option<IpAddr>,
+    },
 }
 
 /// What `rate` and `hosts` share: where, how fast, how long, over how many connections.
@@ -158,6 +223,15 @@ fn parse_target(url: &str) -> Result<Target, TargetError> {
 
 fn parse_https_target(url: &str) -> Result<Target, TargetError> {
     Target::parse_https(url)
+}
+
+/// A local address to connect from: loopback only, as every address these tools talk to.
+fn parse_source(text: &str) -> Result<IpAddr, String> {
+    let ip: IpAddr = text.parse().map_err(|_| format!("{text:?} is not an IP address"))?;
+    if !ip.is_loopback() {
+        return Err(format!("{ip} is not a loopback address"));
+    }
+    Ok(ip)
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -274,6 +348,50 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             };
             let report = handshakes::run(config).await;
             finish(&report, &report.first_errors)
+        }
+        Command::Steady { url, rate, duration, deadline, bind, h2c } => {
+            let config = steady::SteadyConfig {
+                target: url,
+                rate,
+                duration,
+                deadline,
+                source: bind,
+                protocol: if h2c { steady::Protocol::H2c } else { steady::Protocol::Http1 },
+            };
+            let report = steady::run(config).await;
+            finish(&report, &report.first_errors)
+        }
+        Command::ZeroWindow { url, connections, streams, duration, bind } => {
+            let config = zero_window::ZeroWindowConfig {
+                target: url,
+                connections: to_usize(connections),
+                streams,
+                duration,
+                source: bind,
+            };
+            let report = zero_window::run(config).await;
+            if let Some(failed) = report.per_connection.iter().find_map(|c| c.failed.as_ref()) {
+                eprintln!("bench-load: first failed connection: {failed}");
+            }
+            print_json_line(&report)
+        }
+        Command::SlowRead { url, connections, rcvbuf, read_bytes, interval, duration, bind } => {
+            let config = slow_read::SlowReadConfig {
+                target: url,
+                connections: to_usize(connections),
+                receive_buffer_bytes: u32::try_from(rcvbuf)
+                    .expect("--rcvbuf is capped at MAX_BUFFER_BYTES, which fits a u32"),
+                read_bytes: to_usize(read_bytes),
+                interval,
+                duration,
+                source: bind,
+                connects_in_flight: holdfast_bench_tools::load::DEFAULT_CONNECTS_IN_FLIGHT,
+            };
+            let report = slow_read::run(config).await;
+            if let Some(failed) = &report.first_failure {
+                eprintln!("bench-load: first failed reader: {failed}");
+            }
+            print_json_line(&report)
         }
     }
 }

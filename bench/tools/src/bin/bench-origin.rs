@@ -1,8 +1,10 @@
 //! `bench-origin --listen ADDR [--listen ADDR ...] [--threads N] [--tls-cert FILE --tls-key
-//! FILE | --h2c [--h2-max-streams N]]`: the HTTP/1.1 origin the benchmarked proxies front
-//! (routes in `holdfast_bench_tools::origin`), over TLS when given a certificate and key, or
-//! also speaking HTTP/2 with prior knowledge (h2c) with `--h2c`. Several `--listen` (cleartext
-//! HTTP/1.1 only) serve the same routes on each address, counted per listener. Prints
+//! FILE | --h2c [--h2-max-streams N]] [--workers N]`: the HTTP/1.1 origin the benchmarked
+//! proxies front (routes in `holdfast_bench_tools::origin`), over TLS when given a
+//! certificate and key, or also speaking HTTP/2 with prior knowledge (h2c) with `--h2c`.
+//! Several `--listen` (cleartext HTTP/1.1 only) serve the same routes on each address,
+//! counted per listener. `--workers N` lets at most N responses be in progress at once, as
+//! an app server with N sync workers (one listener only). Prints
 //! `listening on IP:PORT` once bound, one line per listener, serves until SIGTERM or SIGINT,
 //! then exits 0.
 
@@ -43,6 +45,11 @@ struct Args {
     /// SETTINGS_MAX_CONCURRENT_STREAMS of each HTTP/2 connection; needs --h2c.
     #[arg(long, requires = "h2c", default_value_t = origin::DEFAULT_MAX_STREAMS)]
     h2_max_streams: u32,
+    /// At most N responses in progress at once, like an app server with N sync workers
+    /// (Puma, gunicorn): a request waits for a free worker and keeps it until its
+    /// response's last bytes are handed to the socket. Default: no limit.
+    #[arg(long)]
+    workers: Option<NonZeroUsize>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -68,9 +75,12 @@ fn run(args: Args) -> anyhow::Result<()> {
             "several --listen addresses are for cleartext HTTP/1.1 only, not with TLS or --h2c"
         );
     }
+    if args.listen.len() > 1 && args.workers.is_some() {
+        anyhow::bail!("--workers is for one --listen address only");
+    }
     let runtime = runtime::build(args.threads).context("building the tokio runtime")?;
     match args.listen.as_slice() {
-        [one] => runtime.block_on(serve(*one, mode)),
+        [one] => runtime.block_on(serve(*one, mode, args.workers)),
         several => runtime.block_on(serve_several(several)),
     }
 }
@@ -85,12 +95,19 @@ enum Mode {
     H2c(H2cOptions),
 }
 
-async fn serve(listen: SocketAddr, mode: Mode) -> anyhow::Result<()> {
+async fn serve(
+    listen: SocketAddr,
+    mode: Mode,
+    workers: Option<NonZeroUsize>,
+) -> anyhow::Result<()> {
     let stop = runtime::stop_signal().context("installing SIGTERM/SIGINT handlers")?;
     let listener = origin::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
     runtime::print_listening(&[addr])?;
     let stats = Arc::new(OriginStats::default());
+    if let Some(limit) = workers {
+        stats.limit_workers(limit);
+    }
     match mode {
         Mode::Tls(config) => origin::serve_tls(listener, stats, config, stop).await,
         Mode::H2c(options) => origin::serve_h2c(listener, stats, options, stop).await,

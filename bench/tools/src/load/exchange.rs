@@ -8,7 +8,7 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use hyper_util::rt::TokioIo;
 use rustls::HandshakeKind;
 use rustls_pki_types::ServerName;
 use serde::Serialize;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -175,6 +175,31 @@ pub(super) async fn connect_tcp(addr: SocketAddr) -> Result<TcpStream, ExchangeE
     let stream = TcpStream::connect(addr).await.map_err(ExchangeError::Connect)?;
     stream.set_nodelay(true).map_err(ExchangeError::Connect)?;
     Ok(stream)
+}
+
+/// Like [`connect_tcp`], from local address `source` (its port chosen by the kernel) when
+/// given: a client of its own on loopback, as 127.0.0.2 is beside 127.0.0.3.
+pub(super) async fn connect_tcp_from(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+) -> Result<TcpStream, ExchangeError> {
+    let Some(source) = source else {
+        return connect_tcp(addr).await;
+    };
+    let socket = unbound_socket(addr).map_err(ExchangeError::Connect)?;
+    socket.bind(SocketAddr::new(source, 0)).map_err(ExchangeError::Connect)?;
+    let stream = socket.connect(addr).await.map_err(ExchangeError::Connect)?;
+    stream.set_nodelay(true).map_err(ExchangeError::Connect)?;
+    Ok(stream)
+}
+
+/// A TCP socket of `addr`'s family, not yet bound or connected.
+pub(super) fn unbound_socket(addr: SocketAddr) -> io::Result<TcpSocket> {
+    if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
 }
 
 async fn start_http1<T>(io: T) -> Result<Connection, ExchangeError>

@@ -7,7 +7,12 @@
 //! - [`hold`]: many connections, each proxied once (or silent: no byte sent), then held idle;
 //! - [`burst`]: many requests in flight at once, each on its own new connection;
 //! - [`handshakes`]: closed loop over HTTPS, a new connection and TLS handshake (full, or
-//!   resuming a session) for every request.
+//!   resuming a session) for every request;
+//! - [`steady`]: a well-behaved client at a steady rate, each request with a deadline and
+//!   reported on its own (HTTP/1.1 or h2c), for the slow-reader drills;
+//! - [`zero_window`]: HTTP/2 connections whose streams never open their window again (their
+//!   frames written by hand, [`h2_frame`]);
+//! - [`slow_read`]: HTTP/1.1 clients that read a large response at a trickle.
 //!
 //! They share [`target`] (where to send), [`exchange`] (one request on one connection, with
 //! its failure classified) and [`tally`] (what the workers counted); `rate` and `hosts`
@@ -15,15 +20,19 @@
 
 pub mod burst;
 pub mod exchange;
+pub mod h2_frame;
 pub mod handshakes;
 pub mod hold;
 pub mod hosts;
 pub mod mixed;
 pub mod rate;
 pub mod raw;
+pub mod slow_read;
+pub mod steady;
 pub mod tally;
 pub mod target;
 pub mod timeline;
+pub mod zero_window;
 
 use std::sync::Arc;
 

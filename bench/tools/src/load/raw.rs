@@ -15,7 +15,7 @@
 //! pipeline, so they cannot belong to a request of ours).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -531,6 +531,8 @@ impl RawConnection {
 #[derive(Debug)]
 pub struct RawSlot {
     addr: SocketAddr,
+    /// The local address new connections come from; None: the kernel picks.
+    source: Option<IpAddr>,
     connection: Option<RawConnection>,
     buffer: ReadBuffer,
     connects: u64,
@@ -539,7 +541,12 @@ pub struct RawSlot {
 impl RawSlot {
     /// A slot that starts with `connection` (already counted by the caller) or connects lazily.
     pub fn new(addr: SocketAddr, connection: Option<RawConnection>) -> Self {
-        Self { addr, connection, buffer: ReadBuffer::new(), connects: 0 }
+        Self { addr, source: None, connection, buffer: ReadBuffer::new(), connects: 0 }
+    }
+
+    /// The same slot, making its connections from local address `source`.
+    pub fn with_source(self, source: Option<IpAddr>) -> Self {
+        Self { source, ..self }
     }
 
     /// TCP connections this slot opened.
@@ -601,7 +608,8 @@ impl RawSlot {
     /// Connects (counted) and sends on the new connection.
     async fn send_on_new_connection(&mut self, request: &[u8]) -> Result<Response, ExchangeError> {
         self.buffer.clear();
-        let connection = self.connection.insert(connect(self.addr).await?);
+        let stream = exchange::connect_tcp_from(self.addr, self.source).await?;
+        let connection = self.connection.insert(RawConnection { stream });
         self.connects += 1;
         connection.exchange(request, &mut self.buffer).await.map_err(ReadError::into_exchange_error)
     }

@@ -89,8 +89,22 @@ impl Target {
         out.extend_from_slice(b"\r\n\r\n");
     }
 
+    /// The URL as an absolute URI (`http://IP:PORT/path`), as an HTTP/2 request carries
+    /// it (`:scheme`, `:authority`, `:path`).
+    pub fn absolute_uri(&self) -> Uri {
+        let host = self.host.to_str().expect("built from a valid authority, so ASCII");
+        format!("http://{host}{}", self.path_and_query())
+            .parse()
+            .expect("a scheme, a valid authority and a valid path make a valid URI")
+    }
+
+    /// The URL's authority (`IP:PORT` as written).
+    pub fn authority(&self) -> &[u8] {
+        self.host.as_bytes()
+    }
+
     /// The request target: the URL's path and query, `/` if it has none.
-    fn path_and_query(&self) -> &str {
+    pub fn path_and_query(&self) -> &str {
         self.path_and_query.path_and_query().map_or("/", |pq| pq.as_str())
     }
 

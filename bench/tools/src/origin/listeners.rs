@@ -17,13 +17,12 @@ use bytes::Bytes;
 use holdfast_origin::{Options, Origin};
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Request, Response};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use super::{respond, Gate, OriginStats, StatsSnapshot};
+use super::{respond, Gate, OriginBody, OriginStats, StatsSnapshot};
 
 /// The counts of every listener of one origin, in the order they were given.
 #[derive(Debug)]
@@ -67,10 +66,12 @@ impl Listeners {
             connections: listeners.iter().map(|l| l.connections).sum(),
             open: listeners.iter().map(|l| l.open).sum(),
             requests: listeners.iter().map(|l| l.requests).sum(),
+            in_progress: self.entries.iter().map(|(_, stats)| stats.in_progress.now()).sum(),
             accept_errors,
             tls: None,
             h2: None,
             listeners: Some(listeners),
+            workers: None,
         }
     }
 }
@@ -136,16 +137,16 @@ async fn respond_counted(
     own: Arc<OriginStats>,
     counts: Arc<Listeners>,
     gate: Arc<Gate>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<OriginBody>, Infallible> {
     if request.uri().path() == "/__origin/stats" {
         return Ok(totals_response(&counts));
     }
     respond(request, own, gate).await
 }
 
-fn totals_response(counts: &Listeners) -> Response<Full<Bytes>> {
+fn totals_response(counts: &Listeners) -> Response<OriginBody> {
     let json = serde_json::to_vec(&counts.snapshot()).expect("a struct of integers serializes");
-    let mut response = Response::new(Full::new(Bytes::from(json)));
+    let mut response = Response::new(OriginBody::once(Bytes::from(json)));
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }

@@ -37,6 +37,14 @@ impl TestOrigin {
         Self { addr, stats, _stop: stop }
     }
 
+    /// The origin with at most `limit` responses in progress at once (`--workers`).
+    pub async fn start_with_workers(limit: usize) -> Self {
+        let origin = Self::start().await;
+        let limit = std::num::NonZeroUsize::new(limit).expect("at least one worker");
+        assert!(origin.stats.limit_workers(limit), "the limit is set once");
+        origin
+    }
+
     /// The origin over TLS, with the server certificate and key of `certs`.
     pub async fn start_tls(certs: &TestCerts) -> Self {
         let config =

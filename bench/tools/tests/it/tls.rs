@@ -102,7 +102,10 @@ async fn stats_in_tls_mode_add_the_handshake_counts() {
     assert_eq!(report.ok, 1, "{report:?}");
 
     let json = serde_json::to_value(origin.stats()).expect("JSON");
-    assert_eq!(keys(&json), ["accept_errors", "connections", "open", "requests", "tls"]);
+    assert_eq!(
+        keys(&json),
+        ["accept_errors", "connections", "in_progress", "open", "requests", "tls"]
+    );
     assert_eq!(keys(&json["tls"]), ["failed", "full", "resumed", "tls13"]);
     assert_eq!(json["requests"], 0, "the stats route is not counted");
 }
