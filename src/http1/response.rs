@@ -61,6 +61,9 @@ pub struct Response<'h, 'b> {
     pub content_length: Option<u64>,
     /// The transfer codings applied besides `chunked` (gzip, say), in order.
     pub codings: Vec<&'b [u8]>,
+    /// The response says where its body ends, or for a response to HEAD where the GET
+    /// response's body would: it has `Content-Length` or `Transfer-Encoding`.
+    pub declares_length: bool,
     /// The body ends only when the origin closes the connection (RFC 9112, 6.3, rule
     /// 8). For a response to HEAD, it is the body of the GET response that the head
     /// describes (RFC 9110, 9.3.2): the origin closes after this response as well.
@@ -180,6 +183,7 @@ pub fn parse<'h, 'b>(
         framing: Framing::Empty,
         content_length: None,
         codings: Vec::new(),
+        declares_length: false,
         ends_with_close: false,
         connection: ConnectionHeader::default(),
         keep_alive: None,
@@ -224,6 +228,7 @@ pub fn parse<'h, 'b>(
         return Err(BadResponse::InvalidContentLength);
     }
     response.content_length = content_length.value;
+    response.declares_length = content_length.value.is_some() || codings.present;
     response.framing = body_framing(status, head_request, version, content_length, &codings)?;
     response.ends_with_close = if head_request {
         // RFC 9112, 6.3: a response without Content-Length or chunked coding is

@@ -707,6 +707,11 @@ fn a_head_response_without_a_length_ends_reuse() {
     let for_get = |head: &str| with_response(head.as_bytes(), false, |r| r.unwrap().is_reusable());
     assert!(!for_get("HTTP/1.1 200 OK\r\n\r\n"));
     assert!(for_get("HTTP/1.1 204 No Content\r\n\r\n"));
+    let declares =
+        |head: &str| with_response(head.as_bytes(), true, |r| r.unwrap().declares_length);
+    assert!(!declares("HTTP/1.1 200 OK\r\n\r\n"));
+    assert!(declares("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+    assert!(declares("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"));
 }
 
 #[test]
