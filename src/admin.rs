@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::listener;
 use crate::metrics::export::{self, Exporter};
 use crate::resources::Resources;
+use crate::upstream::learned::CloseRule;
 use crate::upstream::{Backend, Server, UpstreamState, Upstreams};
 use holdfast_pool::IdleBudget;
 
@@ -237,7 +238,34 @@ fn backend_status(b: &Backend, now: Instant) -> Value {
         "weight": health.weight,
         "latency_seconds": b.load.latency.get(now).map(|d| d.as_secs_f64()),
         "errors": m.errors.snapshot().iter().map(|(_, n)| n).sum::<u64>(),
+        "learned_closes": learned_status(b, now),
     })
+}
+
+/// The rules learned from the origin's unannounced closes: where holdfast retires its
+/// connections, since when, and how often a retired connection was then seen closed.
+fn learned_status(b: &Backend, now: Instant) -> Vec<Value> {
+    b.conns
+        .learned()
+        .snapshot(now)
+        .iter()
+        .map(|r| {
+            let mut rule = json!({
+                "rule": r.rule.as_str(),
+                "text": r.rule.to_string(),
+                "learned_seconds_ago": r.age.as_secs_f64(),
+                "confirmed": r.confirmed,
+            });
+            match r.rule {
+                CloseRule::AfterRequests(n) => rule["requests"] = n.into(),
+                CloseRule::AfterResponse(kind) => {
+                    rule["status"] = kind.status.into();
+                    rule["declares_length"] = kind.declares_length.into();
+                }
+            }
+            rule
+        })
+        .collect()
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {

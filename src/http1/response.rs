@@ -61,6 +61,13 @@ pub struct Response<'h, 'b> {
     pub content_length: Option<u64>,
     /// The transfer codings applied besides `chunked` (gzip, say), in order.
     pub codings: Vec<&'b [u8]>,
+    /// The response says where its body ends, or for a response to HEAD where the GET
+    /// response's body would: it has `Content-Length` or `Transfer-Encoding`.
+    pub declares_length: bool,
+    /// The body ends only when the origin closes the connection (RFC 9112, 6.3, rule
+    /// 8). For a response to HEAD, it is the body of the GET response that the head
+    /// describes (RFC 9110, 9.3.2): the origin closes after this response as well.
+    pub ends_with_close: bool,
     pub connection: ConnectionHeader<'b>,
     /// The `Keep-Alive` header's value (`timeout=N, max=M`), if any.
     pub keep_alive: Option<&'b [u8]>,
@@ -75,12 +82,12 @@ impl Response<'_, '_> {
 
     /// Whether the origin lets the connection carry another request after this
     /// response: HTTP/1.1, no `Connection: close`, not a switch of protocols, and a
-    /// body whose end is known.
+    /// body whose end is known, also for a response to HEAD (see `ends_with_close`).
     pub fn is_reusable(&self) -> bool {
         self.version == Version::Http11
             && !self.connection.close
             && self.status != 101
-            && self.framing != Framing::UntilClose
+            && !self.ends_with_close
     }
 }
 
@@ -176,6 +183,8 @@ pub fn parse<'h, 'b>(
         framing: Framing::Empty,
         content_length: None,
         codings: Vec::new(),
+        declares_length: false,
+        ends_with_close: false,
         connection: ConnectionHeader::default(),
         keep_alive: None,
         has_date: false,
@@ -219,7 +228,19 @@ pub fn parse<'h, 'b>(
         return Err(BadResponse::InvalidContentLength);
     }
     response.content_length = content_length.value;
+    response.declares_length = content_length.value.is_some() || codings.present;
     response.framing = body_framing(status, head_request, version, content_length, &codings)?;
+    response.ends_with_close = if head_request {
+        // RFC 9112, 6.3: a response without Content-Length or chunked coding is
+        // delimited by the close, and a response to HEAD carries the GET response's
+        // header fields without its body (RFC 9110, 9.3.2). Such a head says that the
+        // origin ends the exchange by closing, though no body follows: reusing the
+        // connection would send the next request into that close. Framing that the
+        // GET response could not have is not this case; it is left as it was.
+        body_framing(status, false, version, content_length, &codings) == Ok(Framing::UntilClose)
+    } else {
+        response.framing == Framing::UntilClose
+    };
     response.codings = codings.before_chunked;
     Ok(Some(response))
 }

@@ -689,6 +689,31 @@ fn a_switch_of_protocols_is_never_reusable() {
     assert!(!with_response(upgraded, false, |r| r.unwrap().is_reusable()));
 }
 
+/// RFC 9112, 6.3 and RFC 9110, 9.3.2: a response to HEAD without `Content-Length` or
+/// `Transfer-Encoding` describes a GET response delimited by the close, so the origin
+/// closes after it; one with either header, or a status without a body, leaves the
+/// connection reusable.
+#[test]
+fn a_head_response_without_a_length_ends_reuse() {
+    let reusable = |head: &str| with_response(head.as_bytes(), true, |r| r.unwrap().is_reusable());
+    assert!(!reusable("HTTP/1.1 200 OK\r\n\r\n"));
+    assert!(!reusable("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\n\r\n"));
+    assert!(!reusable("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"));
+    assert!(reusable("HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n"));
+    assert!(reusable("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    assert!(reusable("HTTP/1.1 204 No Content\r\n\r\n"));
+    assert!(reusable("HTTP/1.1 304 Not Modified\r\n\r\n"));
+    // The same heads answering GET: only the one without a length ends reuse.
+    let for_get = |head: &str| with_response(head.as_bytes(), false, |r| r.unwrap().is_reusable());
+    assert!(!for_get("HTTP/1.1 200 OK\r\n\r\n"));
+    assert!(for_get("HTTP/1.1 204 No Content\r\n\r\n"));
+    let declares =
+        |head: &str| with_response(head.as_bytes(), true, |r| r.unwrap().declares_length);
+    assert!(!declares("HTTP/1.1 200 OK\r\n\r\n"));
+    assert!(declares("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"));
+    assert!(declares("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"));
+}
+
 #[test]
 fn local_response_and_chunk_lines_are_well_formed() {
     let mut out = Vec::new();

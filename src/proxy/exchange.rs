@@ -25,6 +25,7 @@ use crate::http1::encode::ConnectionOut;
 use crate::http1::Framing;
 use crate::net::WaitError;
 use crate::telemetry::failures;
+use crate::upstream::learned::ResponseKind;
 use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claim;
 use crate::upstream::{Backend, Lease, LeaseError};
@@ -249,6 +250,10 @@ impl Proxy {
                 Err(Attempt::Closed { outcome, error }) => (outcome, error),
                 Err(Attempt::Refused { error, .. }) => (SendOutcome::Unsent, error),
             };
+            if reused {
+                // The origin closed a pooled connection: maybe where it always does.
+                backend.conns.closed_under_request(&lease, asked);
+            }
             lease.discard(CloseReason::OriginClosed);
             wire.forget_origin();
             let decision = retry::may_replay(&out.request.method, outcome, reused, body);
@@ -400,10 +405,16 @@ impl Proxy {
             return switching.await;
         }
         lease.limit_by_origin(start.limits);
-        let reusable = start.reusable && upload == Upload::Complete;
+        let kept = start.reusable && upload == Upload::Complete;
         let downloaded = wire.relay(&out, lease.conn(), &start).await;
         let status = start.status;
         let keep_client = start.connection != ConnectionOut::Close;
+        // The origin lets the connection carry another request, unless a rule learned
+        // from its past closes says it closes after this response anyway. (Asked after
+        // the relay: a value held across it would enlarge every exchange's state.)
+        let kind = ResponseKind { status, declares_length: start.declares_length };
+        let learned = out.backend().conns.answered(&mut lease, kind);
+        let reusable = kept && learned.is_none();
         match downloaded {
             Ok(done) => {
                 let now = Instant::now();
@@ -412,6 +423,8 @@ impl Proxy {
                     lease.discard(CloseReason::Ejected);
                 } else if reusable && !done.extra {
                     lease.release(now);
+                } else if let Some(rule) = learned.filter(|_| kept && !done.extra) {
+                    out.backend().conns.retire_learned(lease, rule, now);
                 } else {
                     let reason =
                         if done.extra { CloseReason::Error } else { CloseReason::OriginClosed };

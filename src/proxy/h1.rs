@@ -344,6 +344,7 @@ fn parse_response(
             framing: resp.framing,
             body_out,
             reusable: resp.is_reusable() && !upgrade,
+            declares_length: resp.declares_length,
             limits: keepalive::origin_limits(resp.keep_alive),
             connection,
             buffer,

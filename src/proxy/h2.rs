@@ -769,6 +769,7 @@ pub(super) fn start_of(
         framing,
         body_out,
         reusable: true,
+        declares_length: length.is_some(),
         limits: holdfast_pool::OriginLimits::default(),
         connection: ConnectionOut::for_client(keep, out.request.version),
         buffer,

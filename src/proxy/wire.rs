@@ -151,6 +151,9 @@ pub(crate) struct ResponseStart {
     pub body_out: BodyOut,
     /// The origin lets the connection carry another request.
     pub reusable: bool,
+    /// The response has `Content-Length` or `Transfer-Encoding` (learned close rules
+    /// tell responses apart by it and the status).
+    pub declares_length: bool,
     /// The origin's limits on the connection (`Keep-Alive`).
     pub limits: OriginLimits,
     /// What the client's connection does after this response.

@@ -62,7 +62,7 @@ impl Backend {
         let dial = dial.speaking(Speaks::Http1);
         Arc::new(Backend {
             addr,
-            conns: OriginPool::new(dial, config.pool.clone(), budget),
+            conns: OriginPool::new(dial, &config.name, config.pool.clone(), budget),
             mux,
             speaks: AtomicU8::new(speaks as u8),
             load: Load::new(Instant::now()),

@@ -159,6 +159,17 @@ pub struct OriginConn {
     pub stream: Stream,
 }
 
+/// What a look at an idle connection finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleState {
+    /// Nothing to read: it can carry a request.
+    Quiet,
+    /// End of stream, or an error: the origin closed it.
+    Closed,
+    /// Bytes nobody asked for (a stray response, a body after a response to HEAD).
+    Unasked,
+}
+
 impl OriginConn {
     /// Whether the connection can carry a request now: a non-blocking peek finds
     /// neither end of stream nor stray bytes (nginx does the same on its idle
@@ -169,11 +180,37 @@ impl OriginConn {
     /// after the last response): the probe reads and processes them, and the
     /// connection is kept only if no plaintext and no end of stream came with them.
     pub fn probe(&self) -> bool {
+        self.look() == IdleState::Quiet
+    }
+
+    /// What the probe finds, told apart: open, closed, or bytes nobody asked for.
+    pub fn look(&self) -> IdleState {
         if let Some(tls) = self.stream.tls() {
-            return tls_quiet(tls);
+            let mut byte = [0u8; 1];
+            return idle_state(tls.try_read(&mut byte));
         }
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
-        nothing_arrived(SockRef::from(self.stream.tcp()).peek(&mut byte))
+        idle_state(SockRef::from(self.stream.tcp()).peek(&mut byte))
+    }
+
+    /// Waits until the origin closes the connection, or sends bytes on it, or `until`
+    /// passes; true when it closed. Reads what arrives: the connection is not used
+    /// again.
+    pub async fn closes_by(&self, until: Instant) -> bool {
+        let mut byte = [0u8; 1];
+        // Each round waits for readiness once; a read that finds nothing clears it.
+        loop {
+            match idle_state(self.stream.try_read(&mut byte)) {
+                IdleState::Closed => return true,
+                IdleState::Unasked => return false,
+                IdleState::Quiet => {}
+            }
+            match tokio::time::timeout_at(until, self.stream.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return true,
+                Err(_) => return false,
+            }
+        }
     }
 }
 
@@ -182,6 +219,15 @@ impl OriginConn {
 fn tls_quiet(tls: &TlsStream) -> bool {
     let mut byte = [0u8; 1];
     matches!(tls.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+/// What a non-blocking read or peek of an idle connection returned, as [`IdleState`].
+fn idle_state(read: io::Result<usize>) -> IdleState {
+    match read {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => IdleState::Quiet,
+        Ok(0) | Err(_) => IdleState::Closed,
+        Ok(_) => IdleState::Unasked,
+    }
 }
 
 /// Whether a peek at an idle connection found it open: no end of stream and no bytes

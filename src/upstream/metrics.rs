@@ -14,6 +14,7 @@ use std::sync::Arc;
 use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 use tokio::time::Instant;
 
+use super::learned::{CloseRule, RuleSnapshot};
 use super::multiplex::{Multiplexed, MuxSnapshot};
 use super::{Backend, Upstream};
 use crate::metrics::{
@@ -134,6 +135,10 @@ const EJECTIONS: Family = Family {
     name: "holdfast_backend_ejections",
     help: "Times a server was taken out of service (passive detection or failed checks).",
 };
+const LEARNED_RULES: Family = Family {
+    name: "holdfast_backend_learned_close_rules",
+    help: "Rules in force, learned from the server's unannounced closes, that retire its connections after so many requests or after a kind of response.",
+};
 const WEIGHT: Family = Family {
     name: "holdfast_backend_weight",
     help: "Share of traffic health allows a server now, in percent: 100 in service, 0 out, in between while re-admitted.",
@@ -179,6 +184,8 @@ pub struct BackendSnapshot {
     pub weight: u32,
     /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
     pub h2: Option<MuxSnapshot>,
+    /// Rules learned from its origin's unannounced closes, in force now.
+    pub learned: Vec<RuleSnapshot>,
 }
 
 impl BackendSnapshot {
@@ -206,6 +213,7 @@ impl BackendSnapshot {
             response: m.response.snapshot(),
             weight: backend.health.weight(now),
             h2: backend.mux.as_ref().map(Multiplexed::snapshot),
+            learned: backend.conns.learned().snapshot(now),
         }
     }
 }
@@ -362,6 +370,16 @@ fn connections(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
         }),
     )?;
     out.gauge(&QUEUE_DEPTH, rows.iter().map(|r| (r.labels(), r.snapshot.pool.waiting)))?;
+    out.gauge(
+        &LEARNED_RULES,
+        rows.iter().flat_map(|r| {
+            CloseRule::NAMES.iter().map(|name| {
+                let learned = &r.snapshot.learned;
+                let n = learned.iter().filter(|l| l.rule.as_str() == *name).count() as u64;
+                (r.labels_with("rule", name), n)
+            })
+        }),
+    )?;
     out.counter(
         &QUEUE_REJECTIONS,
         rows.iter().flat_map(|r| {

@@ -18,6 +18,7 @@ pub mod connect;
 pub mod discovery;
 pub mod health;
 pub mod keepalive;
+pub mod learned;
 mod lease;
 mod load;
 mod metrics;

@@ -38,6 +38,8 @@ mod demand;
 mod concurrency;
 // Origins closing pooled connections unannounced: safe retries, refused unsafe ones.
 mod stale;
+// Origins that close after some responses, unannounced: HEAD without a length, learned rules.
+mod unannounced;
 // Source addresses, and a namespace with few ports: reuse holds, no reuse runs out.
 #[cfg(target_os = "linux")]
 mod ports;

@@ -48,6 +48,8 @@ pub(crate) struct Inner<C> {
     pub(crate) waiting_second: AtomicUsize,
     /// Set by [`Pool::retire`]: connections coming back close instead of idling.
     retired: AtomicBool,
+    /// Hears of idle connections found not open.
+    closed_hook: Option<ClosedHook<C>>,
 }
 
 struct State<C> {
@@ -98,14 +100,42 @@ impl Demand {
 }
 
 /// What the pool remembers about a connection across uses.
+///
+/// Kept small: an idle entry and a [`Pooled`] of up to 128 bytes are moved as inline
+/// copies, larger ones through `memcpy` calls, a few hundred instructions per request
+/// on the checkout and release path. So the origin's limits are kept as plain values.
 #[derive(Debug, Clone, Copy)]
 struct Life {
     /// When `max_lifetime` runs out (`None`: no limit).
     expires_at: Option<Instant>,
     /// Requests sent on it so far, the one in flight included.
     requests: u64,
-    /// The origin's own limits, when it advertised them (`Keep-Alive: timeout, max`).
-    server: OriginLimits,
+    /// The origin's idle limit, when it advertised one (`Keep-Alive: timeout`).
+    server_idle: Option<Duration>,
+    /// Further requests the origin accepts, when it said (`Keep-Alive: max`);
+    /// `u64::MAX` when it did not.
+    server_remaining: u64,
+    /// The caller's mark ([`Pooled::set_mark`]).
+    mark: u32,
+}
+
+/// Hears of each idle connection the pool finds not open ([`Poolable::is_open`]),
+/// just before the pool drops it, with what the pool knows of it. The pool decides
+/// nothing from it; a caller may learn from when its peer closes.
+pub type ClosedHook<C> = Box<dyn Fn(&C, ClosedWhileIdle) + Send + Sync>;
+
+/// An idle connection the pool found not open, as its [`ClosedHook`] hears of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClosedWhileIdle {
+    /// Requests it carried, every one of them answered.
+    pub requests: u64,
+    /// From its release after the last of them to when the close was found.
+    pub idle_for: Duration,
+    /// When the close was found. Connections found closed in one look at the pool
+    /// (one checkout, one eviction pass) share it.
+    pub found_at: Instant,
+    /// The caller's mark on it ([`Pooled::set_mark`]).
+    pub mark: u32,
 }
 
 /// Limits an origin advertised for one connection; they tighten the pool's own.
@@ -165,10 +195,22 @@ impl<C: Poolable> Pooled<C> {
         self.life.requests
     }
 
+    /// The caller's mark on the connection: 0 until [`Pooled::set_mark`].
+    pub fn mark(&self) -> u32 {
+        self.life.mark
+    }
+
+    /// Keeps `mark`, a value of the caller's, with the connection across uses (holdfast
+    /// marks the kind of its last response); the [`ClosedHook`] hears it too.
+    pub fn set_mark(&mut self, mark: u32) {
+        self.life.mark = mark;
+    }
+
     /// Records limits the origin advertised in its latest response. They replace
     /// earlier ones (an origin counts `max` down as requests go by).
     pub fn limit_by_origin(&mut self, limits: OriginLimits) {
-        self.life.server = limits;
+        self.life.server_idle = limits.idle;
+        self.life.server_remaining = limits.remaining_requests.unwrap_or(u64::MAX);
     }
 
     /// Takes the connection out for good (for example after an upgrade).
@@ -210,6 +252,23 @@ impl<C: Poolable> Pool<C> {
     /// An empty pool whose idle connections also count against `budget`, shared with
     /// other pools.
     pub fn with_budget(config: PoolConfig, budget: Option<Arc<IdleBudget>>) -> Self {
+        Pool::with_hook(config, budget, None)
+    }
+
+    /// [`Pool::with_budget`], and `hook` hears of each idle connection found not open.
+    pub fn with_closed_hook(
+        config: PoolConfig,
+        budget: Option<Arc<IdleBudget>>,
+        hook: ClosedHook<C>,
+    ) -> Self {
+        Pool::with_hook(config, budget, Some(hook))
+    }
+
+    fn with_hook(
+        config: PoolConfig,
+        budget: Option<Arc<IdleBudget>>,
+        closed_hook: Option<ClosedHook<C>>,
+    ) -> Self {
         let state = State { idle: Vec::new(), demand: Demand::new(Instant::now()) };
         Pool {
             inner: Arc::new(Inner {
@@ -223,6 +282,7 @@ impl<C: Poolable> Pool<C> {
                 wake_second: Notify::new(),
                 waiting_second: AtomicUsize::new(0),
                 retired: AtomicBool::new(false),
+                closed_hook,
             }),
         }
     }
@@ -265,7 +325,7 @@ impl<C: Poolable> Pool<C> {
             }
             found
         };
-        self.close_idle(retired);
+        self.close_idle(retired, Some(now));
         let entry = found?;
         self.give_budget(1);
         let life = Life { requests: entry.life.requests + 1, ..entry.life };
@@ -282,7 +342,13 @@ impl<C: Poolable> Pool<C> {
         self.lock().demand.observe(in_flight, opened_at);
         let lifetime = self.inner.config.max_lifetime;
         let expires_at = (!lifetime.is_zero()).then(|| opened_at + lifetime);
-        let life = Life { expires_at, requests: 1, server: OriginLimits::default() };
+        let life = Life {
+            expires_at,
+            requests: 1,
+            server_idle: None,
+            server_remaining: u64::MAX,
+            mark: 0,
+        };
         Pooled {
             conn: Some(conn),
             life,
@@ -328,17 +394,17 @@ impl<C: Poolable> Pool<C> {
         let evicted = (state.idle.len() > bound).then(|| state.idle.remove(0));
         drop(state);
         if let Some(entry) = evicted {
-            self.close_idle(vec![(entry, CloseReason::AboveDemand)]);
+            self.close_idle(vec![(entry, CloseReason::AboveDemand)], None);
         }
         self.wake_waiter();
     }
 
     /// Why a connection coming back from a request must close instead of idling.
     fn release_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
-        let server = entry.life.server;
-        if self.inner.config.is_spent(entry.life.requests) || server.remaining_requests == Some(0) {
+        let life = &entry.life;
+        if self.inner.config.is_spent(life.requests) || life.server_remaining == 0 {
             Some(CloseReason::MaxRequests)
-        } else if server.idle == Some(Duration::ZERO) {
+        } else if life.server_idle == Some(Duration::ZERO) {
             Some(CloseReason::IdleTimeout)
         } else {
             self.retire_reason(entry, now)
@@ -382,14 +448,14 @@ impl<C: Poolable> Pool<C> {
             retired.extend(state.idle.drain(..surplus).map(|e| (e, CloseReason::AboveDemand)));
             retired
         };
-        self.close_idle(retired);
+        self.close_idle(retired, Some(now));
     }
 
     /// Closes every idle connection, counted under `reason`. Busy connections are not
     /// touched: they come back, or close, when their request ends.
     pub fn clear_for(&self, reason: CloseReason) {
         let all: Vec<_> = std::mem::take(&mut self.lock().idle);
-        self.close_idle(all.into_iter().map(|e| (e, reason)).collect());
+        self.close_idle(all.into_iter().map(|e| (e, reason)).collect(), None);
     }
 
     /// Winds the pool down for good: idle connections close now, busy ones when their
@@ -449,7 +515,7 @@ impl<C: Poolable> Pool<C> {
 
     fn idle_limit(&self, life: &Life) -> Duration {
         let own = self.inner.config.idle_timeout;
-        life.server.idle.map_or(own, |server| server.min(own))
+        life.server_idle.map_or(own, |server| server.min(own))
     }
 
     fn retire_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
@@ -464,13 +530,26 @@ impl<C: Poolable> Pool<C> {
         }
     }
 
-    /// Drops retired idle connections outside the lock and counts them.
-    fn close_idle(&self, retired: Vec<(Idle<C>, CloseReason)>) {
+    /// Drops retired idle connections outside the lock and counts them. When they were
+    /// looked at `found_at`, the [`ClosedHook`] hears of those found not open
+    /// (`OriginClosed`) first.
+    fn close_idle(&self, retired: Vec<(Idle<C>, CloseReason)>, found_at: Option<Instant>) {
         if retired.is_empty() {
             return;
         }
         self.give_budget(retired.len());
         for (entry, reason) in retired {
+            if let (CloseReason::OriginClosed, Some(now), Some(hook)) =
+                (reason, found_at, &self.inner.closed_hook)
+            {
+                let closed = ClosedWhileIdle {
+                    requests: entry.life.requests,
+                    idle_for: now.saturating_duration_since(entry.idle_since),
+                    found_at: now,
+                    mark: entry.life.mark,
+                };
+                hook(&entry.conn, closed);
+            }
             // Counted before the socket closes, so whoever sees the close sees it counted.
             self.inner.stats.on_close_idle(reason);
             drop(entry);

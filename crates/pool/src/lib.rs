@@ -14,7 +14,7 @@ mod queue;
 mod stats;
 
 pub use budget::IdleBudget;
-pub use idle::{OriginLimits, Pool, Pooled};
+pub use idle::{ClosedHook, ClosedWhileIdle, OriginLimits, Pool, Pooled};
 pub use limits::PoolConfig;
 pub use queue::{Checkout, ConnectPermit, Exhausted, Priority, RESERVE_PERCENT};
 pub use stats::{CloseReason, PoolStats, PoolStatsSnapshot};

@@ -31,11 +31,14 @@ pub enum CloseReason {
     Retired,
     /// Its server was taken out of service by a health check or passive detection.
     Ejected,
+    /// Its origin was seen to close connections at this point without saying so (after
+    /// so many requests, or after a kind of response), so it was not kept.
+    Learned,
 }
 
 impl CloseReason {
     /// Every reason, in a fixed order (for exporting counters).
-    pub const ALL: [CloseReason; 11] = [
+    pub const ALL: [CloseReason; 12] = [
         CloseReason::IdleTimeout,
         CloseReason::MaxRequests,
         CloseReason::MaxLifetime,
@@ -47,6 +50,7 @@ impl CloseReason {
         CloseReason::Shutdown,
         CloseReason::Retired,
         CloseReason::Ejected,
+        CloseReason::Learned,
     ];
 
     /// A stable snake_case name for logs and metric labels.
@@ -63,6 +67,7 @@ impl CloseReason {
             CloseReason::Shutdown => "shutdown",
             CloseReason::Retired => "retired",
             CloseReason::Ejected => "ejected",
+            CloseReason::Learned => "learned",
         }
     }
 

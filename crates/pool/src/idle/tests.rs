@@ -5,7 +5,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::{
-    Checkout, CloseReason, Exhausted, IdleBudget, OriginLimits, Pool, PoolConfig, Poolable, Pooled,
+    Checkout, CloseReason, ClosedWhileIdle, Exhausted, IdleBudget, OriginLimits, Pool, PoolConfig,
+    Poolable, Pooled,
 };
 
 #[derive(Debug)]
@@ -105,6 +106,39 @@ async fn closed_idle_connection_is_skipped() {
     let mut got = pool.checkout(Instant::now()).expect("conn 1 is still open");
     assert_eq!(got.conn().id, 1);
     assert_eq!(pool.stats().snapshot().closed(CloseReason::OriginClosed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_hook_hears_of_a_connection_found_closed_with_its_requests_idle_time_and_mark() {
+    let heard: Arc<std::sync::Mutex<Vec<(u32, ClosedWhileIdle)>>> = Arc::default();
+    let hears = Arc::clone(&heard);
+    let hook =
+        Box::new(move |conn: &FakeConn, closed| hears.lock().unwrap().push((conn.id, closed)));
+    let pool = Pool::with_closed_hook(PoolConfig::default(), None, hook);
+    let mut conn = open(&pool, 1).await;
+    let flag = Arc::clone(&conn.conn().open);
+    conn.release(Instant::now());
+    let mut again = pool.checkout(Instant::now()).expect("idle");
+    assert_eq!(again.mark(), 0);
+    again.set_mark(7);
+    again.release(Instant::now());
+    tokio::time::advance(Duration::from_millis(30)).await;
+    flag.store(false, Ordering::SeqCst);
+    let now = Instant::now();
+    assert!(pool.checkout(now).is_none());
+    let expected = ClosedWhileIdle {
+        requests: 2,
+        idle_for: Duration::from_millis(30),
+        found_at: now,
+        mark: 7,
+    };
+    assert_eq!(*heard.lock().unwrap(), [(1, expected)]);
+    // Closes for other reasons are not reported.
+    open(&pool, 2).await.release(Instant::now());
+    tokio::time::advance(PoolConfig::default().idle_timeout + secs(1)).await;
+    pool.evict_expired(Instant::now());
+    assert_eq!(pool.stats().snapshot().closed(CloseReason::IdleTimeout), 1);
+    assert_eq!(heard.lock().unwrap().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
