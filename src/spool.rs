@@ -38,6 +38,10 @@ pub const FILE_CHUNK: usize = 32 * 1024;
 /// in one go, held only while it does.
 pub const READ_CHUNK: usize = 16 * 1024;
 
+/// File writes in progress at once, across all spools: enough to keep a disk busy,
+/// few enough that the threads doing them leave the CPU to the workers.
+pub const WRITERS: usize = 4;
+
 /// The bounds of spooling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpoolConfig {
@@ -120,6 +124,8 @@ fn free_bytes(_dir: &Path) -> Option<u64> {
 #[derive(Debug)]
 pub struct Spools {
     config: SpoolConfig,
+    /// Turns to write to a file: [`WRITERS`] at a time.
+    writers: tokio::sync::Semaphore,
     /// [`SpoolConfig::file_total`] as resolved when the budget was made.
     file_total: u64,
     memory: AtomicU64,
@@ -157,6 +163,7 @@ pub enum Full {
 impl Spools {
     pub fn new(config: SpoolConfig) -> Arc<Spools> {
         Arc::new(Spools {
+            writers: tokio::sync::Semaphore::new(WRITERS),
             file_total: config.file_total_now(),
             config,
             memory: AtomicU64::new(0),
@@ -410,6 +417,9 @@ impl Spool {
         let Some(file) = self.file.as_mut() else { return Ok(()) };
         let tail = std::mem::take(&mut self.tail);
         let (handle, at) = (Arc::clone(&file.file), file.write_at);
+        // A few writes at a time: each runs on a thread of its own, and hundreds of
+        // spools writing at once would take the CPU from the workers serving clients.
+        let _turn = self.spools.writers.acquire().await.map_err(io::Error::other)?;
         let job = tokio::task::spawn_blocking(move || {
             let written = handle.write_all_at(&tail, at);
             (tail, written)
@@ -533,6 +543,14 @@ impl Drop for Spool {
         // the file budget.
         let in_file = self.file.as_ref().map_or(0, |f| f.write_at);
         Spools::give(&self.spools.file, in_file.saturating_add(self.tail.len() as u64));
+        // Closing a file of many megabytes frees its pages in the closing thread: on a
+        // blocking thread, not the worker.
+        if let (Some(file), Ok(runtime)) = (self.file.take(), tokio::runtime::Handle::try_current())
+        {
+            if in_file > FILE_CHUNK as u64 {
+                runtime.spawn_blocking(move || drop(file));
+            }
+        }
     }
 }
 
