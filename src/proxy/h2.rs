@@ -23,7 +23,7 @@ use super::h1::{self, HeadOut};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::stream_backlog::{self, Behind, Ending, StreamBacklog};
-use super::transfer::{DownloadError, Downloaded, Upload};
+use super::transfer::{self, DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{pace_config, Outbound};
 use crate::http1::body::Relay;
@@ -33,6 +33,7 @@ use crate::http1::Framing;
 use crate::http2::convert::{self, StreamFacts};
 use crate::http2::flow;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
+use crate::spool::{Full, Spool};
 use crate::upstream::{Lease, OriginConn};
 
 /// One client stream's exchange.
@@ -55,6 +56,8 @@ pub(crate) struct H2Wire {
     /// A response the origin is done with and the client is not (response
     /// buffering). Boxed: only streams whose client fell behind have one.
     behind: Option<Box<Behind>>,
+    /// The request body, read whole before it is sent (request buffering).
+    request_body: Option<Box<Spool>>,
     /// The trailers of a body read whole beforehand ([`Wire::read_kept`]), sent after
     /// it to an HTTP/2 origin.
     kept_trailers: Option<HeaderMap>,
@@ -119,6 +122,7 @@ impl H2Wire {
             origin_body: None,
             client_failed: false,
             behind: None,
+            request_body: None,
             kept_trailers: None,
             read: BodyRead::default(),
             in_hand: None,
@@ -185,6 +189,45 @@ fn count_body(total: &mut u64, n: usize, max: Option<u64>) -> Result<(), Attempt
 }
 
 impl Wire for H2Wire {
+    async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
+        self.answer_continue(out);
+        let stall = out.route.site.timeouts.read;
+        let chunked = out.request.framing == Framing::Chunked;
+        let mut spool = Box::new(out.route.site.spools.spool_for(out.request.framing.length()));
+        let full = |e| match e {
+            Full::Exchange(max) => Attempt::Failed(ProxyErrorKind::BodyTooLargeToBuffer(max)),
+            Full::Process => Attempt::Failed(ProxyErrorKind::BuffersFull),
+        };
+        let mut total = 0u64;
+        // The body as `upload_h1` would write it to an HTTP/1.1 origin: chunked when the
+        // client declared no length, with its trailers.
+        while let Some(data) = flow::next(&mut self.body, stall).await.map_err(client_failed)? {
+            count_body(&mut total, data.len(), out.route.max_body)?;
+            if !data.is_empty() {
+                let mut size_line = [0u8; 18];
+                let framed: [&[u8]; 3] = match chunked {
+                    true => [encode::chunk_size_line(data.len(), &mut size_line), &data, b"\r\n"],
+                    false => [&data, b"", b""],
+                };
+                spool.push(&framed).await.map_err(full)?;
+            }
+            flow::release(&mut self.body, data.len());
+        }
+        if chunked {
+            let trailers = flow::trailers(&mut self.body, stall).await.map_err(client_failed)?;
+            let mut end = encode::LAST_CHUNK.to_vec();
+            if let Some(trailers) = &trailers {
+                convert::write_h1_trailers(trailers, &mut end);
+            }
+            end.extend_from_slice(b"\r\n");
+            spool.push(&[&end]).await.map_err(full)?;
+        }
+        spool.settle().await;
+        out.progress.body_consumed = true;
+        self.request_body = Some(spool);
+        Ok(())
+    }
+
     async fn read_kept(&mut self, out: &mut Outbound, len: u64) -> Result<Vec<u8>, Attempt> {
         self.answer_continue(out);
         let stall = out.route.site.timeouts.read;
@@ -215,7 +258,17 @@ impl Wire for H2Wire {
         let limit = out.route.site.timeouts.response_header;
         let stream = &mut conn.stream;
         h1::send_head(stream, head, kept, limit).await?;
-        let sent_at = if out.progress.body_consumed {
+        let sent_at = if let Some(mut body) = self.request_body.take() {
+            let sent = transfer::send_spooled(stream, &mut body, limit).await;
+            // The head went: a failure now may have reached the origin.
+            sent.map_err(|(_, e)| match e {
+                WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
+                WaitError::Io(error) => {
+                    Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
+                }
+            })?;
+            Instant::now()
+        } else if out.progress.body_consumed {
             out.record.started()
         } else {
             self.answer_continue(out);

@@ -336,3 +336,26 @@ async fn an_http2_client_that_takes_nothing_of_a_held_response_loses_the_stream(
         Ok(bytes) => panic!("the whole response arrived ({} bytes)", bytes.len()),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_clients_buffered_upload_reaches_the_origin_only_once_it_is_whole() {
+    use crate::support::http2::{read_all, H2Client};
+    let origin = Origin::start().await;
+    let route = "[[route]]\npath = \"/\"\nupstream = \"app\"\nbuffer_requests = true\n";
+    let proxy = Proxy::start(h2c(&[origin.addr().to_string()], route)).await;
+    let client = H2Client::connect(proxy.addr()).await;
+    let (response, mut body) = client.start_post("/upload").await;
+    body.send_data(bytes::Bytes::from(vec![b'u'; 100_000]), false).expect("first part");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.accepted(), 0, "no upstream connection while the upload is slow");
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("x-check", http::HeaderValue::from_static("1"));
+    body.send_data(bytes::Bytes::from(vec![b'u'; 20_000]), false).expect("second part");
+    body.send_trailers(trailers).expect("trailers");
+    let response = within("the response", response).await.expect("a response");
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-received-bytes"], "120000");
+    assert_eq!(response.headers()["x-received-trailers"], "x-check");
+    let _ = read_all(&mut response.into_body()).await;
+    assert_eq!(origin.accepted(), 1);
+}

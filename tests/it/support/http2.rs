@@ -565,6 +565,24 @@ impl H2Client {
         .await
     }
 
+    /// `POST path` with its body still to come: the test sends it on the returned
+    /// stream, and awaits the response.
+    pub async fn start_post(
+        &self,
+        path: &str,
+    ) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+        within("an HTTP/2 request", async {
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri(format!("{}://holdfast.test{path}", self.scheme))
+                .body(())
+                .expect("a valid request");
+            let mut sender = self.sender.clone().ready().await.expect("room for a stream");
+            sender.send_request(req, false).expect("the request goes")
+        })
+        .await
+    }
+
     /// Sends `count` requests for `path(i)` at once on this connection; the replies in
     /// request order.
     pub async fn concurrent(
