@@ -186,6 +186,7 @@ impl From<LeaseError> for ProxyErrorKind {
     fn from(e: LeaseError) -> Self {
         match e {
             LeaseError::Connect(e) => ProxyErrorKind::Connect(e),
+            LeaseError::ClientGone => ProxyErrorKind::ClientBody(ClientBodyError::Closed),
             queue => ProxyErrorKind::Queue(queue),
         }
     }

@@ -227,7 +227,15 @@ impl Proxy {
         let mut fresh = false;
         loop {
             let backend = Arc::clone(out.backend());
-            let (mut lease, claim) = match self.connect(out, &backend, fresh, asked).await {
+            let connecting = self.connect(out, &backend, fresh, asked);
+            // A request whose client leaves while it waits for a connection stops
+            // waiting: it would take a connection, and the origin's work, for nobody.
+            let leased = tokio::select! {
+                biased;
+                leased = connecting => leased,
+                () = wire.client_gone() => Err(LeaseError::ClientGone),
+            };
+            let (mut lease, claim) = match leased {
                 Ok(leased) => leased,
                 Err(LeaseError::Connect(e)) => {
                     if e.is_backend_failure() {

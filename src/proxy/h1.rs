@@ -70,6 +70,16 @@ impl Drop for H1Wire<'_> {
 }
 
 impl Wire for H1Wire<'_> {
+    async fn client_gone(&mut self) {
+        // A peek that finds the end of the stream (or an error): the client closed.
+        // Bytes instead (a body, a pipelined request) say nothing more: wait no longer.
+        let mut byte = [0u8; 1];
+        match self.client.stream.tcp().peek(&mut byte).await {
+            Ok(0) | Err(_) => {}
+            Ok(_) => std::future::pending().await,
+        }
+    }
+
     async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
         let limits = upload_limits(out);
         let mut spool = Box::new(out.route.site.spools.spool());

@@ -189,6 +189,10 @@ fn count_body(total: &mut u64, n: usize, max: Option<u64>) -> Result<(), Attempt
 }
 
 impl Wire for H2Wire {
+    async fn client_gone(&mut self) {
+        client_reset(&mut self.respond).await;
+    }
+
     async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
         self.answer_continue(out);
         let stall = out.route.site.timeouts.read;

@@ -71,7 +71,13 @@ impl Proxy {
             let backend = Arc::clone(out.backend());
             let started = Instant::now();
             let connect = out.route.site.timeouts.connect;
-            let lease = match backend.lease_stream(connect).await {
+            // A request whose client leaves while it waits for a stream stops waiting.
+            let leased = tokio::select! {
+                biased;
+                leased = backend.lease_stream(connect) => leased,
+                () = wire.client_gone() => Err(LeaseError::ClientGone),
+            };
+            let lease = match leased {
                 Ok(Some(lease)) => lease,
                 Ok(None) => return Err(MuxFailure::SpeaksHttp1(kept)),
                 Err(LeaseError::Connect(e)) => {

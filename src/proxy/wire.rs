@@ -37,6 +37,13 @@ pub(crate) trait Wire {
         len: u64,
     ) -> impl Future<Output = Result<Vec<u8>, Attempt>> + Send;
 
+    /// Resolves once the client has gone (closed its connection, reset its stream), so
+    /// that a request waiting for a connection stops waiting; never, while it cannot
+    /// tell.
+    fn client_gone(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+
     /// Reads the whole request body before anything is sent (request buffering), to
     /// send it with the head on the next attempt; a wire that cannot leaves the body
     /// to stream.

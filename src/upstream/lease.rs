@@ -42,6 +42,9 @@ pub enum LeaseError {
          of them, and {waiting} requests over their share already queued"
     )]
     ShareFull { max_connections: usize, waiting: usize },
+    /// The client went away while its request waited for a connection.
+    #[error("the client went away while its request waited for a connection")]
+    ClientGone,
 }
 
 /// The connections to one backend: idle ones in its pool, and new ones opened to

@@ -83,3 +83,35 @@ async fn one_client_alone_may_use_most_of_a_backend() {
         assert_eq!(within("an answer", client.response()).await.status, 200);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_client_left_stops_waiting_for_a_connection() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start(crate::support::http2::h2_config(
+        "h2c = true",
+        &[origin.addr().to_string()],
+        "[upstream.app.pool]\nmax_connections_per_server = 1\nqueue_timeout = \"30s\"\n",
+        "",
+    ))
+    .await;
+    let mut busy = RawClient::connect(proxy.addr()).await;
+    busy.send("GET /hold/busy HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    wait_until("the connection is busy", DEADLINE, || origin.count_path("/hold") == 1).await;
+    // An HTTP/1.1 client that leaves while queued.
+    let mut gone = RawClient::connect(proxy.addr()).await;
+    gone.send("GET /gone HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    wait_until("it waits", DEADLINE, || proxy.pool().waiting == 1).await;
+    drop(gone);
+    wait_until("it no longer waits", DEADLINE, || proxy.pool().waiting == 0).await;
+    // An HTTP/2 client that resets its stream while queued.
+    let h2 = crate::support::http2::H2Client::connect(proxy.addr()).await;
+    let (response, stream) = h2.start_post("/reset").await;
+    wait_until("the stream waits", DEADLINE, || proxy.pool().waiting == 1).await;
+    drop((response, stream));
+    wait_until("the stream no longer waits", DEADLINE, || proxy.pool().waiting == 0).await;
+    origin.release("busy");
+    assert_eq!(within("the held answer", busy.response()).await.status, 200);
+    let reply = proxy.client().await.get("/after").await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(origin.count_path("/gone") + origin.count_path("/reset"), 0, "nobody's requests");
+}
