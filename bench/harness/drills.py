@@ -316,6 +316,13 @@ def check(drill, ctx, url_base, run_dir):
     return {k: report[k] for k in ("sent", "ok", "statuses", "timeouts", "errors", "latency_us")}
 
 
+def _pool(ctx):
+    """holdfast's pool table for `--pool N`, else nothing: the defaults."""
+    if not ctx.pool:
+        return ""
+    return f"\n[upstream.app.pool]\nmax_connections_per_server = {ctx.pool}\n"
+
+
 def run_proxy(drill, name, ctx, origin, log):
     """The drill against proxy `name`: its record (see the module doc)."""
     run_dir = ctx.session / name
@@ -326,7 +333,8 @@ def run_proxy(drill, name, ctx, origin, log):
     template = drill.configs[name]
     running = contenders.start(
         PROXIES[name], origin=origin, ports=ctx.ports, bins=ctx.bins, run_dir=run_dir,
-        nofile=ctx.nofile, config={"template": template, "values": {"spool_dir": spool_dir}})
+        nofile=ctx.nofile,
+        config={"template": template, "values": {"spool_dir": spool_dir, "pool": _pool(ctx)}})
     record = {"proxy": name, "about": PROXIES[name].about, "config": f"bench/configs/{template}",
               "command": running.child.argv}
     try:

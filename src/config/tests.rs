@@ -732,3 +732,49 @@ protocol = "h3"
     assert!(e.contains("upstream.c.servers: mixes http://, https:// and h2c://"), "{e}");
     assert!(e.contains("upstream.d.protocol: \"h3\" is not a protocol"), "{e}");
 }
+
+#[test]
+fn buffering_defaults_and_route_overrides() {
+    let config = parse(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\
+         [[route]]\npath = \"/events\"\nupstream = \"app\"\nbuffer_responses = false\n\
+         buffer_requests = true\n\
+         [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\
+         [timeouts]\nclient_buffered = \"5s\"\n\
+         [buffering]\nmemory_per_exchange = \"16k\"\nfile_per_exchange = \"1M\"\n\
+         memory_total = \"8M\"\nfile_total = \"100M\"\ntemp_dir = \"/tmp\"\n",
+    )
+    .expect("a valid config");
+    assert_eq!(config.buffering, crate::proxy::Buffering { responses: true, requests: false });
+    assert_eq!(config.routes[0].buffer_responses, Some(false));
+    assert_eq!(config.routes[0].buffer_requests, Some(true));
+    assert_eq!(config.timeouts.client_buffered, Duration::from_secs(5));
+    let spool = &config.spool;
+    assert_eq!((spool.memory_per_exchange, spool.file_per_exchange), (16 * 1024, 1 << 20));
+    assert_eq!((spool.memory_total, spool.file_total), (8 << 20, Some(100 << 20)));
+    assert_eq!(spool.dir, PathBuf::from("/tmp"));
+    let auto = parse(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\
+         [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n[buffering]\nfile_total = \"auto\"\n",
+    )
+    .expect("a valid config");
+    assert_eq!(auto.spool.file_total, None, "auto: decided at start");
+}
+
+#[test]
+fn bad_buffering_values_are_reported_with_their_keys() {
+    let e = errors(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\
+         [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\
+         [buffering]\ntemp_dir = \"spool\"\nmemory_total = 0\nresponses = \"yes\"\n",
+    );
+    assert!(e.contains("holdfast.toml:7: buffering.temp_dir: must be an absolute path"), "{e}");
+    assert!(e.contains("holdfast.toml:8: buffering.memory_total: must be more than 0"), "{e}");
+    assert!(e.contains("holdfast.toml:9: buffering.responses"), "{e}");
+    let missing = errors(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\nupstream = \"app\"\n\
+         [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\
+         [buffering]\ntemp_dir = \"/no/such/dir\"\n",
+    );
+    assert!(missing.contains("/no/such/dir is not a directory"), "{missing}");
+}
