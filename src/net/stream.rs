@@ -110,6 +110,16 @@ impl Stream {
         }
     }
 
+    /// [`Stream::try_write`], asking the socket even when tokio last saw it full: epoll
+    /// reports a TCP socket writable only once a third of its send buffer is free,
+    /// while a write succeeds as soon as any room is. Over TLS, a plain `try_write`.
+    pub fn try_write_unready(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => socket2::SockRef::from(s).send(buf),
+            Stream::Tls(s) => s.try_write(buf),
+        }
+    }
+
     /// [`Stream::try_write`] from several slices at once.
     #[inline]
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {

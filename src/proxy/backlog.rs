@@ -23,6 +23,13 @@ use crate::http1::body::Parts;
 use crate::net::{self, Deadline, Stream, WaitError};
 use crate::spool::{Spool, Spools};
 
+/// How often a client that has fallen behind is tried with a write while no readiness
+/// comes. A TCP socket is reported writable only once a third of its send buffer is
+/// free, which a client reading 1 KiB/s from a large buffer reaches once every half
+/// minute or so; a write succeeds as soon as any room is free. Without these tries,
+/// such a client would look as if it took nothing, and be cut off.
+const PROGRESS_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The client's side of one download: how much of it went out, its pace, and what it
 /// has not taken yet.
 pub struct Backlog {
@@ -160,11 +167,12 @@ impl Backlog {
     /// download is waiting for the origin, not for the client.
     pub async fn serve(&mut self, client: &Stream) -> Result<(), WaitError> {
         client.writable().await.map_err(WaitError::Io)?;
-        self.write_ready(client)
+        self.write_ready(client, false)
     }
 
-    /// Writes what the client's socket takes now of the spool, without waiting.
-    fn write_ready(&mut self, client: &Stream) -> Result<(), WaitError> {
+    /// Writes what the client's socket takes now of the spool, without waiting; `ask`:
+    /// the first write asks the socket itself, whatever tokio last saw of it.
+    fn write_ready(&mut self, client: &Stream, mut ask: bool) -> Result<(), WaitError> {
         let Some(spool) = self.spool.as_mut() else { return Ok(()) };
         let mut wrote = 0usize;
         // Bounded: each round writes bytes or ends.
@@ -174,7 +182,11 @@ impl Backlog {
                 Ok(front) => front,
                 Err(e) => break Err(WaitError::Io(e)),
             };
-            match client.try_write(front) {
+            let written = match std::mem::take(&mut ask) {
+                true => client.try_write_unready(front),
+                false => client.try_write(front),
+            };
+            match written {
                 Ok(0) => break Err(WaitError::Io(io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
                     spool.consume(n);
@@ -190,16 +202,23 @@ impl Backlog {
 
     /// Gives the client everything the spool holds, waiting on it within its pace.
     pub async fn catch_up(&mut self, client: &Stream) -> Result<(), WaitError> {
-        // Bounded: each round writes bytes, or the pace runs out.
+        // Bounded: each round writes bytes, or a tick passes and the pace drains by it.
+        let mut tick = false;
         while self.is_behind() {
-            self.write_ready(client)?;
+            self.write_ready(client, std::mem::take(&mut tick))?;
             if !self.is_behind() {
                 break;
             }
-            let mut deadline = Deadline::after(self.pace.allowance());
+            let allowance = self.pace.allowance();
+            let mut deadline = Deadline::after(allowance.min(PROGRESS_TICK));
             let ready = net::wait(client.writable(), &mut deadline).await;
             charge(&mut self.pace, &deadline);
-            ready?.map_err(WaitError::Io)?;
+            match ready {
+                Ok(ready) => ready.map_err(WaitError::Io)?,
+                // A tick: the next round tries a write (see `PROGRESS_TICK`).
+                Err(WaitError::TimedOut) if allowance > PROGRESS_TICK => tick = true,
+                Err(e) => return Err(e),
+            }
         }
         if let Some(spool) = self.spool.as_mut() {
             spool.shrink();

@@ -359,3 +359,39 @@ async fn an_http2_clients_buffered_upload_reaches_the_origin_only_once_it_is_who
     let _ = read_all(&mut response.into_body()).await;
     assert_eq!(origin.accepted(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_slowly_keeps_its_held_response() {
+    // Its socket turns writable only when a third of holdfast's send buffer is free,
+    // seconds apart at this pace: the tries between (`backlog::PROGRESS_TICK`) see it
+    // take bytes, so its short head start (2 s here) does not run out.
+    let origin = Origin::start().await;
+    let timeouts = "[timeouts]\nclient_buffered = \"2s\"\n";
+    let proxy = Proxy::start(config(timeouts, &origin)).await;
+    let mut slow = reluctant_client(proxy.addr()).await;
+    get(&mut slow, &format!("/bytes/{LARGE}")).await;
+    wait_until("the upstream connection is back in the pool", DEADLINE, || proxy.pool().idle == 1)
+        .await;
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 4096];
+    // Bounded: 16 reads, half a second apart.
+    for _ in 0..16 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = within("a slow read", slow.read(&mut chunk)).await.expect("the response");
+        assert!(n > 0, "the connection was cut off");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let head = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    let mut body = got.len() - head;
+    let mut buf = vec![0u8; 256 * 1024];
+    within("the rest", async {
+        // Bounded by the length announced.
+        while body < LARGE {
+            let n = slow.read(&mut buf).await.expect("the rest");
+            assert!(n > 0, "cut off after {body} of {LARGE} body bytes");
+            body += n;
+        }
+    })
+    .await;
+    assert_eq!(body, LARGE);
+}
