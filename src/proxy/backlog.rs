@@ -33,32 +33,89 @@ const PROGRESS_TICK: std::time::Duration = std::time::Duration::from_secs(1);
 /// The client's side of one download: how much of it went out, its pace, and what it
 /// has not taken yet.
 pub struct Backlog {
+    held: Held,
+    pace: Pace,
+    /// Body bytes written to the client (framing included, head not).
+    bytes: u64,
+    /// Head bytes not yet written: the first bytes to go are the head's.
+    head_left: u64,
+}
+
+/// What a client that fell behind has not taken, and where a spool for it comes from:
+/// the part of a download's client side both protocols share ([`Backlog`] and
+/// `stream_backlog::StreamBacklog`).
+pub(super) struct Held {
     /// Where a spool comes from; `None`: response buffering is off, and the download
     /// waits for the client.
     spools: Option<Arc<Spools>>,
     /// What the client has not taken, once it fell behind. Boxed: most downloads never
     /// need one, and every exchange's future carries this field.
     spool: Option<Box<Spool>>,
-    pace: Pace,
-    /// Body bytes written to the client (framing included, head not).
-    bytes: u64,
-    /// Head bytes not yet written: the first bytes to go are the head's.
-    head_left: u64,
     /// The response's length, when its head gave one (see [`Spools::spool_for`]).
     expected: Option<u64>,
+}
+
+impl Held {
+    /// Nothing held yet; spools from `spools`, when response buffering is on.
+    pub(super) fn new(spools: Option<Arc<Spools>>) -> Held {
+        Held { spools, spool: None, expected: None }
+    }
+
+    /// The response is `len` bytes long: a spool for it goes straight to its file when
+    /// that is more than an exchange keeps in memory.
+    pub(super) fn expecting(&mut self, len: Option<u64>) {
+        self.expected = len;
+    }
+
+    /// Whether response buffering is on.
+    pub(super) fn is_on(&self) -> bool {
+        self.spools.is_some()
+    }
+
+    /// Whether bytes wait for the client.
+    pub(super) fn is_behind(&self) -> bool {
+        self.spool.as_ref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// The spool, when bytes wait in it.
+    pub(super) fn waiting(&mut self) -> Option<&mut Spool> {
+        self.spool.as_deref_mut().filter(|s| !s.is_empty())
+    }
+
+    /// The spool, made when first needed; `None` when buffering is off.
+    pub(super) fn spool(&mut self) -> Option<&mut Spool> {
+        if self.spool.is_none() {
+            let expected = self.expected;
+            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool_for(expected)));
+        }
+        self.spool.as_deref_mut()
+    }
+
+    /// The client caught up: the spool's memory goes back.
+    pub(super) fn shrink(&mut self) {
+        if let Some(spool) = self.spool.as_mut() {
+            spool.shrink();
+        }
+    }
+
+    /// The origin is done: what waits for the client is all the spool will hold.
+    pub(super) async fn settle(&mut self) {
+        if let Some(spool) = self.spool.as_mut() {
+            spool.settle().await;
+        }
+    }
 }
 
 impl Backlog {
     /// A download's client side: paced by `pace`, with a spool from `spools` for what
     /// the client does not take at once, if response buffering is on for it.
     pub fn new(pace: Pace, spools: Option<Arc<Spools>>) -> Backlog {
-        Backlog { spools, spool: None, pace, bytes: 0, head_left: 0, expected: None }
+        Backlog { held: Held::new(spools), pace, bytes: 0, head_left: 0 }
     }
 
-    /// The response is `len` bytes long: a spool for it goes straight to its file when
-    /// that is more than an exchange keeps in memory.
+    /// The response is `len` bytes long (see [`Held::expecting`]).
     pub fn expecting(mut self, len: Option<u64>) -> Backlog {
-        self.expected = len;
+        self.held.expecting(len);
         self
     }
 
@@ -69,7 +126,7 @@ impl Backlog {
 
     /// Whether bytes wait for the client.
     pub fn is_behind(&self) -> bool {
-        self.spool.as_ref().is_some_and(|s| !s.is_empty())
+        self.held.is_behind()
     }
 
     /// `n` bytes went to the client.
@@ -93,10 +150,10 @@ impl Backlog {
         last: bool,
     ) -> Result<(), WaitError> {
         self.head_left = self.head_left.saturating_add(head as u64);
-        if self.spools.is_none() {
+        if !self.held.is_on() {
             return self.send_waiting(client, parts.as_slice(), 0, last).await;
         }
-        if let Some(spool) = self.spool.as_mut().filter(|s| !s.is_empty()) {
+        if let Some(spool) = self.held.waiting() {
             if spool.push(parts.as_slice()).await.is_ok() {
                 return Ok(());
             }
@@ -122,11 +179,7 @@ impl Backlog {
         }
         let mut rest = Parts::new();
         skip(parts.as_slice(), written, &mut rest);
-        if self.spool.is_none() {
-            let expected = self.expected;
-            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool_for(expected)));
-        }
-        if let Some(spool) = self.spool.as_mut() {
+        if let Some(spool) = self.held.spool() {
             if spool.push(rest.as_slice()).await.is_ok() {
                 return Ok(());
             }
@@ -173,7 +226,7 @@ impl Backlog {
     /// Writes what the client's socket takes now of the spool, without waiting; `ask`:
     /// the first write asks the socket itself, whatever tokio last saw of it.
     fn write_ready(&mut self, client: &Stream, mut ask: bool) -> Result<(), WaitError> {
-        let Some(spool) = self.spool.as_mut() else { return Ok(()) };
+        let Some(spool) = self.held.waiting() else { return Ok(()) };
         let mut wrote = 0usize;
         // Bounded: each round writes bytes or ends.
         let result = loop {
@@ -220,19 +273,64 @@ impl Backlog {
                 Err(e) => return Err(e),
             }
         }
-        if let Some(spool) = self.spool.as_mut() {
-            spool.shrink();
-        }
+        self.held.shrink();
         Ok(())
     }
 
     /// The origin is done: what waits for the client is all it holds now, and the
     /// client's head start shrinks to `grace`.
     pub async fn origin_done(&mut self, grace: std::time::Duration) {
-        if let Some(spool) = self.spool.as_mut() {
-            spool.settle().await;
-        }
+        self.held.settle().await;
         self.pace.cut_grace(grace);
+    }
+}
+
+/// A client's side of a download that can be given what waits for it (see
+/// [`while_serving`]).
+pub(super) trait Serve {
+    type Error;
+    fn is_behind(&self) -> bool;
+    /// Waits until the client takes more, then gives it what it takes.
+    fn serve(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>>;
+}
+
+/// An HTTP/1.1 client and its backlog, to serve while the download waits.
+pub(super) struct ServeH1<'a> {
+    pub to: &'a mut Backlog,
+    pub client: &'a Stream,
+}
+
+impl Serve for ServeH1<'_> {
+    type Error = WaitError;
+
+    fn is_behind(&self) -> bool {
+        self.to.is_behind()
+    }
+
+    async fn serve(&mut self) -> Result<(), WaitError> {
+        self.to.serve(self.client).await
+    }
+}
+
+/// `next` (the origin's next bytes, within a deadline of its own), while `client` is
+/// given what waits for it: a download that waits for its origin need not leave its
+/// client idle. The outer error is the client's. Not paced: the download is waiting
+/// for the origin, not for the client.
+pub(super) async fn while_serving<F: std::future::Future, S: Serve>(
+    next: F,
+    client: &mut S,
+) -> Result<F::Output, S::Error> {
+    let mut next = std::pin::pin!(next);
+    // Bounded by `next`'s deadline: each round gives the client bytes, or ends.
+    loop {
+        if !client.is_behind() {
+            return Ok(next.await);
+        }
+        tokio::select! {
+            biased;
+            out = &mut next => return Ok(out),
+            served = client.serve() => served?,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{RecvStream, SendStream};
 
-use super::backlog::Backlog;
+use super::backlog::{while_serving, Backlog, ServeH1};
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::H1Wire;
@@ -191,25 +191,8 @@ async fn next_for_h1(
     stall: std::time::Duration,
 ) -> Result<std::io::Result<Option<Bytes>>, WaitError> {
     let mut deadline = Deadline::after(stall);
-    // Bounded: each round takes a frame from the origin or gives the client bytes; the
-    // deadline bounds the rounds in which the origin sends nothing.
-    loop {
-        if !to.is_behind() {
-            return Ok(flow::next_by(body, &mut deadline).await);
-        }
-        let served = {
-            let next = flow::next_by(body, &mut deadline);
-            tokio::select! {
-                biased;
-                next = next => Err(next),
-                served = to.serve(client) => Ok(served),
-            }
-        };
-        match served {
-            Err(next) => return Ok(next),
-            Ok(served) => served?,
-        }
-    }
+    let next = flow::next_by(body, &mut deadline);
+    while_serving(next, &mut ServeH1 { to, client }).await
 }
 
 impl H1Wire<'_> {

@@ -17,12 +17,13 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use tokio::time::Instant;
 
 use super::backlog;
+use super::backlog::while_serving;
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::{self, HeadOut};
 use super::pace::Pace;
 use super::retry::SendOutcome;
-use super::stream_backlog::{self, Behind, Ending, StreamBacklog};
+use super::stream_backlog::{self, Behind, Ending, ServeH2, StreamBacklog};
 use super::transfer::{self, DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{pace_config, Outbound};
@@ -911,25 +912,8 @@ async fn next_from_h1(
     stall: Duration,
 ) -> io::Result<Result<usize, WaitError>> {
     let mut deadline = Deadline::after(stall);
-    // Bounded: each round reads from the origin or gives the client bytes; the
-    // deadline bounds the rounds in which the origin sends nothing.
-    loop {
-        if !to.is_behind() {
-            return Ok(buf.fill(&mut conn.stream, &mut deadline).await);
-        }
-        let served = {
-            let fill = buf.fill(&mut conn.stream, &mut deadline);
-            tokio::select! {
-                biased;
-                read = fill => Err(read),
-                served = to.serve(client) => Ok(served),
-            }
-        };
-        match served {
-            Err(read) => return Ok(read),
-            Ok(served) => served?,
-        }
-    }
+    let next = buf.fill(&mut conn.stream, &mut deadline);
+    while_serving(next, &mut ServeH2 { to, client }).await
 }
 
 /// The next DATA frame's bytes from an HTTP/2 origin's `body`, within `stall` (`None`
@@ -942,22 +926,6 @@ async fn next_from_h2(
     stall: Duration,
 ) -> io::Result<io::Result<Option<Bytes>>> {
     let mut deadline = Deadline::after(stall);
-    // Bounded as `next_from_h1`.
-    loop {
-        if !to.is_behind() {
-            return Ok(flow::next_by(body, &mut deadline).await);
-        }
-        let served = {
-            let next = flow::next_by(body, &mut deadline);
-            tokio::select! {
-                biased;
-                next = next => Err(next),
-                served = to.serve(client) => Ok(served),
-            }
-        };
-        match served {
-            Err(next) => return Ok(next),
-            Ok(served) => served?,
-        }
-    }
+    let next = flow::next_by(body, &mut deadline);
+    while_serving(next, &mut ServeH2 { to, client }).await
 }

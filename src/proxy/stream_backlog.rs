@@ -21,11 +21,11 @@ use bytes::Bytes;
 use h2::SendStream;
 use http::HeaderMap;
 
-use super::backlog::charge;
+use super::backlog::{charge, Held, Serve};
 use super::pace::Pace;
 use crate::http2::flow;
 use crate::net::{self, Deadline, WaitError};
-use crate::spool::{Spool, Spools};
+use crate::spool::Spools;
 
 /// Bytes of the spool sent in one DATA frame at most, whatever window the client
 /// grants: the read-back chunk.
@@ -43,29 +43,23 @@ pub enum Ending {
 /// One HTTP/2 client stream's side of a download: the bytes it was given, its pace,
 /// and what it has not taken yet.
 pub struct StreamBacklog {
-    /// Where a spool comes from; `None`: buffering is off for this response.
-    spools: Option<Arc<Spools>>,
-    /// What the client has not taken, once it fell behind.
-    spool: Option<Box<Spool>>,
+    held: Held,
     pace: Pace,
     /// Payload bytes handed to the stream.
     bytes: u64,
     /// Longest wait for window while the origin still sends and the spool is full (or
     /// off).
     stall: Duration,
-    /// The response's length, when its head gave one (see [`Spools::spool_for`]).
-    expected: Option<u64>,
 }
 
 impl StreamBacklog {
     pub fn new(pace: Pace, stall: Duration, spools: Option<Arc<Spools>>) -> StreamBacklog {
-        StreamBacklog { spools, spool: None, pace, bytes: 0, stall, expected: None }
+        StreamBacklog { held: Held::new(spools), pace, bytes: 0, stall }
     }
 
-    /// The response is `len` bytes long: a spool for it goes straight to its file when
-    /// that is more than an exchange keeps in memory.
+    /// The response is `len` bytes long (see [`Held::expecting`]).
     pub fn expecting(mut self, len: Option<u64>) -> StreamBacklog {
-        self.expected = len;
+        self.held.expecting(len);
         self
     }
 
@@ -76,7 +70,7 @@ impl StreamBacklog {
 
     /// Whether bytes wait for the client.
     pub fn is_behind(&self) -> bool {
-        self.spool.as_ref().is_some_and(|s| !s.is_empty())
+        self.held.is_behind()
     }
 
     /// Sends `data` on `client`: what its window takes now, the rest into the spool;
@@ -89,10 +83,10 @@ impl StreamBacklog {
         if data.is_empty() {
             return Ok(());
         }
-        if self.spools.is_none() {
+        if !self.held.is_on() {
             return self.send_waiting(client, data).await;
         }
-        if let Some(spool) = self.spool.as_mut().filter(|s| !s.is_empty()) {
+        if let Some(spool) = self.held.waiting() {
             if spool.push(&[&data]).await.is_ok() {
                 return Ok(());
             }
@@ -104,11 +98,7 @@ impl StreamBacklog {
         if data.is_empty() {
             return Ok(());
         }
-        if self.spool.is_none() {
-            let expected = self.expected;
-            self.spool = self.spools.as_ref().map(|s| Box::new(s.spool_for(expected)));
-        }
-        if let Some(spool) = self.spool.as_mut() {
+        if let Some(spool) = self.held.spool() {
             if spool.push(&[&data]).await.is_ok() {
                 return Ok(());
             }
@@ -174,7 +164,7 @@ impl StreamBacklog {
     /// what a download does while it waits for the origin. Not paced: the download is
     /// waiting for the origin, not for the client.
     pub async fn serve(&mut self, client: &mut SendStream<Bytes>) -> io::Result<()> {
-        let want = self.spool.as_ref().map_or(0, |s| s.len());
+        let want = self.held.waiting().map_or(0, |s| s.len());
         client.reserve_capacity(usize::try_from(want).unwrap_or(usize::MAX).min(SERVE_BYTES));
         if client.capacity() == 0 {
             granted(poll_fn(|cx| client.poll_capacity(cx)).await)?;
@@ -184,7 +174,7 @@ impl StreamBacklog {
 
     /// Sends what the stream's window takes now of the spool, without waiting.
     fn send_ready(&mut self, client: &mut SendStream<Bytes>) -> io::Result<()> {
-        let Some(spool) = self.spool.as_mut() else { return Ok(()) };
+        let Some(spool) = self.held.waiting() else { return Ok(()) };
         let mut sent = 0usize;
         // Bounded: each round sends bytes or ends.
         while !spool.is_empty() {
@@ -225,18 +215,14 @@ impl StreamBacklog {
                 Err(WaitError::Io(e)) => return Err(e),
             }
         }
-        if let Some(spool) = self.spool.as_mut() {
-            spool.shrink();
-        }
+        self.held.shrink();
         Ok(())
     }
 
     /// The origin is done: what waits for the client is all it holds now, and the
     /// client's head start shrinks to `grace`.
     pub async fn origin_done(&mut self, grace: Duration) {
-        if let Some(spool) = self.spool.as_mut() {
-            spool.settle().await;
-        }
+        self.held.settle().await;
         self.pace.cut_grace(grace);
     }
 }
@@ -257,6 +243,25 @@ pub fn end(client: &mut SendStream<Bytes>, ending: Ending) -> io::Result<()> {
         Ending::Trailers(trailers) => client.send_trailers(trailers),
     }
     .map_err(flow::to_io)
+}
+
+/// An HTTP/2 client stream and its backlog, to serve while the download waits (see
+/// `backlog::while_serving`).
+pub struct ServeH2<'a> {
+    pub to: &'a mut StreamBacklog,
+    pub client: &'a mut SendStream<Bytes>,
+}
+
+impl Serve for ServeH2<'_> {
+    type Error = io::Error;
+
+    fn is_behind(&self) -> bool {
+        self.to.is_behind()
+    }
+
+    async fn serve(&mut self) -> io::Result<()> {
+        self.to.serve(self.client).await
+    }
 }
 
 /// A stream whose origin is done and whose client is not: the rest waits here for

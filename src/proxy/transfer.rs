@@ -13,10 +13,10 @@ use std::time::Duration;
 use crate::net::Stream;
 use tokio::time::Instant;
 
-use super::backlog::{charge, Backlog};
+use super::backlog::{charge, while_serving, Backlog, ServeH1};
 use super::error::ClientBodyError;
 use super::pace::{Pace, PaceConfig};
-use crate::http1::body::{Parts, Relay};
+use crate::http1::body::{Parts, Piece, Relay};
 use crate::http1::chunked::InvalidChunk;
 use crate::http1::encode::{BodyOut, CONTINUE, LAST_CHUNK};
 use crate::http1::head::HeadScan;
@@ -77,6 +77,38 @@ async fn read_client(
     read
 }
 
+/// A client's request body on its way to an HTTP/1.1 origin: taken out of the client's
+/// framing, within the route's limit, and put into the framing holdfast writes.
+struct RequestBody {
+    relay: Relay,
+    max_body: Option<u64>,
+}
+
+impl RequestBody {
+    fn new(framing: Framing, limits: &UploadLimits) -> RequestBody {
+        let relay = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
+        RequestBody { relay, max_body: limits.max_body }
+    }
+
+    /// The body's next piece in `buf`, framed for the origin into `parts` (with
+    /// `size_line` for a chunk's size); the caller consumes `piece.used` of `buf` once
+    /// the parts are written.
+    fn next<'a>(
+        &'a mut self,
+        buf: &'a mut InBuf,
+        size_line: &'a mut [u8; 18],
+        parts: &mut Parts<'a>,
+    ) -> Result<Piece, UploadError> {
+        let piece = self.relay.decode(buf.data_mut()).map_err(invalid)?;
+        if let Some(max) = self.max_body.filter(|max| self.relay.payload() > *max) {
+            return Err(UploadError::TooLarge(max));
+        }
+        let payload = buf.data().get(..piece.payload).unwrap_or_default();
+        self.relay.frame(payload, piece.done, size_line, parts);
+        Ok(piece)
+    }
+}
+
 /// Sends the client's request body (`framing`) to the origin: what is buffered first,
 /// then as it arrives, in framing holdfast writes. A client waiting on
 /// `Expect: 100-continue` gets its interim response before holdfast waits for the
@@ -92,19 +124,14 @@ pub async fn upload(
     expect_continue: &mut bool,
     limits: &UploadLimits,
 ) -> Result<Upload, UploadError> {
-    let mut body = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
+    let mut body = RequestBody::new(framing, limits);
     let mut pace = Pace::new(limits.pace, limits.client_stall);
     let mut early = HeadScan::default();
     loop {
         if !buf.is_empty() {
-            let piece = body.decode(buf.data_mut()).map_err(invalid)?;
-            if limits.max_body.is_some_and(|max| body.payload() > max) {
-                return Err(UploadError::TooLarge(limits.max_body.unwrap_or_default()));
-            }
             let mut size_line = [0; 18];
             let mut parts = Parts::new();
-            let payload = buf.data().get(..piece.payload).unwrap_or_default();
-            body.frame(payload, piece.done, &mut size_line, &mut parts);
+            let piece = body.next(buf, &mut size_line, &mut parts)?;
             let sent =
                 write_watching(upstream, origin_buf, &mut early, parts.as_slice(), limits).await?;
             buf.consume(piece.used);
@@ -113,7 +140,7 @@ pub async fn upload(
                 return Ok(Upload::Interrupted);
             }
         }
-        if body.is_done() {
+        if body.relay.is_done() {
             return Ok(Upload::Complete);
         }
         answer_continue(client, expect_continue, limits.client_stall).await?;
@@ -176,24 +203,19 @@ pub async fn buffer_request(
     limits: &UploadLimits,
     spool: &mut Spool,
 ) -> Result<(), UploadError> {
-    let mut body = Relay::new(framing, framing == Framing::Chunked, limits.max_trailer_bytes);
+    let mut body = RequestBody::new(framing, limits);
     let mut pace = Pace::new(limits.pace, limits.client_stall);
     // Bounded by the body: each round takes bytes from the client, or ends.
     loop {
         if !buf.is_empty() {
-            let piece = body.decode(buf.data_mut()).map_err(invalid)?;
-            if limits.max_body.is_some_and(|max| body.payload() > max) {
-                return Err(UploadError::TooLarge(limits.max_body.unwrap_or_default()));
-            }
             let mut size_line = [0; 18];
             let mut parts = Parts::new();
-            let payload = buf.data().get(..piece.payload).unwrap_or_default();
-            body.frame(payload, piece.done, &mut size_line, &mut parts);
+            let piece = body.next(buf, &mut size_line, &mut parts)?;
             spool.push(parts.as_slice()).await.map_err(UploadError::Spool)?;
             buf.consume(piece.used);
             pace.moved(piece.used as u64);
         }
-        if body.is_done() {
+        if body.relay.is_done() {
             return Ok(());
         }
         answer_continue(client, expect_continue, limits.client_stall).await?;
@@ -442,25 +464,8 @@ async fn next_from_origin(
     to: &mut Backlog,
 ) -> Result<Result<usize, WaitError>, WaitError> {
     let mut deadline = Deadline::after(limits.upstream_stall);
-    // Bounded: each round reads from the origin or gives the client bytes; the
-    // deadline bounds the rounds in which the origin sends nothing.
-    loop {
-        if !to.is_behind() {
-            return Ok(buf.fill(upstream, &mut deadline).await);
-        }
-        let served = {
-            let fill = buf.fill(upstream, &mut deadline);
-            tokio::select! {
-                biased;
-                read = fill => Err(read),
-                served = to.serve(client) => Ok(served),
-            }
-        };
-        match served {
-            Err(read) => return Ok(read),
-            Ok(served) => served?,
-        }
-    }
+    let next = buf.fill(upstream, &mut deadline);
+    while_serving(next, &mut ServeH1 { to, client }).await
 }
 
 fn invalid_data() -> io::Error {
