@@ -1,7 +1,8 @@
 //! Response buffering on an HTTP/2 client stream: what the client's flow-control window
-//! does not take yet waits in a [`Spool`], so the download goes on reading the origin
-//! and the origin's connection (or stream, and its window) is free once the origin has
-//! finished, however slowly the client grants window. The HTTP/1.1 twin is `backlog`.
+//! does not take yet waits in a [`Spool`](crate::spool::Spool), so the download goes on
+//! reading the origin and the origin's connection (or stream, and its window) is free
+//! once the origin has finished, however slowly the client grants window. The HTTP/1.1
+//! twin is `backlog`.
 //!
 //! Bytes go to the stream as far as its window allows at once; the rest goes to the
 //! spool, and from then on everything goes through the spool, in order. The end of the

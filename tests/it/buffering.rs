@@ -92,6 +92,13 @@ async fn a_slow_reader_does_not_hold_the_upstream_connection() {
     assert!(metrics.count("holdfast_spooled_exchanges_total", &[]) >= 1);
     assert!(metrics.count("holdfast_spool_files_total", &[]) >= 1, "32 MiB went to a file");
     assert_eq!(metrics.count("holdfast_spool_bytes", &[("kept", "file")]), 0, "all given back");
+    let (status, body) = crate::support::admin_get(proxy.admin(), "/status").await;
+    assert_eq!(status, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(status["buffering"]["file_in_use"], 0, "{body}");
+    assert!(status["buffering"]["file_total"].as_u64().is_some_and(|n| n > 0), "{body}");
+    let backend = &status["upstreams"][0]["servers"][0];
+    assert_eq!(backend["clients"]["claims"], 0, "no request holds a claim now: {body}");
 }
 
 /// The number of connections the origin accepted once a second request was served
