@@ -76,7 +76,7 @@ def wrk(ctx, name, url, *, duration_s, connections=64, closing=False, timeout_s=
 #   requests: 1203456 total, 1203520 started, 1203456 done, 1203456 succeeded, 0 failed, 0 errored, 0 timeout
 #   status codes: 1203456 2xx, 0 3xx, 0 4xx, 0 5xx
 #   time for request:      154us     11.79ms       385us       195us    98.60%
-_H2_FINISHED = re.compile(r"^finished in ([\d.]+)(m?s), ([\d.]+) req/s", re.M)
+_H2_FINISHED = re.compile(r"^finished in ([\d.]+)(us|ms|s), ([\d.]+) req/s", re.M)
 _H2_REQUESTS = re.compile(
     r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
     r"(\d+) errored, (\d+) timeout", re.M)
@@ -116,7 +116,9 @@ def h2load(ctx, name, url, *, connections, streams, duration_s=None, requests=No
     if not (finished and counts and status):
         raise LoadError(f"h2load printed no summary (exit {done.returncode}): "
                         f"{(done.stdout + done.stderr)[-500:]}")
-    seconds = float(finished.group(1)) / (1000.0 if finished.group(2) == "ms" else 1.0)
+    # h2load says how long the run took in the unit that fits: a probe of a few requests
+    # to a fast origin finishes in microseconds.
+    seconds = float(finished.group(1)) * _H2_UNITS_US[finished.group(2)] / 1e6
     _total, _started, done_n, succeeded, failed, errored, timeouts = (
         int(g) for g in counts.groups())
     timing = _H2_REQUEST_TIME.search(done.stdout)
