@@ -371,9 +371,9 @@ async fn an_http2_clients_buffered_upload_reaches_the_origin_only_once_it_is_who
 async fn a_client_that_reads_slowly_keeps_its_held_response() {
     // Its socket turns writable only when a third of holdfast's send buffer is free,
     // seconds apart at this pace: the tries between (`backlog::PROGRESS_TICK`) see it
-    // take bytes, so its short head start (2 s here) does not run out.
+    // take bytes, so its short head start (4 s here) does not run out.
     let origin = Origin::start().await;
-    let timeouts = "[timeouts]\nclient_buffered = \"2s\"\n";
+    let timeouts = "[timeouts]\nclient_buffered = \"4s\"\n";
     let proxy = Proxy::start(config(timeouts, &origin)).await;
     let mut slow = reluctant_client(proxy.addr()).await;
     get(&mut slow, &format!("/bytes/{LARGE}")).await;

@@ -67,14 +67,16 @@ async fn one_client_alone_may_use_most_of_a_backend() {
         "[upstream.app.pool]\nmax_connections_per_server = 8\nqueue_size = 8\nqueue_timeout = \"1s\"\n",
     ))
     .await;
+    // One after another, so that the seventh is the one over the share.
     let mut clients = Vec::new();
-    for _ in 0..7 {
+    for i in 1..=6 {
         let mut client = client_from(GREEDY, proxy.addr()).await;
         client.send("GET /hold/all HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        wait_until("it reaches the origin", DEADLINE, || origin.count_path("/hold") == i).await;
         clients.push(client);
     }
-    wait_until("six at the origin", DEADLINE, || origin.count_path("/hold") == 6).await;
-    let mut seventh = clients.pop().expect("seven clients");
+    let mut seventh = client_from(GREEDY, proxy.addr()).await;
+    seventh.send("GET /hold/all HTTP/1.1\r\nHost: t\r\n\r\n").await;
     let reply = within("the seventh's answer", seventh.response()).await;
     assert_eq!(reply.status, 503, "{}", reply.body_text());
     assert!(reply.body_text().contains("stayed busy"), "{}", reply.body_text());
