@@ -386,12 +386,11 @@ impl Spool {
         }
         // What the tail holds goes out first when the new bytes would overflow it, so
         // that a failed write leaves the new bytes the caller's.
-        if !self.tail.is_empty() && self.tail.len().saturating_add(n) > FILE_CHUNK {
-            if let Err(e) = self.write_tail().await {
-                self.broken = true;
-                self.failed(&e, "could not write a temporary file");
-                return Err(Full::Process);
-            }
+        if !self.tail.is_empty()
+            && self.tail.len().saturating_add(n) > FILE_CHUNK
+            && !self.flush_tail().await
+        {
+            return Err(Full::Process);
         }
         if !Spools::take(&spools.file, n as u64, spools.file_total) {
             return Err(self.full(Full::Process));
@@ -402,12 +401,8 @@ impl Spool {
         self.sync_memory();
         self.pushed(n, true);
         if self.tail.len() >= FILE_CHUNK {
-            if let Err(e) = self.write_tail().await {
-                // The bytes stay in the tail, readable from memory; nothing more goes
-                // to this file.
-                self.broken = true;
-                self.failed(&e, "could not write a temporary file");
-            }
+            // Should the write fail, the bytes stay in the tail, readable from memory.
+            self.flush_tail().await;
         }
         Ok(())
     }
@@ -433,15 +428,25 @@ impl Spool {
         written
     }
 
+    /// Writes the tail to the file; false when that failed, and then nothing more goes
+    /// to this file (the tail keeps its bytes).
+    async fn flush_tail(&mut self) -> bool {
+        match self.write_tail().await {
+            Ok(()) => true,
+            Err(e) => {
+                self.broken = true;
+                self.failed(&e, "could not write a temporary file");
+                false
+            }
+        }
+    }
+
     /// The exchange's producer is done: the tail goes to the file and its memory back
     /// to the budget, so a spool that waits long for its client holds little memory.
     pub async fn settle(&mut self) {
-        if self.file.is_some() && !self.tail.is_empty() && !self.broken {
-            if let Err(e) = self.write_tail().await {
-                self.broken = true;
-                self.failed(&e, "could not write a temporary file");
-                return;
-            }
+        let unwritten = self.file.is_some() && !self.tail.is_empty() && !self.broken;
+        if unwritten && !self.flush_tail().await {
+            return;
         }
         if self.tail.is_empty() {
             self.tail = Vec::new();

@@ -153,9 +153,9 @@ impl Relay {
     ) {
         if !payload.is_empty() {
             if self.chunked_out {
-                parts.push(encode::chunk_size_line(payload.len(), size_line));
-                parts.push(payload);
-                parts.push(b"\r\n");
+                for part in encode::chunk(payload, size_line) {
+                    parts.push(part);
+                }
             } else {
                 parts.push(payload);
             }

@@ -416,6 +416,12 @@ pub fn client_response_from(
     end_head(out, !has_date, connection);
 }
 
+/// `data` as one chunk of a chunked body (RFC 9112, 7.1): its size line (written into
+/// `size_line`), the data, and the line end that closes it.
+pub fn chunk<'a>(data: &'a [u8], size_line: &'a mut [u8; 18]) -> [&'a [u8]; 3] {
+    [chunk_size_line(data.len(), size_line), data, b"\r\n"]
+}
+
 /// The size line that starts a chunk of `len` bytes, written into `buf`.
 pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -2,7 +2,7 @@
 //! `http1::request` parses ([`request_head`]), the head holdfast wrote for an origin as
 //! an HTTP/2 request ([`origin_request`]), an HTTP/1.1 origin's response head as
 //! an HTTP/2 one ([`response_from_h1`]), and trailers from either protocol as the
-//! other carries them ([`trailers_from_h1`], [`write_h1_trailers`],
+//! other carries them ([`trailers_from_h1`], [`h1_chunked_end`],
 //! [`passable_trailers`]).
 //!
 //! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the `h2` crate
@@ -13,6 +13,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 
 use crate::http1::chunked::is_forbidden_trailer;
+use crate::http1::encode::LAST_CHUNK;
 use crate::http1::response::Response;
 use crate::http1::Framing;
 
@@ -283,6 +284,18 @@ pub fn write_h1_trailers(trailers: &HeaderMap, out: &mut Vec<u8>) {
             line(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
+}
+
+/// The end of a chunked body for an HTTP/1.1 peer (RFC 9112, 7.1): the last chunk, the
+/// HTTP/2 `trailers` that may pass as its trailer section ([`write_h1_trailers`]), and
+/// the empty line.
+pub fn h1_chunked_end(trailers: Option<&HeaderMap>) -> Vec<u8> {
+    let mut end = LAST_CHUNK.to_vec();
+    if let Some(trailers) = trailers {
+        write_h1_trailers(trailers, &mut end);
+    }
+    end.extend_from_slice(b"\r\n");
+    end
 }
 
 /// HTTP/2 trailers as they go on to an HTTP/2 peer: without the fields that may not

@@ -11,6 +11,7 @@ use super::body_copy::CopyLost;
 use super::retry::NotReplayed;
 use crate::http1::request::FramingViolation;
 use crate::http1::response::BadResponse;
+use crate::spool::Full;
 use crate::upstream::{ConnectError, LeaseError};
 
 /// A failure on the way to or from one backend.
@@ -179,6 +180,17 @@ impl ProxyError {
     /// The response body: holdfast's name, then the upstream, backend and reason.
     pub fn text(&self) -> String {
         format!("holdfast: {self}\n")
+    }
+}
+
+/// Request buffering could not hold the body: past its exchange's bound (413), or with
+/// holdfast's buffers full (503).
+impl From<Full> for ProxyErrorKind {
+    fn from(e: Full) -> Self {
+        match e {
+            Full::Exchange(max) => ProxyErrorKind::BodyTooLargeToBuffer(max),
+            Full::Process => ProxyErrorKind::BuffersFull,
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::head::HeadScan;
 use crate::http1::response::{self, BadResponse, Response};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
-use crate::spool::{Full, Spool};
+use crate::spool::Spool;
 use crate::upstream::{keepalive, Lease, OriginConn};
 
 /// How long a background drain may take before the connection is closed instead.
@@ -114,9 +114,7 @@ impl Wire for H1Wire<'_> {
         // `response_header` counts from the end of the request: its arrival when it had
         // no body or one read beforehand, else the end of the upload.
         let (upload, sent_at) = if let Some(mut body) = self.request_body.take() {
-            let sent = transfer::send_spooled(stream, &mut body, limit).await;
-            // The head went: a failure now may have reached the origin.
-            sent.map_err(|(_, e)| upload_error(UploadError::Upstream(e), limit))?;
+            send_buffered(stream, &mut body, limit).await?;
             (Upload::Complete, Instant::now())
         } else if out.progress.body_consumed {
             (Upload::Complete, out.record.started())
@@ -376,6 +374,25 @@ pub(super) async fn send_head(
     net::write_all(stream, &parts, limit).await.map_err(|(n, e)| write_failed(n, e, limit))
 }
 
+/// Sends a request body read whole beforehand (request buffering) after its head, within
+/// `limit` (the response-header timeout) for each wait.
+pub(super) async fn send_buffered(
+    stream: &Stream,
+    body: &mut Spool,
+    limit: Duration,
+) -> Result<(), Attempt> {
+    let sent = transfer::send_spooled(stream, body, limit).await;
+    // The head went: a failure now may have reached the origin.
+    sent.map_err(|(_, e)| origin_write_failed(e, limit))
+}
+
+/// What a failed write of a request body to the origin means for the attempt: the
+/// head went, so the origin may have received the request; `limit` is the
+/// response-header timeout.
+pub(super) fn origin_write_failed(error: WaitError, limit: Duration) -> Attempt {
+    upload_error(UploadError::Upstream(error), limit)
+}
+
 /// Writes one piece of a body's payload: as a chunk when `chunked`, else as it is.
 pub(super) async fn write_payload(
     stream: &Stream,
@@ -385,8 +402,7 @@ pub(super) async fn write_payload(
 ) -> Result<(), (u64, WaitError)> {
     if chunked {
         let mut size_line = [0u8; 18];
-        let line = encode::chunk_size_line(data.len(), &mut size_line);
-        net::write_all(stream, &[line, data, b"\r\n"], stall).await
+        net::write_all(stream, &encode::chunk(data, &mut size_line), stall).await
     } else {
         net::write_all(stream, &[data], stall).await
     }
@@ -425,10 +441,7 @@ fn upload_error(e: UploadError, limit: Duration) -> Attempt {
         UploadError::Client(e) => Attempt::Failed(ProxyErrorKind::ClientBody(e)),
         UploadError::ClientStalled => Attempt::Failed(ProxyErrorKind::ClientTimeout),
         UploadError::TooLarge(max) => Attempt::Failed(ProxyErrorKind::BodyTooLarge(max)),
-        UploadError::Spool(Full::Exchange(max)) => {
-            Attempt::Failed(ProxyErrorKind::BodyTooLargeToBuffer(max))
-        }
-        UploadError::Spool(Full::Process) => Attempt::Failed(ProxyErrorKind::BuffersFull),
+        UploadError::Spool(full) => Attempt::Failed(full.into()),
         // An origin that stops taking the body fails like a response that does not come.
         UploadError::Upstream(WaitError::TimedOut) => {
             Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))

@@ -24,7 +24,7 @@ use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::{pace_config, Outbound};
 use crate::http1::body::{Parts, Relay};
-use crate::http1::encode::{self, ConnectionOut, CONTINUE, LAST_CHUNK};
+use crate::http1::encode::{self, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, WaitError};
@@ -143,9 +143,9 @@ impl MuxWire for H1Wire<'_> {
                 let mut size_line = [0u8; 18];
                 let mut parts = Parts::new();
                 if chunked {
-                    parts.push(encode::chunk_size_line(data.len(), &mut size_line));
-                    parts.push(&data);
-                    parts.push(b"\r\n");
+                    for part in encode::chunk(&data, &mut size_line) {
+                        parts.push(part);
+                    }
                 } else {
                     parts.push(&data);
                 }
@@ -163,11 +163,7 @@ impl MuxWire for H1Wire<'_> {
                     Ok(trailers) => trailers,
                     Err(error) => return Err(DownloadError::Upstream { error, bytes: to.bytes() }),
                 };
-                let mut end = LAST_CHUNK.to_vec();
-                if let Some(trailers) = &trailers {
-                    convert::write_h1_trailers(trailers, &mut end);
-                }
-                end.extend_from_slice(b"\r\n");
+                let end = convert::h1_chunked_end(trailers.as_ref());
                 let mut parts = Parts::new();
                 parts.push(&end);
                 to.send(stream, &parts, 0, false).await.map_err(|e| to_client(e, &to))?;

@@ -24,7 +24,7 @@ use super::h1::{self, HeadOut};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::stream_backlog::{self, Behind, Ending, ServeH2, StreamBacklog};
-use super::transfer::{self, DownloadError, Downloaded, Upload};
+use super::transfer::{DownloadError, Downloaded, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{pace_config, Outbound};
 use crate::http1::body::Relay;
@@ -199,10 +199,7 @@ impl Wire for H2Wire {
         let stall = out.route.site.timeouts.read;
         let chunked = out.request.framing == Framing::Chunked;
         let mut spool = Box::new(out.route.site.spools.spool_for(out.request.framing.length()));
-        let full = |e| match e {
-            Full::Exchange(max) => Attempt::Failed(ProxyErrorKind::BodyTooLargeToBuffer(max)),
-            Full::Process => Attempt::Failed(ProxyErrorKind::BuffersFull),
-        };
+        let full = |e: Full| Attempt::Failed(e.into());
         let mut total = 0u64;
         // The body as `upload_h1` would write it to an HTTP/1.1 origin: chunked when the
         // client declared no length, with its trailers.
@@ -211,7 +208,7 @@ impl Wire for H2Wire {
             if !data.is_empty() {
                 let mut size_line = [0u8; 18];
                 let framed: [&[u8]; 3] = match chunked {
-                    true => [encode::chunk_size_line(data.len(), &mut size_line), &data, b"\r\n"],
+                    true => encode::chunk(&data, &mut size_line),
                     false => [&data, b"", b""],
                 };
                 spool.push(&framed).await.map_err(full)?;
@@ -220,11 +217,7 @@ impl Wire for H2Wire {
         }
         if chunked {
             let trailers = flow::trailers(&mut self.body, stall).await.map_err(client_failed)?;
-            let mut end = encode::LAST_CHUNK.to_vec();
-            if let Some(trailers) = &trailers {
-                convert::write_h1_trailers(trailers, &mut end);
-            }
-            end.extend_from_slice(b"\r\n");
+            let end = convert::h1_chunked_end(trailers.as_ref());
             spool.push(&[&end]).await.map_err(full)?;
         }
         spool.settle().await;
@@ -264,14 +257,7 @@ impl Wire for H2Wire {
         let stream = &mut conn.stream;
         h1::send_head(stream, head, kept, limit).await?;
         let sent_at = if let Some(mut body) = self.request_body.take() {
-            let sent = transfer::send_spooled(stream, &mut body, limit).await;
-            // The head went: a failure now may have reached the origin.
-            sent.map_err(|(_, e)| match e {
-                WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)),
-                WaitError::Io(error) => {
-                    Attempt::Closed { outcome: SendOutcome::MaybeReceived, error }
-                }
-            })?;
+            h1::send_buffered(stream, &mut body, limit).await?;
             Instant::now()
         } else if out.progress.body_consumed {
             out.record.started()
@@ -503,10 +489,7 @@ impl H2Wire {
         let timeouts = &out.route.site.timeouts;
         let (client_stall, origin_stall) = (timeouts.read, timeouts.response_header);
         let chunked = out.request.framing == Framing::Chunked;
-        let origin_failed = |(_, e): (u64, WaitError)| match e {
-            WaitError::TimedOut => Attempt::Failed(ProxyErrorKind::HeaderTimeout(origin_stall)),
-            WaitError::Io(error) => Attempt::Closed { outcome: SendOutcome::MaybeReceived, error },
-        };
+        let origin_failed = |(_, e): (u64, WaitError)| h1::origin_write_failed(e, origin_stall);
         let mut total = 0u64;
         while let Some(data) =
             flow::next(&mut self.body, client_stall).await.map_err(client_failed)?
@@ -525,11 +508,7 @@ impl H2Wire {
         if chunked {
             let trailers =
                 flow::trailers(&mut self.body, client_stall).await.map_err(client_failed)?;
-            let mut end = encode::LAST_CHUNK.to_vec();
-            if let Some(trailers) = &trailers {
-                convert::write_h1_trailers(trailers, &mut end);
-            }
-            end.extend_from_slice(b"\r\n");
+            let end = convert::h1_chunked_end(trailers.as_ref());
             net::write_all(stream, &[&end], origin_stall).await.map_err(origin_failed)?;
         }
         Ok(())

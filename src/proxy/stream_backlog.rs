@@ -122,8 +122,7 @@ impl StreamBacklog {
                 // All of it fits: the last DATA frame ends the stream, no empty frame
                 // after it.
                 client.send_data(data, true).map_err(flow::to_io)?;
-                self.bytes = self.bytes.saturating_add(n as u64);
-                self.pace.moved(n as u64);
+                self.sent(n);
                 return Ok(None);
             }
         }
@@ -135,6 +134,12 @@ impl StreamBacklog {
         Ok(None)
     }
 
+    /// `n` payload bytes went to the stream.
+    fn sent(&mut self, n: usize) {
+        self.bytes = self.bytes.saturating_add(n as u64);
+        self.pace.moved(n as u64);
+    }
+
     /// Sends what the stream's window takes of `data` now, without waiting.
     fn send_now(&mut self, client: &mut SendStream<Bytes>, data: &mut Bytes) -> io::Result<()> {
         client.reserve_capacity(data.len());
@@ -142,8 +147,7 @@ impl StreamBacklog {
         if room > 0 {
             let piece = data.split_to(room);
             client.send_data(piece, false).map_err(flow::to_io)?;
-            self.bytes = self.bytes.saturating_add(room as u64);
-            self.pace.moved(room as u64);
+            self.sent(room);
         }
         Ok(())
     }
@@ -154,10 +158,9 @@ impl StreamBacklog {
         client: &mut SendStream<Bytes>,
         data: Bytes,
     ) -> io::Result<()> {
-        let n = data.len() as u64;
+        let n = data.len();
         flow::send(client, data, false, self.stall).await?;
-        self.bytes = self.bytes.saturating_add(n);
-        self.pace.moved(n);
+        self.sent(n);
         Ok(())
     }
 
@@ -190,8 +193,7 @@ impl StreamBacklog {
             spool.consume(room);
             sent = sent.saturating_add(room);
         }
-        self.bytes = self.bytes.saturating_add(sent as u64);
-        self.pace.moved(sent as u64);
+        self.sent(sent);
         Ok(())
     }
 

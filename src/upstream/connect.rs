@@ -186,8 +186,7 @@ impl OriginConn {
     /// What the probe finds, told apart: open, closed, or bytes nobody asked for.
     pub fn look(&self) -> IdleState {
         if let Some(tls) = self.stream.tls() {
-            let mut byte = [0u8; 1];
-            return idle_state(tls.try_read(&mut byte));
+            return tls_state(tls);
         }
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
         idle_state(SockRef::from(self.stream.tcp()).peek(&mut byte))
@@ -214,11 +213,11 @@ impl OriginConn {
     }
 }
 
-/// Whether reading an idle TLS connection finds nothing for the application and no
-/// end: records that arrived were processed and carried no plaintext.
-fn tls_quiet(tls: &TlsStream) -> bool {
+/// What reading an idle TLS connection finds: [`IdleState::Quiet`] when records that
+/// arrived were processed and carried no plaintext and no end.
+fn tls_state(tls: &TlsStream) -> IdleState {
     let mut byte = [0u8; 1];
-    matches!(tls.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    idle_state(tls.try_read(&mut byte))
 }
 
 /// What a non-blocking read or peek of an idle connection returned, as [`IdleState`].
@@ -230,27 +229,23 @@ fn idle_state(read: io::Result<usize>) -> IdleState {
     }
 }
 
-/// Whether a peek at an idle connection found it open: no end of stream and no bytes
-/// nobody asked for, only nothing to read.
-fn nothing_arrived(peeked: io::Result<usize>) -> bool {
-    matches!(peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-}
-
 impl holdfast_pool::Poolable for OriginConn {
     /// False once the event loop has seen the socket become readable and a peek finds
     /// end of stream or bytes; no system call while nothing has arrived.
     fn is_open(&self) -> bool {
         let mut byte = [MaybeUninit::<u8>::uninit(); 1];
         let tcp = self.stream.tcp();
+        // A peek only once the event loop saw the socket readable; else nothing arrived.
+        let mut nothing_arrived = || {
+            let peeked = tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte));
+            idle_state(peeked) == IdleState::Quiet
+        };
         if let Some(tls) = self.stream.tls() {
             // Nothing arrived: open. Something did: only reading it can tell.
-            let quiet = !tls.has_buffered()
-                && nothing_arrived(
-                    tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte)),
-                );
-            return quiet || tls_quiet(tls);
+            let quiet = !tls.has_buffered() && nothing_arrived();
+            return quiet || tls_state(tls) == IdleState::Quiet;
         }
-        nothing_arrived(tcp.try_io(Interest::READABLE, || SockRef::from(tcp).peek(&mut byte)))
+        nothing_arrived()
     }
 }
 

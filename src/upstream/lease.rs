@@ -132,13 +132,8 @@ impl OriginPool {
             IdleState::Quiet => true,
             IdleState::Unasked => false,
             IdleState::Closed => {
-                let close = Close {
-                    requests: lease.requests().saturating_sub(1),
-                    last: ResponseKind::from_code(lease.mark()),
-                    seen_after: lease.idle_for(),
-                    at: at.unwrap_or_else(Instant::now),
-                };
-                self.learned.closed(close);
+                let at = at.unwrap_or_else(Instant::now);
+                self.learned.closed(close_under(lease, lease.idle_for(), at));
                 false
             }
         }
@@ -182,12 +177,8 @@ impl OriginPool {
     /// request asked for the connection.
     pub fn closed_under_request(&self, lease: &Lease, asked: Instant) {
         let now = Instant::now();
-        self.learned.closed(Close {
-            requests: lease.requests().saturating_sub(1),
-            last: ResponseKind::from_code(lease.mark()),
-            seen_after: lease.idle_for().saturating_add(now.saturating_duration_since(asked)),
-            at: now,
-        });
+        let seen_after = lease.idle_for().saturating_add(now.saturating_duration_since(asked));
+        self.learned.closed(close_under(lease, seen_after, now));
     }
 
     /// The origin answered the request on `lease` with a response of `kind`: marks the
@@ -307,6 +298,18 @@ impl OriginPool {
 
     pub fn is_retired(&self) -> bool {
         self.pool.is_retired()
+    }
+}
+
+/// The close of the connection of `lease`, just checked out for its next request, seen
+/// `seen_after` its last response, at `at`: evidence for [`LearnedCloses`].
+fn close_under(lease: &Lease, seen_after: Duration, at: Instant) -> Close {
+    Close {
+        // The count includes the request the connection was checked out for.
+        requests: lease.requests().saturating_sub(1),
+        last: ResponseKind::from_code(lease.mark()),
+        seen_after,
+        at,
     }
 }
 
