@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::acme::{self, Acme};
+use crate::acme::{self, Acme, AcmeView};
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError};
 use crate::connections::Connections;
@@ -116,8 +116,8 @@ struct Shared {
     /// Certificates and challenge answers from `[acme]`, for the listeners that serve
     /// them.
     acme_certs: Arc<DynamicCerts>,
-    /// The certificate manager, when `[acme]` is on (its settings apply at start).
-    acme: Option<Arc<Acme>>,
+    /// What the certificate manager shows, when `[acme]` was on at start.
+    acme: Option<AcmeView>,
 }
 
 /// Each listener's certificate files, read before a config is applied (in config
@@ -147,6 +147,9 @@ struct Live {
     config: Config,
     listeners: Vec<LiveListener>,
     upstreams: BTreeMap<String, Arc<Upstream>>,
+    /// The certificate manager, when `[acme]` was on at start: reloads change its
+    /// names; its other settings, and turning it on or off, wait for a restart.
+    acme: Option<Acme>,
 }
 
 struct LiveListener {
@@ -196,8 +199,7 @@ impl Instance {
         let acme = match &config.acme {
             Some(settings) => {
                 let names = config.acme_names();
-                let acme = Acme::start(settings.clone(), names, Arc::clone(&acme_certs))?;
-                Some(Arc::new(acme))
+                Some(Acme::start(settings.clone(), names, Arc::clone(&acme_certs))?)
             }
             None => None,
         };
@@ -208,6 +210,7 @@ impl Instance {
                 config: config.clone(),
                 listeners: Vec::new(),
                 upstreams: BTreeMap::new(),
+                acme: None,
             }),
             groups: Arc::default(),
             budget: Arc::new(IdleBudget::new(resources.idle_budget(config.max_idle_total))),
@@ -220,7 +223,7 @@ impl Instance {
             reloads_failed: AtomicU64::new(0),
             tls_metrics: Arc::default(),
             acme_certs,
-            acme,
+            acme: acme.as_ref().map(Acme::view),
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -229,6 +232,7 @@ impl Instance {
         }
         {
             let mut live = shared.live.lock().await;
+            live.acme = acme;
             let resolved = resolve_all(config, &live.upstreams).await;
             shared.apply(&mut live, config.clone(), resolved, bound, certs);
         }
@@ -372,6 +376,7 @@ impl Shared {
             bound.push((l.addr, tcp));
         }
         self.apply(&mut live, config, resolved, bound, certs);
+        follow_acme_names(&mut live).await;
         Ok(diff)
     }
 
@@ -514,6 +519,14 @@ impl Shared {
     }
 }
 
+/// Gives the certificate manager the names the config in force wants. Without `[acme]`
+/// in it the manager keeps its names: turning ACME off waits for a restart, as on does.
+async fn follow_acme_names(live: &mut Live) {
+    if let Live { acme: Some(acme), config: config @ Config { acme: Some(_), .. }, .. } = live {
+        acme.follow(&config.acme_names()).await;
+    }
+}
+
 /// Resolves the servers of every group in `config`; names that fail keep what the
 /// group of the same name in `current` had.
 async fn resolve_all(
@@ -604,6 +617,7 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("log_format", old.log_format != new.log_format),
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
         ("buffering (its bounds and temp_dir)", old.spool != new.spool),
+        ("acme (all but its names)", !old.has_same_acme_settings(new)),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
         tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");
