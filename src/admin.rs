@@ -52,7 +52,7 @@ pub struct AdminState {
     pub spools: Arc<crate::spool::Spools>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
-    /// The certificate manager, for each name's certificate in `/status`.
+    /// What the certificate manager shows, for each name's certificate in `/status`.
     pub acme: Option<AcmeView>,
     pub started: Instant,
     pub reload: mpsc::Sender<ReloadRequest>,

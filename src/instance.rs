@@ -203,6 +203,7 @@ impl Instance {
             }
             None => None,
         };
+        let acme_view = acme.as_ref().map(Acme::view);
         let resources = Resources::read();
         let shared = Arc::new(Shared {
             source,
@@ -210,7 +211,7 @@ impl Instance {
                 config: config.clone(),
                 listeners: Vec::new(),
                 upstreams: BTreeMap::new(),
-                acme: None,
+                acme,
             }),
             groups: Arc::default(),
             budget: Arc::new(IdleBudget::new(resources.idle_budget(config.max_idle_total))),
@@ -223,7 +224,7 @@ impl Instance {
             reloads_failed: AtomicU64::new(0),
             tls_metrics: Arc::default(),
             acme_certs,
-            acme: acme.as_ref().map(Acme::view),
+            acme: acme_view,
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -232,7 +233,6 @@ impl Instance {
         }
         {
             let mut live = shared.live.lock().await;
-            live.acme = acme;
             let resolved = resolve_all(config, &live.upstreams).await;
             shared.apply(&mut live, config.clone(), resolved, bound, certs);
         }
