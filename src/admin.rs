@@ -6,7 +6,7 @@
 
 pub mod client;
 
-use crate::acme::{Acme, AcmeSnapshot};
+use crate::acme::{AcmeSnapshot, AcmeView};
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,8 +52,8 @@ pub struct AdminState {
     pub spools: Arc<crate::spool::Spools>,
     /// Set when shutdown begins; `/healthz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
-    /// The certificate manager, for each name's certificate in `/status`.
-    pub acme: Option<Arc<Acme>>,
+    /// What the certificate manager shows, for each name's certificate in `/status`.
+    pub acme: Option<AcmeView>,
     pub started: Instant,
     pub reload: mpsc::Sender<ReloadRequest>,
 }

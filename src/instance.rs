@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::acme::{self, Acme};
+use crate::acme::{self, Acme, AcmeView};
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError, RouteConfig};
 use crate::connections::Connections;
@@ -120,8 +120,8 @@ struct Shared {
     /// Certificates and challenge answers from `[acme]`, for the listeners that serve
     /// them.
     acme_certs: Arc<DynamicCerts>,
-    /// The certificate manager, when `[acme]` is on (its settings apply at start).
-    acme: Option<Arc<Acme>>,
+    /// What the certificate manager shows, when `[acme]` was on at start.
+    acme: Option<AcmeView>,
 }
 
 /// The access logs routes write to instead of `[access_log]`'s, by file.
@@ -177,6 +177,9 @@ struct Live {
     config: Config,
     listeners: Vec<LiveListener>,
     upstreams: BTreeMap<String, Arc<Upstream>>,
+    /// The certificate manager, when `[acme]` was on at start: reloads change its
+    /// names; its other settings, and turning it on or off, wait for a restart.
+    acme: Option<Acme>,
 }
 
 struct LiveListener {
@@ -228,11 +231,11 @@ impl Instance {
         let acme = match &config.acme {
             Some(settings) => {
                 let names = config.acme_names();
-                let acme = Acme::start(settings.clone(), names, Arc::clone(&acme_certs))?;
-                Some(Arc::new(acme))
+                Some(Acme::start(settings.clone(), names, Arc::clone(&acme_certs))?)
             }
             None => None,
         };
+        let acme_view = acme.as_ref().map(Acme::view);
         let resources = Resources::read();
         let shared = Arc::new(Shared {
             source,
@@ -240,6 +243,7 @@ impl Instance {
                 config: config.clone(),
                 listeners: Vec::new(),
                 upstreams: BTreeMap::new(),
+                acme,
             }),
             groups: Arc::default(),
             budget: Arc::new(IdleBudget::new(resources.idle_budget(config.max_idle_total))),
@@ -253,7 +257,7 @@ impl Instance {
             reloads_failed: AtomicU64::new(0),
             tls_metrics: Arc::default(),
             acme_certs,
-            acme,
+            acme: acme_view,
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -410,6 +414,7 @@ impl Shared {
             bound.push((l.addr, tcp));
         }
         self.apply(&mut live, config, resolved, bound, certs, logs);
+        follow_acme_names(&mut live).await;
         Ok(diff)
     }
 
@@ -554,6 +559,14 @@ impl Shared {
     }
 }
 
+/// Gives the certificate manager the names the config in force wants. Without `[acme]`
+/// in it the manager keeps its names: turning ACME off waits for a restart, as on does.
+async fn follow_acme_names(live: &mut Live) {
+    if let Live { acme: Some(acme), config: config @ Config { acme: Some(_), .. }, .. } = live {
+        acme.follow(&config.acme_names()).await;
+    }
+}
+
 /// Resolves the servers of every group in `config`; names that fail keep what the
 /// group of the same name in `current` had.
 async fn resolve_all(
@@ -678,6 +691,7 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("log_format", old.log_format != new.log_format),
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
         ("buffering (its bounds and temp_dir)", old.spool != new.spool),
+        ("acme (all but its names)", !old.has_same_acme_settings(new)),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
         tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");

@@ -11,6 +11,11 @@
 //! lifetime. A failed order is tried again after a wait that doubles from
 //! `retry_base` up to an hour, never past the certificate's expiry.
 //!
+//! The names follow reloads ([`Acme::follow`]): a new name gets a task that starts as
+//! above, a name no longer wanted loses its task and its certificate leaves
+//! `DynamicCerts` (its stored files stay, for a name that comes back), and a name kept
+//! keeps its task. The other settings apply at start.
+//!
 //! It does not serve anything itself: the listeners answer handshakes and
 //! `/.well-known/acme-challenge/` requests from `DynamicCerts`.
 //!
@@ -19,7 +24,8 @@
 //! `settings` (what `[acme]` configures), `schedule` (when the next order is due),
 //! `order` (one order), `certificate` (keys, CSRs, placeholder and challenge
 //! certificates, reading issued ones), `storage` (account and certificates on disk),
-//! `client` (HTTPS to the CA), `metrics` (counts and per-name status).
+//! `client` (HTTPS to the CA), `metrics` (counts and per-name status), `tasks` (one
+//! task per name, and which a change of names starts and stops).
 
 mod certificate;
 mod client;
@@ -28,6 +34,7 @@ mod order;
 mod schedule;
 mod settings;
 mod storage;
+mod tasks;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -35,13 +42,13 @@ use std::time::{Duration, SystemTime};
 use instant_acme::{Account, NewAccount};
 use rustls::RootCertStore;
 use tokio::sync::OnceCell;
-use tokio::task::JoinHandle;
 
 use crate::tls::store::DynamicCerts;
 use certificate::Issued;
 use order::OrderError;
 use schedule::Backoff;
 use storage::{Storage, StoredCertificate};
+use tasks::Tasks;
 
 pub use client::ClientError;
 pub use metrics::{AcmeSnapshot, NameStatus, Serving};
@@ -50,6 +57,7 @@ pub use settings::{
     parse_contact, parse_directory, parse_name, AcmeConfig, AcmeNames, Challenge, Pending, RenewAt,
 };
 pub use storage::StorageError;
+pub use tasks::NameChanges;
 
 /// The longest a whole order (account, order, validation, issuance) may take before it
 /// counts as failed and waits for its retry: a CA that stops answering mid-order must
@@ -101,20 +109,12 @@ impl AcmeError {
 /// is abandoned and its challenge answers removed); what it installed stays served.
 pub struct Acme {
     shared: Arc<Shared>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Tasks,
 }
 
 impl std::fmt::Debug for Acme {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acme").field("directory", &self.shared.config.directory).finish()
-    }
-}
-
-impl Drop for Acme {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
     }
 }
 
@@ -149,25 +149,87 @@ impl Acme {
             status: Mutex::new(Vec::with_capacity(names.len())),
             account: Mutex::new(Arc::new(OnceCell::new())),
         });
-        let now = shared.clock.now();
-        let mut tasks = Vec::with_capacity(names.len());
-        for name in names {
-            let state = shared.install_initial(&name, now);
-            let task = Arc::clone(&shared);
-            tasks.push(tokio::spawn(async move { task.keep(name, state).await }));
+        let mut acme = Acme { shared, tasks: Tasks::default() };
+        for name in &names {
+            acme.start_name(name);
         }
-        Ok(Acme { shared, tasks })
+        Ok(acme)
+    }
+
+    /// Keeps certificates for `names` from now on, as a reload wants them: a new name
+    /// starts as at [`Acme::start`] (its stored certificate, else what `pending` says,
+    /// and an order when one is due); a name no longer wanted stops being ordered and
+    /// served (its stored files stay, so it is served at once if it comes back); a name
+    /// kept is left alone and orders nothing new. Says what changed.
+    ///
+    /// # Races
+    /// `&mut self` serialises changes of names (the instance holds the manager under
+    /// its reload lock). A removed name's task has ended before its certificate leaves
+    /// `DynamicCerts`, so the task cannot serve it again afterwards.
+    pub async fn follow(&mut self, names: &[String]) -> NameChanges {
+        let changes = NameChanges::between(&self.tasks.names(), names);
+        for name in &changes.removed {
+            self.stop_name(name).await;
+        }
+        for name in &changes.added {
+            tracing::info!(name, "a new name to keep a certificate for");
+            self.start_name(name);
+        }
+        self.shared.sort_statuses(names);
+        changes
+    }
+
+    /// What the admin listener and the metrics read, apart from the manager itself.
+    pub fn view(&self) -> AcmeView {
+        AcmeView { shared: Arc::clone(&self.shared) }
     }
 
     /// Every name's state and the counters, now.
+    #[cfg(test)]
     pub fn snapshot(&self) -> AcmeSnapshot {
-        AcmeSnapshot::read(&self.shared.metrics, self.shared.statuses())
+        self.view().snapshot()
     }
 
     /// The state of one name, if it is one of the manager's.
     #[cfg(test)]
     pub fn status(&self, name: &str) -> Option<NameStatus> {
         self.shared.statuses().into_iter().find(|s| s.name == name)
+    }
+
+    /// Serves what can be served for `name` at once, and starts the task that orders
+    /// its certificate when due.
+    fn start_name(&mut self, name: &str) {
+        let start = self.shared.install_initial(name, self.shared.clock.now());
+        let shared = Arc::clone(&self.shared);
+        let owned = name.to_string();
+        self.tasks.push(name, tokio::spawn(async move { shared.keep(owned, start).await }));
+    }
+
+    /// Ends the task of `name`, then stops serving its certificate.
+    async fn stop_name(&mut self, name: &str) {
+        self.tasks.stop(name).await;
+        self.shared.forget(name);
+    }
+}
+
+/// A running manager's numbers and names' states, for the admin listener and the
+/// metrics: readable at any time, while the [`Acme`] itself stays with whoever
+/// changes its names.
+#[derive(Clone)]
+pub struct AcmeView {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for AcmeView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeView").field("directory", &self.shared.config.directory).finish()
+    }
+}
+
+impl AcmeView {
+    /// Every name's state and the counters, now.
+    pub fn snapshot(&self) -> AcmeSnapshot {
+        AcmeSnapshot::read(&self.shared.metrics, self.shared.statuses())
     }
 }
 
@@ -195,6 +257,22 @@ struct Start {
 impl Shared {
     fn statuses(&self) -> Vec<NameStatus> {
         self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Lists the names' states in the order of `names` (the others last).
+    fn sort_statuses(&self, names: &[String]) {
+        let mut statuses = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        statuses.sort_by_key(|s| names.iter().position(|n| *n == s.name).unwrap_or(usize::MAX));
+    }
+
+    /// Stops serving `name`'s certificate and forgets its state; its stored files stay.
+    fn forget(&self, name: &str) {
+        self.certs.set_issued(name, None);
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).retain(|s| s.name != name);
+        tracing::info!(
+            name,
+            "no longer a name to keep a certificate for: not served or renewed from now on (its stored files stay)"
+        );
     }
 
     fn update(&self, name: &str, change: impl FnOnce(&mut NameStatus)) {

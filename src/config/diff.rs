@@ -8,7 +8,7 @@ use std::time::Duration;
 use holdfast_pool::PoolConfig;
 
 use super::{Config, RouteConfig};
-use crate::acme::AcmeNames;
+use crate::acme::{AcmeConfig, AcmeNames};
 use crate::listener::ListenerConfig;
 use crate::route::HostPattern;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
@@ -325,14 +325,34 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
         n.dir.display().to_string(),
         changes,
     );
-    if old.acme != new.acme {
-        let (o, n) = (acme(old), acme(new));
-        let details = if o == n {
-            // A change the summary does not show (contact, storage, ca, renew_at).
-            vec![format!("changed{AT_RESTART}")]
-        } else {
-            vec![format!("changed {o} -> {n}{AT_RESTART}")]
+    acme_changes(old, new, changes);
+}
+
+/// `[acme]` turned on or off, or its settings changed, which wait for a restart; and
+/// the names it keeps certificates for, which follow the reload.
+fn acme_changes(old: &Config, new: &Config, changes: &mut Vec<Change>) {
+    let mut details = Vec::new();
+    if !old.has_same_acme_settings(new) {
+        let (o, n) = match (&old.acme, &new.acme) {
+            (Some(o), Some(n)) => (acme_settings(o), acme_settings(n)),
+            _ => (acme(old), acme(new)),
         };
+        details.push(if o == n {
+            // A change the summary does not show (contact, storage, ca, renew_at).
+            format!("changed{AT_RESTART}")
+        } else {
+            format!("changed {o} -> {n}{AT_RESTART}")
+        });
+    }
+    if let (Some(o), Some(n)) = (&old.acme, &new.acme) {
+        if matches!(o.names, AcmeNames::Listed(_)) != matches!(n.names, AcmeNames::Listed(_)) {
+            details.push(format!("changed names {} -> {}", acme_names(o), acme_names(n)));
+        }
+        let (was, is) = (old.acme_names(), new.acme_names());
+        details.extend(is.iter().filter(|n| !was.contains(n)).map(|n| format!("added name {n}")));
+        details.extend(was.iter().filter(|n| !is.contains(n)).map(|n| format!("removed name {n}")));
+    }
+    if !details.is_empty() {
         changes.push(Change { subject: "acme".into(), details });
     }
 }
@@ -341,11 +361,20 @@ fn settings(old: &Config, new: &Config, changes: &mut Vec<Change>) {
 /// a.example, b.example`.
 fn acme(config: &Config) -> String {
     let Some(acme) = &config.acme else { return "off".to_string() };
-    let names = match &acme.names {
+    format!("{} for {}", acme_settings(acme), acme_names(acme))
+}
+
+/// The CA and the challenge: `https://ca/dir tls-alpn-01`.
+fn acme_settings(acme: &AcmeConfig) -> String {
+    format!("{} {}", acme.directory, acme.challenge)
+}
+
+/// The names as configured: `a.example, b.example`, or `the routes' hosts`.
+fn acme_names(acme: &AcmeConfig) -> String {
+    match &acme.names {
         AcmeNames::Listed(names) => names.join(", "),
         AcmeNames::Routes => "the routes' hosts".to_string(),
-    };
-    format!("{} {} for {names}", acme.directory, acme.challenge)
+    }
 }
 
 /// `off`, or where the lines go and their format: `stdout (json)`.

@@ -159,6 +159,15 @@ impl Config {
         }))
     }
 
+    /// Whether `[acme]` is on in both configs or in neither, with the same settings
+    /// apart from `names`: what a reload cannot change (the names follow reloads).
+    pub fn has_same_acme_settings(&self, other: &Config) -> bool {
+        match (&self.acme, &other.acme) {
+            (Some(a), Some(b)) => AcmeConfig { names: b.names.clone(), ..a.clone() } == *b,
+            (a, b) => a == b,
+        }
+    }
+
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| {

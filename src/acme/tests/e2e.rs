@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::instance::Instance;
 
 /// A tiny origin: answers every request on a connection with `200 origin`.
-async fn origin() -> SocketAddr {
+pub(super) async fn origin() -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -35,67 +35,98 @@ async fn origin() -> SocketAddr {
     addr
 }
 
-/// holdfast with an HTTPS listener on `https` (ACME's certificates) and a cleartext
-/// one on `http` that redirects to it, getting `name` from `pebble` by `challenge`.
-fn config(
+/// The text of a holdfast config with an HTTPS listener on `https` (ACME's
+/// certificates) and a cleartext one on `http` that redirects to it, a route for each of
+/// `hosts`, and `[acme]` getting their certificates from `pebble` by `challenge`.
+pub(super) fn config_text(
     scratch: &Scratch,
     pebble: &Pebble,
     (http, https): (SocketAddr, SocketAddr),
     origin: SocketAddr,
-    name: &str,
+    hosts: &[&str],
     challenge: &str,
-) -> Config {
-    let text = format!(
+) -> String {
+    let routes: String = hosts
+        .iter()
+        .map(|host| format!("[[route]]\nhost = \"{host}\"\nupstream = \"app\"\n\n"))
+        .collect();
+    format!(
         "[[listener]]\naddress = \"{https}\"\nupstream = \"app\"\n[listener.tls]\nacme = true\n\n\
          [[listener]]\naddress = \"{http}\"\nupstream = \"app\"\nredirect_https = {}\n\n\
          [upstream.app]\nservers = [\"{origin}\"]\n\n\
-         [[route]]\nhost = \"{name}\"\nupstream = \"app\"\n\n\
+         {routes}\
          [acme]\ndirectory = \"{}\"\nca = \"{}\"\nstorage = \"{}\"\nchallenge = \"{challenge}\"\n\
          pending = \"refuse\"\ncontact = \"mailto:ops@holdfast.test\"\n",
         https.port(),
         pebble.directory,
         pebble.ca_file.display(),
         scratch.path().join("storage").display(),
-    );
-    let path = scratch.path().join("holdfast.toml");
-    std::fs::write(&path, text).unwrap();
-    Config::load(&path).expect("a valid config")
+    )
+}
+
+/// pebble validating on the ports holdfast is to listen on, and the DNS server it asks.
+pub(super) struct Ca {
+    pub pebble: Pebble,
+    /// The cleartext and the HTTPS listener's addresses, free when chosen.
+    pub ports: (SocketAddr, SocketAddr),
+    _dns: Dns,
+}
+
+impl Ca {
+    /// Starts pebble with its files in `scratch`; `None` when pebble is missing and the
+    /// test may skip.
+    pub async fn start(scratch: &Scratch) -> Option<Ca> {
+        init_logs();
+        if !pebble::is_installed() {
+            skip_or_fail("pebble is not installed (apt-get install pebble)");
+            return None;
+        }
+        let dns = Dns::start().await;
+        let ports = (free_port(), free_port());
+        let setup = PebbleSetup {
+            http_port: ports.0.port(),
+            tls_port: ports.1.port(),
+            dns: dns.addr,
+            validity_seconds: None,
+        };
+        let pebble = Pebble::start(scratch, &setup).await;
+        Some(Ca { pebble, ports, _dns: dns })
+    }
+}
+
+/// The chain `https` serves for `name`, verified against `root`, as soon as it serves
+/// one (within [`ORDER_DEADLINE`]); panics with pebble's log if it does not.
+pub(super) async fn wait_served(
+    https: SocketAddr,
+    name: &str,
+    root: &rustls_pki_types::CertificateDer<'static>,
+    pebble: &Pebble,
+) -> Vec<rustls_pki_types::CertificateDer<'static>> {
+    let deadline = tokio::time::Instant::now() + ORDER_DEADLINE;
+    // Until issuance the handshake is refused (pending = "refuse").
+    while tokio::time::Instant::now() < deadline {
+        match verified_chain(https, name, root.clone()).await {
+            Ok(chain) => return chain,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    panic!("no certificate for {name} within {ORDER_DEADLINE:?}; log:\n{}", pebble.log());
 }
 
 /// Runs pebble validating on holdfast's ports, holdfast getting `name` by `challenge`,
 /// and checks an HTTPS client trusting only pebble's root gets through to the origin.
 async fn issue_through_holdfast(test: &str, name: &str, challenge: &str) {
-    init_logs();
-    if !pebble::is_installed() {
-        return skip_or_fail("pebble is not installed (apt-get install pebble)");
-    }
     let scratch = Scratch::new(test);
-    let dns = Dns::start().await;
-    let ports = (free_port(), free_port());
-    let setup = PebbleSetup {
-        http_port: ports.0.port(),
-        tls_port: ports.1.port(),
-        dns: dns.addr,
-        validity_seconds: None,
-    };
-    let pebble = Pebble::start(&scratch, &setup).await;
-    let config = config(&scratch, &pebble, ports, origin().await, name, challenge);
+    let Some(ca) = Ca::start(&scratch).await else { return };
+    let pebble = &ca.pebble;
+    let text = config_text(&scratch, pebble, ca.ports, origin().await, &[name], challenge);
+    let path = scratch.path().join("holdfast.toml");
+    std::fs::write(&path, text).unwrap();
+    let config = Config::load(&path).expect("a valid config");
     let instance = Instance::start(&config).await.expect("holdfast starts");
     let https = instance.local_addrs()[0];
     let root = pebble.issuing_root().await;
-    let mut last = None;
-    let deadline = tokio::time::Instant::now() + ORDER_DEADLINE;
-    // Until issuance the handshake is refused (pending = "refuse").
-    while tokio::time::Instant::now() < deadline {
-        match verified_chain(https, name, root.clone()).await {
-            Ok(chain) => {
-                last = Some(chain);
-                break;
-            }
-            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-        }
-    }
-    assert!(last.is_some(), "no certificate for {name} via {challenge}; log:\n{}", pebble.log());
+    wait_served(https, name, &root, pebble).await;
     let answer = https_get(https, name, root).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("origin\n"), "{answer}");
@@ -109,7 +140,7 @@ async fn issue_through_holdfast(test: &str, name: &str, challenge: &str) {
 }
 
 /// One GET over HTTPS to `addr` for `name`, trusting `root`; the whole answer.
-async fn https_get(
+pub(super) async fn https_get(
     addr: SocketAddr,
     name: &str,
     root: rustls_pki_types::CertificateDer<'static>,

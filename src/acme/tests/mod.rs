@@ -3,13 +3,17 @@
 //! that reuse stored certificates, renewal of short-lived certificates, failed
 //! challenges reported and retried, and what is served before issuance. pebble
 //! validates through the responders in `responder` (stand-ins for holdfast's
-//! listeners), which serve from the same `DynamicCerts` the manager writes.
+//! listeners), which serve from the same `DynamicCerts` the manager writes. `e2e` and
+//! `reload` run holdfast itself against pebble; `follow` changes a manager's names
+//! without a CA.
 //!
 //! Tests that need pebble skip without it, except under `CI=true`, where they fail.
 
 mod dns;
 mod e2e;
+mod follow;
 mod pebble;
+mod reload;
 mod responder;
 
 use std::path::{Path, PathBuf};

@@ -150,3 +150,34 @@ fn acme_changes_take_effect_at_restart() {
     assert_eq!(lines(&on, &contact), ["acme: changed (takes effect at restart)"]);
     assert!(ConfigDiff::between(&on, &on.clone()).is_empty());
 }
+
+#[test]
+fn acme_names_follow_the_reload_and_other_settings_wait_for_a_restart() {
+    let https = "[[listener]]\naddress = \"127.0.0.1:8443\"\nupstream = \"app\"\n\
+                 [listener.tls]\nacme = true\n";
+    let route = |host: &str| format!("[[route]]\nhost = \"{host}\"\nupstream = \"app\"\n");
+    let routes = config(ONE, &format!("[acme]\n{https}{}", route("a.example")));
+    let more = config(ONE, &format!("[acme]\n{https}{}{}", route("a.example"), route("b.example")));
+    assert_eq!(
+        lines(&routes, &more),
+        ["route b.example/: added (upstream app)", "acme: added name b.example"]
+    );
+    assert_eq!(
+        lines(&more, &routes),
+        ["route b.example/: removed", "acme: removed name b.example"]
+    );
+    let listed = config(
+        ONE,
+        &format!(
+            "[acme]\nnames = [\"c.example\"]\nchallenge = \"http-01\"\n{https}{}",
+            route("a.example")
+        ),
+    );
+    assert_eq!(
+        lines(&routes, &listed),
+        ["acme: changed https://acme-v02.api.letsencrypt.org/directory tls-alpn-01 -> \
+             https://acme-v02.api.letsencrypt.org/directory http-01 (takes effect at restart); \
+             changed names the routes' hosts -> c.example; added name c.example; removed name \
+             a.example"]
+    );
+}
