@@ -19,17 +19,17 @@ use tokio::time::Instant;
 
 use crate::acme::{self, Acme};
 use crate::admin::{self, AdminState, ReloadRequest};
-use crate::config::{Config, ConfigDiff, ConfigError};
+use crate::config::{Config, ConfigDiff, ConfigError, RouteConfig};
 use crate::connections::Connections;
 use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::Answers;
 use crate::proxy::forwarded::TrustedProxies;
-use crate::proxy::{Buffering, Destination, LocalRules, Proxy, Site};
+use crate::proxy::{Buffering, Destination, Hsts, LocalRules, Proxy, Site, Timeouts};
 use crate::resources::Resources;
 use crate::route::{HostPattern, Route, Router};
 use crate::spool::Spools;
-use crate::telemetry::access_log::AccessLog;
+use crate::telemetry::access_log::{AccessLog, AccessLogConfig, AccessLogTarget};
 use crate::telemetry::failures;
 use crate::tls::certs::{CertError, ServerCerts};
 use crate::tls::failures::TlsMetrics;
@@ -38,7 +38,7 @@ use crate::tls::store::DynamicCerts;
 use crate::upstream::{
     check, discovery, BackendStats, Resolution, Upstream, UpstreamConfig, Upstreams,
 };
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use holdfast_pool::IdleBudget;
 use process::{ProcessSnapshot, Snapshot};
 
@@ -78,6 +78,8 @@ pub enum ReloadError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("listener {addr}: {source}")]
     Certificate { addr: SocketAddr, source: CertError },
+    #[error("{0}")]
+    AccessLog(std::io::Error),
 }
 
 /// A started proxy. Dropping it without [`Instance::shutdown`] leaves it running until
@@ -106,6 +108,8 @@ struct Shared {
     /// Open files and local ports, read at start; the budget derives from them.
     resources: Resources,
     access_log: Option<AccessLog>,
+    /// The routes' own access logs, by file, as the config in force names them.
+    route_logs: ArcSwap<RouteLogs>,
     connections: Connections,
     /// Responses holdfast made itself, across listeners.
     answers: Arc<Answers>,
@@ -118,6 +122,32 @@ struct Shared {
     acme_certs: Arc<DynamicCerts>,
     /// The certificate manager, when `[acme]` is on (its settings apply at start).
     acme: Option<Arc<Acme>>,
+}
+
+/// The access logs routes write to instead of `[access_log]`'s, by file.
+type RouteLogs = BTreeMap<PathBuf, AccessLog>;
+
+/// Opens the access log files the routes of `config` name, keeping the writers of
+/// those `open` has already; the others end once their last request is logged.
+fn open_route_logs(config: &Config, open: &RouteLogs) -> std::io::Result<RouteLogs> {
+    let mut logs = RouteLogs::new();
+    for r in &config.routes {
+        let Some(AccessLogTarget::File(path)) = &r.access_log else { continue };
+        if logs.contains_key(path) {
+            continue;
+        }
+        let log = match open.get(path) {
+            Some(log) => log.clone(),
+            None => {
+                let target = AccessLogTarget::File(path.clone());
+                let settings = AccessLogConfig { target, format: config.access_log.format };
+                let Some(log) = AccessLog::open(&settings)? else { continue };
+                log
+            }
+        };
+        logs.insert(path.clone(), log);
+    }
+    Ok(logs)
 }
 
 /// Each listener's certificate files, read before a config is applied (in config
@@ -192,6 +222,8 @@ impl Instance {
         let certs = read_certs(config)
             .map_err(|(addr, source)| StartError::Certificate { addr, source })?;
         let access_log = AccessLog::open(&config.access_log).map_err(StartError::AccessLog)?;
+        let route_logs =
+            open_route_logs(config, &RouteLogs::new()).map_err(StartError::AccessLog)?;
         let acme_certs = Arc::new(DynamicCerts::default());
         let acme = match &config.acme {
             Some(settings) => {
@@ -214,6 +246,7 @@ impl Instance {
             spools: Spools::new(config.spool.clone()),
             resources,
             access_log,
+            route_logs: ArcSwap::from_pointee(RouteLogs::new()),
             connections: Connections::default(),
             answers: Arc::default(),
             reloads_ok: AtomicU64::new(0),
@@ -230,7 +263,7 @@ impl Instance {
         {
             let mut live = shared.live.lock().await;
             let resolved = resolve_all(config, &live.upstreams).await;
-            shared.apply(&mut live, config.clone(), resolved, bound, certs);
+            shared.apply(&mut live, config.clone(), resolved, bound, certs, route_logs);
         }
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
@@ -283,6 +316,9 @@ impl Instance {
     /// Makes the access log reopen its file (after rotation).
     pub fn reopen_access_log(&self) {
         if let Some(log) = &self.shared.access_log {
+            log.reopen();
+        }
+        for log in self.shared.route_logs.load().values() {
             log.reopen();
         }
     }
@@ -361,6 +397,8 @@ impl Shared {
         let diff = ConfigDiff::between(&live.config, &config);
         let certs = read_certs(&config)
             .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
+        let logs =
+            open_route_logs(&config, &self.route_logs.load()).map_err(ReloadError::AccessLog)?;
         let resolved = resolve_all(&config, &live.upstreams).await;
         let mut bound = Vec::new();
         for l in &config.listeners {
@@ -371,7 +409,7 @@ impl Shared {
                 .map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
             bound.push((l.addr, tcp));
         }
-        self.apply(&mut live, config, resolved, bound, certs);
+        self.apply(&mut live, config, resolved, bound, certs, logs);
         Ok(diff)
     }
 
@@ -405,6 +443,7 @@ impl Shared {
         mut resolved: BTreeMap<String, Resolution>,
         mut bound: Vec<(SocketAddr, TcpListener)>,
         certs: ReadCerts,
+        logs: RouteLogs,
     ) {
         let mut upstreams = BTreeMap::new();
         for u in &config.upstreams {
@@ -433,7 +472,7 @@ impl Shared {
         let mut listeners = Vec::new();
         for (l, files) in config.listeners.iter().zip(certs) {
             let acme = self.acme.as_ref().map(|_| &self.acme_certs);
-            let site = site(&config, l, &upstreams, acme, &self.spools);
+            let site = site(&config, l, &upstreams, acme, &self.spools, &logs);
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
@@ -457,6 +496,7 @@ impl Shared {
         live.listeners = listeners;
         live.upstreams = upstreams;
         live.config = config;
+        self.route_logs.store(Arc::new(logs));
     }
 
     /// Gives a listener the TLS `l` asks for: its certificates (`files`) installed in
@@ -529,34 +569,52 @@ async fn resolve_all(
     out
 }
 
-/// A listener's routes: every `[[route]]`, then its own upstream as the catch-all. A
-/// route's body limit is its own `client_max_body`, else the listener's, else
-/// `[limits]`'s.
+/// A listener's routes: every `[[route]]` that applies on it, then its own upstream as
+/// the catch-all. A route's body limit is its own `client_max_body`, else the
+/// listener's, else `[limits]`'s; its timeouts, redirect, HSTS and access log its own
+/// where it sets them.
 fn site(
     config: &Config,
     l: &ListenerConfig,
     upstreams: &BTreeMap<String, Arc<Upstream>>,
     acme: Option<&Arc<DynamicCerts>>,
     spools: &Arc<Spools>,
+    logs: &RouteLogs,
 ) -> Site {
     let group = |name: &String| {
         Arc::clone(upstreams.get(name).expect("config validation guarantees the group exists"))
     };
     let listener_max_body = l.client_max_body.or(config.client_limits.max_body);
+    let hsts = l.hsts.map(Hsts::max_age);
+    let tls = l.tls.is_some();
     let mut routes: Vec<Route<Destination>> = config
         .routes
         .iter()
-        .map(|r| Route {
-            host: r.host.clone(),
-            path: r.path.clone(),
-            target: Destination {
-                upstream: group(&r.upstream),
-                max_body: r.client_max_body.or(listener_max_body),
-                buffering: Buffering {
-                    responses: r.buffer_responses.unwrap_or(config.buffering.responses),
-                    requests: r.buffer_requests.unwrap_or(config.buffering.requests),
+        .filter(|r| r.listeners.is_empty() || r.listeners.contains(&l.addr))
+        .map(|r| {
+            let own_rules = r.redirect_https.is_some() || r.hsts.is_some();
+            let local = own_rules.then(|| {
+                let redirect = r.redirect_https.or(l.redirect_https);
+                Arc::new(LocalRules::new(acme.cloned(), redirect, r.hsts.or(hsts), tls))
+            });
+            Route {
+                host: r.host.clone(),
+                path: r.path.clone(),
+                target: Destination {
+                    upstream: group(&r.upstream),
+                    max_body: r.client_max_body.or(listener_max_body),
+                    buffering: Buffering {
+                        responses: r.buffer_responses.unwrap_or(config.buffering.responses),
+                        requests: r.buffer_requests.unwrap_or(config.buffering.requests),
+                    },
+                    timeouts: route_timeouts(config.timeouts, r),
+                    local,
+                    access_log: r.access_log.as_ref().map(|target| match target {
+                        AccessLogTarget::File(path) => logs.get(path).cloned(),
+                        _ => None,
+                    }),
                 },
-            },
+            }
         })
         .collect();
     let fallback = l.upstream.as_ref().map(group);
@@ -565,6 +623,9 @@ fn site(
             upstream: Arc::clone(f),
             max_body: listener_max_body,
             buffering: config.buffering,
+            timeouts: config.timeouts,
+            local: None,
+            access_log: None,
         };
         routes.push(Route { host: HostPattern::Any, path: "/".into(), target });
     }
@@ -576,10 +637,23 @@ fn site(
         timeouts: config.timeouts,
         limits,
         trusted: TrustedProxies::new(config.trusted_proxies.clone()),
-        local: LocalRules::new(acme.cloned(), l.redirect_https, l.hsts, l.tls.is_some()),
+        local: LocalRules::new(acme.cloned(), l.redirect_https, hsts, tls),
         h2c: l.h2c,
         spools: Arc::clone(spools),
     }
+}
+
+/// `timeouts` with a route's own: its `read_timeout` bounds the wait for the response
+/// head as well as each wait for bytes, as nginx's `proxy_read_timeout` does.
+fn route_timeouts(mut timeouts: Timeouts, r: &RouteConfig) -> Timeouts {
+    if let Some(connect) = r.connect_timeout {
+        timeouts.connect = connect;
+    }
+    if let Some(read) = r.read_timeout {
+        timeouts.read = read;
+        timeouts.response_header = read;
+    }
+    timeouts
 }
 
 /// Warns when `insecure_skip_verify` comes into force for a group: at start, or in a

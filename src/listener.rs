@@ -60,7 +60,7 @@ pub const MAX_BACKLOG: u32 = i32::MAX as u32;
 /// call per client connection; responses go out whole, so Nagle would only hold back the
 /// last segment of a streamed body.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { ipv6_only()? };
     // As std and tokio do: a restarted holdfast can bind while connections of the
     // previous one are in TIME_WAIT.
     #[cfg(unix)]
@@ -76,6 +76,16 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
         );
     }
     socket.listen(backlog)
+}
+
+/// An IPv6 socket that takes IPv6 only, as nginx's `ipv6only=on` default: `[::]:80`
+/// and `0.0.0.0:80` can then both be listeners.
+fn ipv6_only() -> std::io::Result<TcpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(true)?;
+    socket.set_nonblocking(true)?;
+    Ok(TcpSocket::from_std_stream(socket.into()))
 }
 
 /// The largest listen backlog the kernel grants (`net.core.somaxconn`), where it says.
@@ -119,4 +129,23 @@ pub async fn accept_loop(
 /// Resolves once `stop` turns true (or its sender is gone).
 pub async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_ipv6_wildcard_listener_leaves_the_ipv4_wildcard_to_another() {
+        let v4 = bind("0.0.0.0:0".parse().unwrap(), 16).expect("IPv4 wildcard");
+        let port = v4.local_addr().unwrap().port();
+        let v6: SocketAddr = format!("[::]:{port}").parse().unwrap();
+        match bind(v6, 16) {
+            Ok(_) => {}
+            // A machine without IPv6 has nothing to show here.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {}
+            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {}
+            Err(e) => panic!("[::]:{port} beside 0.0.0.0:{port}: {e}"),
+        }
+    }
 }

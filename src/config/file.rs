@@ -29,6 +29,24 @@ pub struct FileConfig {
     pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
     /// Present (even empty): certificates from an ACME CA.
     pub acme: Option<FileAcme>,
+    /// Files to take in: glob patterns relative to this file's directory.
+    pub include: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Certificates every TLS listener serves, picked by SNI.
+    #[serde(default)]
+    pub certificate: Vec<FileCertPair>,
+}
+
+/// A file that another one `include`s: groups, routes and certificates only.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileIncluded {
+    pub include: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    pub upstream: BTreeMap<Spanned<String>, FileUpstream>,
+    #[serde(default)]
+    pub route: Vec<FileRoute>,
+    #[serde(default)]
+    pub certificate: Vec<FileCertPair>,
 }
 
 /// A byte size as written: a number of bytes, or text with a unit (`"10MB"`).
@@ -148,6 +166,14 @@ pub struct FileRoute {
     pub buffer_responses: Option<Spanned<bool>>,
     /// Request buffering on this route (over `[buffering] requests`).
     pub buffer_requests: Option<Spanned<bool>>,
+    pub listeners: Option<Spanned<Vec<Spanned<String>>>>,
+    pub redirect_https: Option<Spanned<FileRedirect>>,
+    pub hsts: Option<Spanned<String>>,
+    pub hsts_include_subdomains: Option<Spanned<bool>>,
+    pub hsts_preload: Option<Spanned<bool>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub read_timeout: Option<Spanned<String>>,
+    pub access_log: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

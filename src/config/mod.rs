@@ -16,6 +16,7 @@
 mod diff;
 mod error;
 mod file;
+mod include;
 mod read;
 mod tls;
 
@@ -32,7 +33,7 @@ use crate::balance::Policy;
 use crate::http1::request::MAX_HEADERS;
 use crate::listener::{self, ListenerConfig, MAX_BACKLOG};
 use crate::proxy::forwarded::Cidr;
-use crate::proxy::{Buffering, ClientLimits, Timeouts};
+use crate::proxy::{Buffering, ClientLimits, Hsts, Timeouts};
 use crate::route::{self, HostPattern};
 use crate::spool::SpoolConfig;
 use crate::telemetry::access_log::{self, AccessLogConfig, AccessLogFormat, AccessLogTarget};
@@ -43,11 +44,12 @@ use crate::upstream::settings::{parse_server_url, Protocol, Scheme};
 use crate::upstream::{Server, UpstreamConfig};
 use toml::Spanned;
 
+use crate::tls::certs::CertPair;
 pub use diff::ConfigDiff;
 pub use error::{ConfigError, ConfigProblem};
 use file::{
     FileAccessLog, FileAcme, FileAdmin, FileBuffering, FileConfig, FileHealth, FileHealthCheck,
-    FilePool,
+    FileIncluded, FilePool, FileRoute,
 };
 
 /// A validated configuration.
@@ -93,6 +95,18 @@ pub struct RouteConfig {
     pub buffer_responses: Option<bool>,
     /// Request buffering on this route, over `[buffering] requests`.
     pub buffer_requests: Option<bool>,
+    /// The listeners it applies on, by their configured address; empty: every one.
+    pub listeners: Vec<SocketAddr>,
+    /// Cleartext requests get a redirect to HTTPS on this port, over the listener's.
+    pub redirect_https: Option<u16>,
+    /// The `Strict-Transport-Security` of its HTTPS responses, over the listener's.
+    pub hsts: Option<Hsts>,
+    /// Over `[timeouts] connect`.
+    pub connect_timeout: Option<Duration>,
+    /// Over `[timeouts] read`.
+    pub read_timeout: Option<Duration>,
+    /// Where its requests are logged, over `[access_log] target` (same format).
+    pub access_log: Option<AccessLogTarget>,
 }
 
 /// The name quick mode gives its one upstream group.
@@ -155,24 +169,34 @@ impl Config {
     }
 
     /// Validates config text read from `path`, which names the file in errors and is
-    /// where relative paths in it (the access log file) are resolved from.
+    /// where relative paths in it (the access log file, `include` patterns) are
+    /// resolved from. The files it includes are read and validated with it: the
+    /// config is the whole set, or an error listing the problems of every file.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let mut read = read::read(text);
+        let mut read = read::read::<FileConfig>(text);
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut included = Vec::new();
         let config = read.file.take().map(|raw| {
-            let dir = path.parent().unwrap_or(Path::new(""));
-            let mut v = Validator { text, dir, problems: Vec::new() };
-            let config = v.config(raw);
+            let mut v = Validator { text, dir, file: path, main: true, problems: Vec::new() };
+            let including =
+                raw.include.as_ref().map(|patterns| include::Including { patterns, dir, text });
+            included = include::gather(path, including, &mut v.problems);
+            let config = v.config(raw, &mut included);
             v.problems.retain(|p| !read.is_after_blanking(&p.key));
             read.problems.append(&mut v.problems);
             config
         });
-        let mut problems = read.problems;
+        let included: Vec<ConfigError> = included
+            .into_iter()
+            .filter(|s| !s.read.problems.is_empty())
+            .map(|s| ConfigError::of_file(s.path, s.read.problems))
+            .collect();
         match config {
-            Some(config) if problems.is_empty() => Ok(config),
+            Some(config) if read.problems.is_empty() && included.is_empty() => Ok(config),
             _ => {
-                // In file order; problems of the whole file (no line) last.
-                problems.sort_by_key(|p| p.line.unwrap_or(usize::MAX));
-                Err(ConfigError { file: PathBuf::from(path), problems })
+                let mut error = ConfigError::of_file(PathBuf::from(path), read.problems);
+                error.included = included;
+                Err(error)
             }
         }
     }
@@ -182,9 +206,49 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
 }
 
+/// The routes read so far, across files, and where each is written (`route[2]` in the
+/// main file, `route[0] at FILE:LINE` in an included one).
+#[derive(Default)]
+struct Routes {
+    configs: Vec<RouteConfig>,
+    places: Vec<String>,
+}
+
+/// What `Validator::route_options` reads.
+struct RouteOptions {
+    listeners: Vec<SocketAddr>,
+    redirect_https: Option<u16>,
+    hsts: Option<Hsts>,
+    connect_timeout: Option<Duration>,
+    read_timeout: Option<Duration>,
+    access_log: Option<AccessLogTarget>,
+}
+
+/// Validates what the included file `source` holds with `f`, adding the problems
+/// found to the file's.
+fn in_file(source: &mut include::Source, f: impl FnOnce(&mut Validator<'_>, &FileIncluded)) {
+    let Some(file) = source.read.file.as_ref() else { return };
+    let dir = source.path.parent().unwrap_or(Path::new(""));
+    let mut v = Validator {
+        text: &source.text,
+        dir,
+        file: &source.path,
+        main: false,
+        problems: Vec::new(),
+    };
+    f(&mut v, file);
+    let mut problems = v.problems;
+    problems.retain(|p| !source.read.is_after_blanking(&p.key));
+    source.read.problems.append(&mut problems);
+}
+
 /// Walks a `FileConfig`, collecting every problem rather than stopping at the first.
 struct Validator<'a> {
     text: &'a str,
+    /// The file `text` is read from, for the places problems name.
+    file: &'a Path,
+    /// Whether it is the main file, not an included one.
+    main: bool,
     /// The config file's directory: relative paths in the file are relative to it.
     dir: &'a Path,
     problems: Vec<ConfigProblem>,
@@ -196,63 +260,47 @@ impl Validator<'_> {
         self.problems.push(ConfigProblem { line, key: key.into(), message: message.into() });
     }
 
-    fn config(&mut self, raw: FileConfig) -> Config {
+    fn config(&mut self, raw: FileConfig, included: &mut [include::Source]) -> Config {
         let base_pool = self.pool("pool", raw.pool.as_ref(), PoolConfig::default());
         let mut upstreams = Vec::new();
+        // Each group's name, and where it is defined.
+        let mut defined: Vec<(String, String)> = Vec::new();
         for (name, up) in &raw.upstream {
-            let key = format!("upstream.{}", name.get_ref());
-            let (servers, scheme) = self.servers(&format!("{key}.servers"), &up.servers);
-            let https = scheme == Some(Scheme::Https);
-            let tls = self.upstream_tls(&key, up.tls.as_ref(), https);
-            if let (Some(Scheme::H2c), Some(v)) = (scheme, &up.tls) {
-                let message = "h2c:// servers are cleartext; use https:// servers for TLS";
-                self.problem(v.span(), format!("{key}.tls"), message);
-            }
-            let protocol = self.protocol(&key, up.protocol.as_ref(), scheme, tls.is_some());
-            let mut ping = Duration::ZERO;
-            let ping_key = format!("{key}.h2_ping_interval");
-            self.set_positive_duration(&up.h2_ping_interval, &ping_key, &mut ping);
-            let h2_ping_interval = (!ping.is_zero()).then_some(ping);
-            let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
-            if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
-                self.problem(
-                    v.span(),
-                    format!("{key}.pool.max_idle_total"),
-                    "only allowed in the top-level [pool]",
-                );
-            }
-            let source_address = up
-                .source_address
-                .as_ref()
-                .and_then(|v| self.ip(v, &format!("{key}.source_address")));
-            let mut upstream = UpstreamConfig::new(name.get_ref(), servers);
-            upstream.pool = pool;
-            upstream.source_address = source_address;
-            upstream.tls = tls;
-            upstream.protocol = protocol;
-            upstream.h2_ping_interval = h2_ping_interval;
-            if let Some(v) = &up.balance {
-                match Policy::parse(v.get_ref()) {
-                    Ok(policy) => upstream.balance = policy,
-                    Err(message) => self.problem(v.span(), format!("{key}.balance"), message),
-                }
-            }
-            let interval = format!("{key}.resolve_interval");
-            self.set_positive_duration(
-                &up.resolve_interval,
-                &interval,
-                &mut upstream.resolve_interval,
-            );
-            if let Some(health) = &up.health {
-                upstream.health = self.health(&format!("{key}.health"), health);
-            }
-            upstream.check =
-                up.health_check.as_ref().map(|c| self.check(&format!("{key}.health_check"), c));
-            upstreams.push(upstream);
+            defined.push((name.get_ref().clone(), self.place(name.span())));
+            upstreams.push(self.upstream(name, up, &base_pool));
         }
-        let routes = self.routes(&raw, &upstreams);
-        let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes));
-        let listeners = self.listeners(&raw, &upstreams);
+        for source in included.iter_mut() {
+            in_file(source, |v, file| {
+                for (name, up) in &file.upstream {
+                    let key = format!("upstream.{}", name.get_ref());
+                    if let Some((_, place)) = defined.iter().find(|(n, _)| n == name.get_ref()) {
+                        v.problem(
+                            name.span(),
+                            key,
+                            format!("is defined twice: here and at {place}"),
+                        );
+                        continue;
+                    }
+                    defined.push((name.get_ref().clone(), v.place(name.span())));
+                    upstreams.push(v.upstream(name, up, &base_pool));
+                }
+            });
+        }
+        let mut certificates = self.certificates(&raw.certificate);
+        for source in included.iter_mut() {
+            in_file(source, |v, file| certificates.extend(v.certificates(&file.certificate)));
+        }
+        let including = raw.include.is_some();
+        let has_routes = !raw.route.is_empty() || including;
+        let listeners = self.listeners(&raw, &upstreams, has_routes, &certificates);
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.addr).collect();
+        let mut routes = Routes::default();
+        self.routes(&raw.route, &upstreams, &addrs, &mut routes);
+        for source in included.iter_mut() {
+            in_file(source, |v, file| v.routes(&file.route, &upstreams, &addrs, &mut routes));
+        }
+        let routes = routes.configs;
+        let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, including));
         self.acme_listeners(&raw, &listeners);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
@@ -276,6 +324,58 @@ impl Validator<'_> {
             buffering: self.buffering(raw.buffering.as_ref()),
             spool: self.spool(raw.buffering.as_ref()),
         }
+    }
+
+    /// One `[upstream.NAME]` group.
+    fn upstream(
+        &mut self,
+        name: &Spanned<String>,
+        up: &file::FileUpstream,
+        base_pool: &PoolConfig,
+    ) -> UpstreamConfig {
+        let key = format!("upstream.{}", name.get_ref());
+        let (servers, scheme) = self.servers(&format!("{key}.servers"), &up.servers);
+        let https = scheme == Some(Scheme::Https);
+        let tls = self.upstream_tls(&key, up.tls.as_ref(), https);
+        if let (Some(Scheme::H2c), Some(v)) = (scheme, &up.tls) {
+            let message = "h2c:// servers are cleartext; use https:// servers for TLS";
+            self.problem(v.span(), format!("{key}.tls"), message);
+        }
+        let protocol = self.protocol(&key, up.protocol.as_ref(), scheme, tls.is_some());
+        let mut ping = Duration::ZERO;
+        let ping_key = format!("{key}.h2_ping_interval");
+        self.set_positive_duration(&up.h2_ping_interval, &ping_key, &mut ping);
+        let h2_ping_interval = (!ping.is_zero()).then_some(ping);
+        let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
+        if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
+            self.problem(
+                v.span(),
+                format!("{key}.pool.max_idle_total"),
+                "only allowed in the top-level [pool]",
+            );
+        }
+        let source_address =
+            up.source_address.as_ref().and_then(|v| self.ip(v, &format!("{key}.source_address")));
+        let mut upstream = UpstreamConfig::new(name.get_ref(), servers);
+        upstream.pool = pool;
+        upstream.source_address = source_address;
+        upstream.tls = tls;
+        upstream.protocol = protocol;
+        upstream.h2_ping_interval = h2_ping_interval;
+        if let Some(v) = &up.balance {
+            match Policy::parse(v.get_ref()) {
+                Ok(policy) => upstream.balance = policy,
+                Err(message) => self.problem(v.span(), format!("{key}.balance"), message),
+            }
+        }
+        let interval = format!("{key}.resolve_interval");
+        self.set_positive_duration(&up.resolve_interval, &interval, &mut upstream.resolve_interval);
+        if let Some(health) = &up.health {
+            upstream.health = self.health(&format!("{key}.health"), health);
+        }
+        upstream.check =
+            up.health_check.as_ref().map(|c| self.check(&format!("{key}.health_check"), c));
+        upstream
     }
 
     /// `[buffering] responses` and `requests`: the routes' defaults.
@@ -334,7 +434,9 @@ impl Validator<'_> {
         c
     }
 
-    fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig]) -> AcmeConfig {
+    /// `[acme]`; `including`: routes may come with included files later, so that none
+    /// naming a host yet is no problem.
+    fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig], including: bool) -> AcmeConfig {
         let mut out = AcmeConfig::new();
         if let Some(v) = &raw.directory {
             match acme::parse_directory(v.get_ref()) {
@@ -380,7 +482,7 @@ impl Validator<'_> {
                 Err(message) => self.problem(v.span(), "acme.renew_at", message),
             }
         }
-        out.names = self.acme_names(raw.names.as_ref(), routes);
+        out.names = self.acme_names(raw.names.as_ref(), routes, including);
         out
     }
 
@@ -390,13 +492,14 @@ impl Validator<'_> {
         &mut self,
         raw: Option<&Spanned<Vec<Spanned<String>>>>,
         routes: &[RouteConfig],
+        including: bool,
     ) -> AcmeNames {
         let Some(raw) = raw else {
             let hosts = routes.iter().filter_map(|r| match &r.host {
                 HostPattern::Exact(host) => Some(host.as_str()),
                 _ => None,
             });
-            if AcmeNames::Routes.resolve(hosts).is_empty() {
+            if AcmeNames::Routes.resolve(hosts).is_empty() && !including {
                 self.problems.push(ConfigProblem {
                     line: None,
                     key: "acme".into(),
@@ -431,20 +534,27 @@ impl Validator<'_> {
             .unwrap_or(DEFAULT_ADMIN_ADDR)
     }
 
+    /// Where an access log goes: `off`, `stdout` or a file (relative to this file's
+    /// directory); `None` after a problem.
+    fn log_target(&mut self, v: &Spanned<String>, key: &str) -> Option<AccessLogTarget> {
+        match v.get_ref().as_str() {
+            "off" => Some(AccessLogTarget::Off),
+            "stdout" => Some(AccessLogTarget::Stdout),
+            blank if blank.trim().is_empty() => {
+                let message = "is empty: use \"off\", \"stdout\" or a file path";
+                self.problem(v.span(), key, message);
+                None
+            }
+            path => Some(AccessLogTarget::File(self.dir.join(path))),
+        }
+    }
+
     fn access_log(&mut self, raw: FileAccessLog) -> AccessLogConfig {
-        let target = match &raw.target {
-            None => access_log::DEFAULT_ENABLED_TARGET,
-            Some(v) => match v.get_ref().as_str() {
-                "off" => AccessLogTarget::Off,
-                "stdout" => AccessLogTarget::Stdout,
-                blank if blank.trim().is_empty() => {
-                    let message = "is empty: use \"off\", \"stdout\" or a file path";
-                    self.problem(v.span(), "access_log.target", message);
-                    access_log::DEFAULT_ENABLED_TARGET
-                }
-                path => AccessLogTarget::File(self.dir.join(path)),
-            },
-        };
+        let target = raw
+            .target
+            .as_ref()
+            .and_then(|v| self.log_target(v, "access_log.target"))
+            .unwrap_or(access_log::DEFAULT_ENABLED_TARGET);
         let format = match &raw.format {
             None => AccessLogFormat::default(),
             Some(v) => match v.get_ref().as_str() {
@@ -473,7 +583,15 @@ impl Validator<'_> {
         }
     }
 
-    fn listeners(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<ListenerConfig> {
+    /// The `[[listener]]`s; `has_routes`: requests may be routed without a listener's
+    /// own `upstream`. `certificates` are served by every TLS listener.
+    fn listeners(
+        &mut self,
+        raw: &FileConfig,
+        upstreams: &[UpstreamConfig],
+        has_routes: bool,
+        certificates: &[CertPair],
+    ) -> Vec<ListenerConfig> {
         if raw.listener.is_empty() {
             self.problems.push(ConfigProblem {
                 line: None,
@@ -488,7 +606,7 @@ impl Validator<'_> {
             let addr = self.socket_addr(&l.address, &format!("{key}.address"));
             if let Some(name) = &l.upstream {
                 self.known_upstream(name, &format!("{key}.upstream"), upstreams);
-            } else if raw.route.is_empty() {
+            } else if !has_routes {
                 let message = "has no `upstream` and there is no [[route]]: every request \
                                would get 404";
                 self.problem(l.address.span(), key.clone(), message);
@@ -518,7 +636,7 @@ impl Validator<'_> {
             // `None` when [listener.tls] has a problem (reported), `Some(None)` without it.
             let tls = match &l.tls {
                 None => Some(None),
-                Some(t) => self.listener_tls(&key, t).map(Some),
+                Some(t) => self.listener_tls(&key, t, certificates).map(Some),
             };
             let redirect_https = l
                 .redirect_https
@@ -566,9 +684,15 @@ impl Validator<'_> {
         }
     }
 
-    fn routes(&mut self, raw: &FileConfig, upstreams: &[UpstreamConfig]) -> Vec<RouteConfig> {
-        let mut out: Vec<RouteConfig> = Vec::new();
-        for (i, r) in raw.route.iter().enumerate() {
+    /// The `[[route]]`s of one file, added to `out` (those of the files before it).
+    fn routes(
+        &mut self,
+        raw: &[FileRoute],
+        upstreams: &[UpstreamConfig],
+        listeners: &[SocketAddr],
+        out: &mut Routes,
+    ) {
+        for (i, r) in raw.iter().enumerate() {
             let key = format!("route[{i}]");
             self.known_upstream(&r.upstream, &format!("{key}.upstream"), upstreams);
             let host = match &r.host {
@@ -587,23 +711,123 @@ impl Validator<'_> {
                 .client_max_body
                 .as_ref()
                 .and_then(|v| self.size(v, &format!("{key}.client_max_body")));
+            let options = self.route_options(&key, r, listeners);
             let (Some(host), Some(path)) = (host, path) else { continue };
-            if let Some(same) = out.iter().position(|o| o.host == host && o.path == path) {
-                let message = format!("the same host and path as route[{same}]");
+            let overlap = |o: &RouteConfig| {
+                o.listeners.is_empty()
+                    || options.listeners.is_empty()
+                    || o.listeners.iter().any(|l| options.listeners.contains(l))
+            };
+            let same = |o: &RouteConfig| o.host == host && o.path == path && overlap(o);
+            if let Some(same) = out.configs.iter().position(same) {
+                let place = out.places.get(same).map_or("", String::as_str);
+                let message = format!("the same host and path as {place}");
                 self.problem(r.upstream.span(), key, message);
                 continue;
             }
+            let place = if self.main {
+                key.clone()
+            } else {
+                format!("{key} at {}", self.place(r.upstream.span()))
+            };
             let upstream = r.upstream.get_ref().clone();
-            out.push(RouteConfig {
+            out.places.push(place);
+            out.configs.push(RouteConfig {
                 host,
                 path,
                 upstream,
                 client_max_body,
                 buffer_responses: r.buffer_responses.as_ref().map(|v| *v.get_ref()),
                 buffer_requests: r.buffer_requests.as_ref().map(|v| *v.get_ref()),
+                listeners: options.listeners,
+                redirect_https: options.redirect_https,
+                hsts: options.hsts,
+                connect_timeout: options.connect_timeout,
+                read_timeout: options.read_timeout,
+                access_log: options.access_log,
             });
         }
-        out
+    }
+
+    /// A route's own settings over its listeners' and the file's: which listeners,
+    /// HTTPS redirect and HSTS, timeouts, access log. `listeners` are the addresses
+    /// configured.
+    fn route_options(
+        &mut self,
+        key: &str,
+        r: &FileRoute,
+        listeners: &[SocketAddr],
+    ) -> RouteOptions {
+        let mut on = Vec::new();
+        if let Some(v) = &r.listeners {
+            let k = format!("{key}.listeners");
+            if v.get_ref().is_empty() {
+                self.problem(v.span(), &k, "is empty: leave it out to apply on every listener");
+            }
+            for a in v.get_ref() {
+                let Some(addr) = self.socket_addr(a, &k) else { continue };
+                if !listeners.contains(&addr) {
+                    let message = format!("no [[listener]] has the address {addr}");
+                    self.problem(a.span(), &k, message);
+                }
+                on.push(addr);
+            }
+        }
+        let redirect_https = r
+            .redirect_https
+            .as_ref()
+            .and_then(|v| self.redirect_https(&format!("{key}.redirect_https"), v));
+        let age = r.hsts.as_ref().and_then(|v| self.hsts(&format!("{key}.hsts"), v));
+        let flag = |v: &Option<Spanned<bool>>| v.as_ref().is_some_and(|v| *v.get_ref());
+        for (name, v) in [
+            ("hsts_include_subdomains", &r.hsts_include_subdomains),
+            ("hsts_preload", &r.hsts_preload),
+        ] {
+            if let (Some(v), None) = (v, &r.hsts) {
+                self.problem(v.span(), format!("{key}.{name}"), "needs `hsts` (the max-age)");
+            }
+        }
+        let hsts = age.map(|max_age| Hsts {
+            max_age,
+            include_subdomains: flag(&r.hsts_include_subdomains),
+            preload: flag(&r.hsts_preload),
+        });
+        let mut timeout = |value: &Option<Spanned<String>>, name: &str| {
+            let mut slot = Duration::ZERO;
+            self.set_positive_duration(value, &format!("{key}.{name}"), &mut slot);
+            (!slot.is_zero()).then_some(slot)
+        };
+        let connect_timeout = timeout(&r.connect_timeout, "connect_timeout");
+        let read_timeout = timeout(&r.read_timeout, "read_timeout");
+        let log_key = format!("{key}.access_log");
+        let access_log = r.access_log.as_ref().and_then(|v| match self.log_target(v, &log_key) {
+            Some(AccessLogTarget::Stdout) => {
+                self.problem(v.span(), &log_key, "a route logs to a file, or \"off\"");
+                None
+            }
+            target => target,
+        });
+        RouteOptions {
+            listeners: on,
+            redirect_https,
+            hsts,
+            connect_timeout,
+            read_timeout,
+            access_log,
+        }
+    }
+
+    /// Top-level `[[certificate]]`s: served by every TLS listener.
+    fn certificates(&mut self, raw: &[file::FileCertPair]) -> Vec<CertPair> {
+        let each = raw.iter().enumerate().filter_map(|(i, pair)| {
+            self.cert_pair(&format!("certificate[{i}]"), ["cert", "key"], &pair.cert, &pair.key)
+        });
+        each.collect()
+    }
+
+    /// Where `span` is, as `FILE:LINE`.
+    fn place(&self, span: Range<usize>) -> String {
+        format!("{}:{}", self.file.display(), line_of(self.text, span.start))
     }
 
     /// The servers, and whether they are `https://` ones (a group speaks TLS to all

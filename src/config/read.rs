@@ -1,4 +1,4 @@
-//! Reads config text into a [`FileConfig`], stepping over unknown keys and values of the
+//! Reads config text into a `FileConfig` (or an included file's `FileIncluded`), stepping over unknown keys and values of the
 //! wrong type so that one run reports every one of them.
 //!
 //! serde stops at the first such problem. Each time it does, the key its error points at
@@ -12,7 +12,6 @@ use std::ops::Range;
 
 use toml_edit::{ImDocument, Item, Table, Value};
 
-use super::file::FileConfig;
 use super::{line_of, ConfigProblem};
 
 /// Problems reported before reading gives up: more than any real file has, and a bound
@@ -21,14 +20,14 @@ const MAX_PROBLEMS: usize = 100;
 
 /// What reading found: the file as written (without the keys that had problems), unless
 /// a problem ended the reading; and every problem met.
-pub(super) struct Read {
-    pub file: Option<FileConfig>,
+pub(super) struct Read<T> {
+    pub file: Option<T>,
     pub problems: Vec<ConfigProblem>,
     /// The dotted keys left out of `file` for their problems.
     pub blanked: Vec<String>,
 }
 
-impl Read {
+impl<T> Read<T> {
     /// Whether a problem validation finds at `key` may come from a key left out (a
     /// listener without the `upstream` whose value had the wrong type): `key` is a
     /// blanked key or a table holding one.
@@ -39,13 +38,13 @@ impl Read {
     }
 }
 
-pub(super) fn read(text: &str) -> Read {
+pub(super) fn read<T: serde::de::DeserializeOwned>(text: &str) -> Read<T> {
     let mut rest = text.to_string();
     let mut problems = Vec::new();
     // A required key among these is missing because of a problem already reported.
     let mut blanked: Vec<String> = Vec::new();
     loop {
-        let error = match toml::from_str::<FileConfig>(&rest) {
+        let error = match toml::from_str::<T>(&rest) {
             Ok(file) => return Read { file: Some(file), problems, blanked },
             Err(error) => error,
         };

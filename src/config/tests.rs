@@ -778,3 +778,177 @@ fn bad_buffering_values_are_reported_with_their_keys() {
     );
     assert!(missing.contains("/no/such/dir is not a directory"), "{missing}");
 }
+
+/// A directory of config files for one test, removed when it ends.
+struct Files(PathBuf);
+
+impl Files {
+    fn new(name: &str) -> Files {
+        let dir =
+            std::env::temp_dir().join(format!("holdfast-config-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("apps")).unwrap();
+        Files(dir)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const MAIN_INCLUDING: &str = "include = [\"apps/*.toml\"]\n\n\
+    [[listener]]\naddress = \"127.0.0.1:8080\"\n";
+
+#[test]
+fn included_files_add_groups_and_routes_in_name_order() {
+    let files = Files::new("order");
+    let main = files.write("holdfast.toml", MAIN_INCLUDING);
+    files.write(
+        "apps/b.toml",
+        "[upstream.b]\nservers = [\"127.0.0.1:3002\"]\n\n[[route]]\nhost = \"b.example\"\nupstream = \"b\"\n",
+    );
+    files.write(
+        "apps/a.toml",
+        "[upstream.a]\nservers = [\"127.0.0.1:3001\"]\n\n[[route]]\nhost = \"a.example\"\nupstream = \"a\"\n",
+    );
+    // Not matched by the pattern: a file being written.
+    files.write("apps/c.toml.tmp", "this is not toml");
+    let config = Config::load(&main).unwrap();
+    let names: Vec<&str> = config.upstreams.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["a", "b"]);
+    let upstreams: Vec<&str> = config.routes.iter().map(|r| r.upstream.as_str()).collect();
+    assert_eq!(upstreams, ["a", "b"]);
+}
+
+#[test]
+fn an_include_that_matches_nothing_yet_is_valid() {
+    let files = Files::new("empty");
+    let main = files.write("holdfast.toml", MAIN_INCLUDING);
+    let config = Config::load(&main).unwrap();
+    assert!(config.routes.is_empty());
+}
+
+#[test]
+fn a_group_defined_twice_names_both_files_and_lines() {
+    let files = Files::new("twice");
+    let main = files.write(
+        "holdfast.toml",
+        &format!("{MAIN_INCLUDING}\n[upstream.web]\nservers = [\"127.0.0.1:3000\"]\n"),
+    );
+    let other =
+        files.write("apps/web.toml", "\n\n[upstream.web]\nservers = [\"127.0.0.1:3009\"]\n");
+    let e = Config::load(&main).expect_err("a name defined twice").to_string();
+    let expected = format!(
+        "{}:3: upstream.web: is defined twice: here and at {}:6",
+        other.display(),
+        main.display()
+    );
+    assert!(e.contains(&expected), "{e}");
+}
+
+#[test]
+fn problems_in_included_files_name_their_file_line_and_key() {
+    let files = Files::new("problems");
+    let main = files.write("holdfast.toml", MAIN_INCLUDING);
+    let app = files.write(
+        "apps/app.toml",
+        "[upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\n[[route]]\nhost = \"a.example\"\n\
+         upstream = \"nope\"\n\n[[listener]]\naddress = \"127.0.0.1:9\"\n",
+    );
+    let e = Config::load(&main).expect_err("bad included file").to_string();
+    let shown = app.display();
+    assert!(
+        e.contains(&format!("{shown}:6: route[0].upstream: no upstream named \"nope\"")),
+        "{e}"
+    );
+    assert!(e.contains(&format!("{shown}:8: listener: unknown key")), "{e}");
+}
+
+#[test]
+fn routes_of_two_files_may_not_claim_the_same_host_and_path() {
+    let files = Files::new("claim");
+    let main = files.write("holdfast.toml", MAIN_INCLUDING);
+    let route = |name: &str| {
+        format!(
+            "[upstream.{name}]\nservers = [\"127.0.0.1:3000\"]\n\n[[route]]\nhost = \"x.example\"\nupstream = \"{name}\"\n"
+        )
+    };
+    let a = files.write("apps/a.toml", &route("a"));
+    let b = files.write("apps/b.toml", &route("b"));
+    let e = Config::load(&main).expect_err("one host, two apps").to_string();
+    let expected = format!(
+        "{}:6: route[0]: the same host and path as route[0] at {}:6",
+        b.display(),
+        a.display()
+    );
+    assert!(e.contains(&expected), "{e}");
+}
+
+#[test]
+fn includes_nest_relative_to_their_file_and_a_cycle_reads_each_file_once() {
+    let files = Files::new("nest");
+    let main = files.write("holdfast.toml", MAIN_INCLUDING);
+    files.write("apps/a.toml", "include = [\"../more/*.toml\", \"../holdfast.toml\"]\n");
+    std::fs::create_dir_all(files.0.join("more")).unwrap();
+    files.write(
+        "more/m.toml",
+        "include = [\"../apps/a.toml\"]\n[upstream.m]\nservers = [\"127.0.0.1:3000\"]\n\
+         [[route]]\nhost = \"m.example\"\nupstream = \"m\"\n",
+    );
+    let config = Config::load(&main).unwrap();
+    assert_eq!(config.upstreams.len(), 1);
+}
+
+#[test]
+fn a_missing_literal_include_is_a_problem() {
+    let files = Files::new("missing");
+    let main = files.write(
+        "holdfast.toml",
+        "include = [\"extra.toml\"]\n[[listener]]\naddress = \"127.0.0.1:1\"\n",
+    );
+    let e = Config::load(&main).expect_err("missing file").to_string();
+    assert!(e.contains("holdfast.toml:1: include:"), "{e}");
+    assert!(e.contains("extra.toml does not exist"), "{e}");
+}
+
+#[test]
+fn route_options_are_read_and_checked() {
+    let config = parse(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\n[[listener]]\naddress = \"127.0.0.1:8443\"\n\
+         [upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\
+         [[route]]\nhost = \"a.example\"\nupstream = \"app\"\nlisteners = [\"127.0.0.1:8080\"]\n\
+         redirect_https = 8443\nhsts = \"182d\"\nhsts_include_subdomains = true\n\
+         connect_timeout = \"2s\"\nread_timeout = \"5m\"\naccess_log = \"/tmp/app.log\"\n",
+    )
+    .unwrap();
+    let r = &config.routes[0];
+    assert_eq!(r.listeners, vec!["127.0.0.1:8080".parse().unwrap()]);
+    assert_eq!(r.redirect_https, Some(8443));
+    let hsts = r.hsts.unwrap();
+    assert_eq!(hsts.max_age, Duration::from_secs(182 * 86_400));
+    assert!(hsts.include_subdomains && !hsts.preload);
+    assert_eq!(r.connect_timeout, Some(Duration::from_secs(2)));
+    assert_eq!(r.read_timeout, Some(Duration::from_secs(300)));
+    assert_eq!(r.access_log, Some(AccessLogTarget::File("/tmp/app.log".into())));
+
+    let e = errors(
+        "[[listener]]\naddress = \"127.0.0.1:8080\"\n[upstream.app]\nservers = [\"127.0.0.1:3000\"]\n\
+         [[route]]\nupstream = \"app\"\nlisteners = [\"127.0.0.1:9999\"]\nhsts_preload = true\n\
+         access_log = \"stdout\"\nread_timeout = \"0s\"\n",
+    );
+    assert!(
+        e.contains(":7: route[0].listeners: no [[listener]] has the address 127.0.0.1:9999"),
+        "{e}"
+    );
+    assert!(e.contains(":8: route[0].hsts_preload: needs `hsts`"), "{e}");
+    assert!(e.contains(":9: route[0].access_log: a route logs to a file"), "{e}");
+    assert!(e.contains(":10: route[0].read_timeout: must be more than 0"), "{e}");
+}

@@ -17,7 +17,13 @@ use crate::tls::server::ListenerTls;
 
 impl Validator<'_> {
     /// A listener's `[listener.tls]`; `None` after a problem.
-    pub(super) fn listener_tls(&mut self, key: &str, raw: &FileListenerTls) -> Option<ListenerTls> {
+    /// `shared`: the top-level `[[certificate]]`s, served after the listener's own.
+    pub(super) fn listener_tls(
+        &mut self,
+        key: &str,
+        raw: &FileListenerTls,
+        shared: &[CertPair],
+    ) -> Option<ListenerTls> {
         let key = format!("{key}.tls");
         let mut pairs = Vec::new();
         match (&raw.cert, &raw.key) {
@@ -34,12 +40,14 @@ impl Validator<'_> {
                 &pair.key,
             )?);
         }
+        pairs.extend(shared.iter().cloned());
         let acme = raw.acme.as_ref().is_some_and(|v| *v.get_ref());
         if pairs.is_empty() && !acme {
             self.problems.push(super::ConfigProblem {
                 line: None,
                 key: key.clone(),
-                message: "no certificate: give `cert` and `key`, `certificates`, or `acme = true`"
+                message: "no certificate: give `cert` and `key`, `certificates`, `acme = true`, \
+                          or a top-level [[certificate]]"
                     .into(),
             });
             return None;
@@ -77,7 +85,7 @@ impl Validator<'_> {
     /// A certificate and key file, read and checked now. `names` are the keys the two
     /// files are given under in `key`'s table (`cert` and `key`, or `client_cert` and
     /// `client_key`), which a problem names.
-    fn cert_pair(
+    pub(super) fn cert_pair(
         &mut self,
         key: &str,
         names: [&str; 2],

@@ -353,7 +353,7 @@ impl Proxy {
             }
         }
         let started = if fresh { Instant::now() } else { asked };
-        let connect = out.route.site.timeouts.connect;
+        let connect = out.route.timeouts.connect;
         let lease = if fresh {
             backend.conns.connect_fresh(connect).await?
         } else {
@@ -466,7 +466,7 @@ impl Proxy {
     /// The upstream connection leaves the pool for good.
     async fn switch<W: Wire>(&self, out: Outbound, lease: Lease, wire: &mut W) -> Done {
         let conn = lease.into_inner(CloseReason::Upgraded);
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let wrote = wire.switch(&out).await;
         let at = Instant::now();
         let delivery = Delivery { status: 101, bytes: 0, ended: Some(at) };

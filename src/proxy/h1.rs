@@ -108,7 +108,7 @@ impl Wire for H1Wire<'_> {
         head: &[u8],
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let limit = out.route.site.timeouts.response_header;
+        let limit = out.route.timeouts.response_header;
         let stream = &mut conn.stream;
         send_head(stream, head, kept, limit).await?;
         // `response_header` counts from the end of the request: its arrival when it had
@@ -163,11 +163,11 @@ impl Wire for H1Wire<'_> {
     ) -> Result<Downloaded, DownloadError> {
         let site = &out.route.site;
         let limits = DownloadLimits {
-            upstream_stall: site.timeouts.read,
+            upstream_stall: out.route.timeouts.read,
             then_close: start.connection == ConnectionOut::Close,
         };
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
-        let pace = Pace::new(pace_config(site), site.timeouts.read);
+        let pace = Pace::new(pace_config(site), out.route.timeouts.read);
         let mut to = Backlog::new(pace, spools).expecting(start.framing.length());
         let downloaded = transfer::download(
             &mut conn.stream,
@@ -192,7 +192,7 @@ impl Wire for H1Wire<'_> {
 
     async fn finish(&mut self, out: &Outbound) -> Result<u64, DownloadError> {
         let Some(mut to) = self.behind.take() else { return Ok(0) };
-        to.origin_done(out.route.site.timeouts.client_buffered).await;
+        to.origin_done(out.route.timeouts.client_buffered).await;
         let caught_up = to.catch_up(self.client.stream).await;
         caught_up.map_err(|error| DownloadError::Client {
             error,
@@ -207,7 +207,7 @@ impl Wire for H1Wire<'_> {
     }
 
     async fn switch(&mut self, out: &Outbound) -> bool {
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         net::write_all(self.client.stream, &[&self.response_head], stall).await.is_ok()
     }
 
@@ -236,7 +236,7 @@ impl Wire for H1Wire<'_> {
         let hsts = out.hsts(|| false);
         let extra = [extra, hsts].concat();
         encode::local_response_with(status, text, &extra, connection, &mut response);
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         net::write_all(self.client.stream, &[&response], stall).await.is_ok()
     }
 }
@@ -290,7 +290,7 @@ pub(super) async fn read_response_head(
             }
             Ok(_) => {}
             Err(WaitError::TimedOut) => {
-                let limit = out.route.site.timeouts.response_header;
+                let limit = out.route.timeouts.response_header;
                 return Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit)));
             }
             Err(WaitError::Io(error)) => return Err(closed(received_any, error)),

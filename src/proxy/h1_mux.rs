@@ -56,8 +56,8 @@ impl MuxWire for H1Wire<'_> {
         let again = kept.is_none() && copy.len() > 0;
         let end = kept.is_none() && !streaming && !again;
         let (response, mut upload) = send.send_request(request, end).map_err(stream_failed)?;
-        let stall = out.route.site.timeouts.read;
-        let limit = out.route.site.timeouts.response_header;
+        let stall = out.route.timeouts.read;
+        let limit = out.route.timeouts.response_header;
         let sent = match kept {
             Some(kept) => flow::send(&mut upload, Bytes::copy_from_slice(kept), true, stall).await,
             None if again => {
@@ -98,7 +98,7 @@ impl MuxWire for H1Wire<'_> {
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
         let site = &out.route.site;
-        let stall = site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let Some((parts, mut body)) = self.mux.take().and_then(|mux| mux.response) else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
@@ -218,7 +218,7 @@ impl H1Wire<'_> {
         upload: &mut SendStream<Bytes>,
         copy: &mut BodyCopy,
     ) -> Result<(), Attempt> {
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let max = out.route.max_body;
         // The client's trailer section is bounded as its head is (RFC 9112, 7.1.2).
         let max_trailer_bytes = out.route.site.limits.max_header_bytes;

@@ -196,7 +196,7 @@ impl Wire for H2Wire {
 
     async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
         self.answer_continue(out);
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let chunked = out.request.framing == Framing::Chunked;
         let mut spool = Box::new(out.route.site.spools.spool_for(out.request.framing.length()));
         let full = |e: Full| Attempt::Failed(e.into());
@@ -228,7 +228,7 @@ impl Wire for H2Wire {
 
     async fn read_kept(&mut self, out: &mut Outbound, len: u64) -> Result<Vec<u8>, Attempt> {
         self.answer_continue(out);
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let want = usize::try_from(len).unwrap_or(usize::MAX);
         let mut kept = Vec::with_capacity(want.min(64 * 1024));
         while let Some(data) = flow::next(&mut self.body, stall).await.map_err(client_failed)? {
@@ -253,7 +253,7 @@ impl Wire for H2Wire {
         head: &[u8],
         kept: Option<&[u8]>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let limit = out.route.site.timeouts.response_header;
+        let limit = out.route.timeouts.response_header;
         let stream = &mut conn.stream;
         h1::send_head(stream, head, kept, limit).await?;
         let sent_at = if let Some(mut body) = self.request_body.take() {
@@ -312,7 +312,7 @@ impl Wire for H2Wire {
     async fn finish(&mut self, out: &Outbound) -> Result<u64, DownloadError> {
         let Some(behind) = self.behind.take() else { return Ok(0) };
         let Behind { mut client, mut to, ending } = *behind;
-        to.origin_done(out.route.site.timeouts.client_buffered).await;
+        to.origin_done(out.route.timeouts.client_buffered).await;
         let finished = match to.catch_up(&mut client).await {
             Ok(()) => stream_backlog::end(&mut client, ending),
             Err(e) => Err(e),
@@ -355,7 +355,7 @@ impl Wire for H2Wire {
         if head_only {
             return true;
         }
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let sent = flow::send(&mut stream, convert::text_body(text), true, stall).await.is_ok();
         self.client_failed |= !sent;
         sent
@@ -371,7 +371,7 @@ impl H2Wire {
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
         let site = &out.route.site;
-        let stall = site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let headers = std::mem::take(&mut self.head.headers);
         let empty = matches!(start.framing, Framing::Empty | Framing::Length(0));
         let mut client = self.start_response(start.status, headers, empty).map_err(|e| {
@@ -486,7 +486,7 @@ impl H2Wire {
     /// when the client declared no length, with its trailers), within the route's
     /// body limit.
     async fn upload_h1(&mut self, out: &Outbound, stream: &mut net::Stream) -> Result<(), Attempt> {
-        let timeouts = &out.route.site.timeouts;
+        let timeouts = &out.route.timeouts;
         let (client_stall, origin_stall) = (timeouts.read, timeouts.response_header);
         let chunked = out.request.framing == Framing::Chunked;
         let origin_failed = |(_, e): (u64, WaitError)| h1::origin_write_failed(e, origin_stall);
@@ -663,8 +663,8 @@ impl MuxWire for H2Wire {
         let again = kept.is_none() && (copy.len() > 0 || self.trailers_sent.is_some());
         let end = kept.is_none() && !streaming && !again;
         let (response, mut upload) = send.send_request(request, end).map_err(stream_failed)?;
-        let stall = out.route.site.timeouts.read;
-        let limit = out.route.site.timeouts.response_header;
+        let stall = out.route.timeouts.read;
+        let limit = out.route.timeouts.response_header;
         let mut response = std::pin::pin!(response);
         let sent = match kept {
             Some(kept) => send_kept(&mut upload, kept, self.kept_trailers.as_ref(), stall).await,
@@ -726,7 +726,7 @@ impl MuxWire for H2Wire {
         out: &Outbound,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
-        let stall = out.route.site.timeouts.read;
+        let stall = out.route.timeouts.read;
         let Some(mut origin) = self.origin_body.take() else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };

@@ -44,6 +44,34 @@ impl LocalAnswer {
     }
 }
 
+/// A `Strict-Transport-Security` announcement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hsts {
+    pub max_age: Duration,
+    pub include_subdomains: bool,
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// Just a max-age, as a listener's `hsts` says.
+    pub fn max_age(max_age: Duration) -> Hsts {
+        Hsts { max_age, include_subdomains: false, preload: false }
+    }
+
+    /// The header line, CRLF included.
+    fn line(&self) -> Box<[u8]> {
+        let mut line = format!("strict-transport-security: max-age={}", self.max_age.as_secs());
+        if self.include_subdomains {
+            line.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            line.push_str("; preload");
+        }
+        line.push_str("\r\n");
+        line.into_bytes().into()
+    }
+}
+
 /// What a listener answers itself: ACME's challenges, and where to redirect.
 #[derive(Debug, Default, Clone)]
 pub struct LocalRules {
@@ -56,17 +84,16 @@ pub struct LocalRules {
 }
 
 impl LocalRules {
-    /// The rules of a listener; `hsts` is the max-age to announce, on an HTTPS
-    /// listener only (`tls`).
+    /// The rules of a listener (or of a route on it): `hsts` is announced on an
+    /// HTTPS listener only (`tls`), and a redirect made on a cleartext one only.
     pub fn new(
         acme: Option<std::sync::Arc<DynamicCerts>>,
         redirect_https: Option<u16>,
-        hsts: Option<Duration>,
+        hsts: Option<Hsts>,
         tls: bool,
     ) -> LocalRules {
-        let hsts = hsts.filter(|_| tls).map(|age| {
-            format!("strict-transport-security: max-age={}\r\n", age.as_secs()).into_bytes().into()
-        });
+        let hsts = hsts.filter(|_| tls).map(|h| h.line());
+        let redirect_https = redirect_https.filter(|_| !tls);
         LocalRules { acme, redirect_https, hsts }
     }
 

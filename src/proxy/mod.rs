@@ -72,7 +72,7 @@ use crate::telemetry::access_log::AccessLog;
 use crate::upstream::share::Claimant;
 use crate::upstream::{Assigned, Backend, Upstream};
 use local::LocalAnswer;
-pub use local::LocalRules;
+pub use local::{Hsts, LocalRules};
 
 /// Serves requests for one listener, by the routes and settings of the config in force.
 pub struct Proxy {
@@ -107,6 +107,13 @@ pub struct Destination {
     /// Request body bytes allowed (413 beyond); `None`: no limit.
     pub max_body: Option<u64>,
     pub buffering: Buffering,
+    /// The site's, or the route's own where it sets any.
+    pub timeouts: Timeouts,
+    /// The route's own redirect to HTTPS and HSTS, over the listener's (`None`: the
+    /// listener's).
+    pub local: Option<Arc<LocalRules>>,
+    /// The route's own access log (`Some(None)`: none), over the listener's.
+    pub access_log: Option<Option<AccessLog>>,
 }
 
 /// The client side of an exchange: its socket and the bytes read from it that have
@@ -161,6 +168,10 @@ struct RouteChoice {
     max_body: Option<u64>,
     /// Which bodies are buffered on its route.
     buffering: Buffering,
+    /// The timeouts of its route.
+    timeouts: Timeouts,
+    /// Its route's redirect and HSTS rules, where the route has its own.
+    rules: Option<Arc<LocalRules>>,
     /// The listener answers the request itself (no route is looked up). Boxed: rare,
     /// and every request's `Outbound` is moved a few times.
     local: Option<Box<LocalAnswer>>,
@@ -215,16 +226,22 @@ impl Proxy {
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
-        let local = site.local.answer(req).map(Box::new);
-        let destination = match site.router.only() {
-            _ if local.is_some() => None,
+        let routed = match site.router.only() {
             Some(only) => Some(only),
             None => site.router.find(req.host, req.path.route_path()),
         };
+        let rules = routed.and_then(|d| d.local.clone());
+        let local = rules.as_deref().unwrap_or(&site.local).answer(req).map(Box::new);
+        let destination = routed.filter(|_| local.is_none());
         let upstream = destination.map(|d| Arc::clone(&d.upstream));
         let max_body = destination.map_or(site.limits.max_body, |d| d.max_body);
         let buffering = destination.map_or_else(Buffering::default, |d| d.buffering);
-        let mut record = Record::begin(req, client, tls, self.access_log.as_ref());
+        let timeouts = routed.map_or(site.timeouts, |d| d.timeouts);
+        let log = match routed.and_then(|d| d.access_log.as_ref()) {
+            Some(own) => own.as_ref(),
+            None => self.access_log.as_ref(),
+        };
+        let mut record = Record::begin(req, client, tls, log);
         let backend = upstream.as_ref().and_then(|u| pick(u, &[], record.started()));
         if head.capacity() == 0 {
             *head = net::scratch();
@@ -256,7 +273,7 @@ impl Proxy {
                 upgrade: req.upgrade.is_some(),
                 keep_alive: req.keep_alive(),
             },
-            route: RouteChoice { upstream, site, max_body, buffering, local },
+            route: RouteChoice { upstream, site, max_body, buffering, timeouts, rules, local },
             backend,
             progress: Progress {
                 expect_continue: req.expect_continue,
@@ -296,7 +313,8 @@ impl Outbound {
     /// The `Strict-Transport-Security` line for the response, unless the origin's has
     /// one (`origin_has`, asked only when the listener has a line to add).
     fn hsts(&self, origin_has: impl FnOnce() -> bool) -> &[u8] {
-        self.route.site.local.hsts_line(origin_has)
+        let rules = self.route.rules.as_deref().unwrap_or(&self.route.site.local);
+        rules.hsts_line(origin_has)
     }
 
     /// The backend the request goes to; only called once one was picked.
@@ -381,8 +399,8 @@ fn pace_config(site: &Site) -> PaceConfig {
 fn upload_limits(out: &Outbound) -> UploadLimits {
     let site = &out.route.site;
     UploadLimits {
-        upstream_stall: site.timeouts.response_header,
-        client_stall: site.timeouts.read,
+        upstream_stall: out.route.timeouts.response_header,
+        client_stall: out.route.timeouts.read,
         pace: pace_config(site),
         max_body: out.route.max_body,
         max_trailer_bytes: site.limits.max_header_bytes,

@@ -70,7 +70,7 @@ impl Proxy {
         loop {
             let backend = Arc::clone(out.backend());
             let started = Instant::now();
-            let connect = out.route.site.timeouts.connect;
+            let connect = out.route.timeouts.connect;
             // A request whose client leaves while it waits for a stream stops waiting.
             let leased = tokio::select! {
                 biased;

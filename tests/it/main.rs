@@ -57,6 +57,9 @@ mod balance;
 mod health;
 // Hot reload: warm pools kept, removed servers drained, invalid files rejected.
 mod reload;
+// Config sets: included app files reloaded whole; routes' own listeners, redirect,
+// HSTS, timeouts, access log; certificates served by SNI.
+mod include;
 // Server names re-resolved: a hosts file in a mount namespace changes under holdfast.
 #[cfg(target_os = "linux")]
 mod discovery;

@@ -357,9 +357,19 @@ impl HttpsClient {
         self.request(Method::GET, path, Empty::new().map_err(Into::into).boxed()).await
     }
 
+    /// `GET path` with `Host: host`, read to the end.
+    pub async fn get_host(&mut self, host: &str, path: &str) -> Reply {
+        let mut req = request(Method::GET, path, Empty::new().map_err(Into::into).boxed());
+        req.headers_mut().insert(http::header::HOST, host.parse().expect("a valid host"));
+        self.send(req).await
+    }
+
     /// Sends a request with `Host: holdfast.test` and reads the whole response.
     pub async fn request(&mut self, method: Method, path: &str, body: ClientBody) -> Reply {
-        let req = request(method, path, body);
+        self.send(request(method, path, body)).await
+    }
+
+    async fn send(&mut self, req: http::Request<ClientBody>) -> Reply {
         within("client ready", self.sender.ready()).await.expect("connection ready");
         let resp = within("response head", self.sender.send_request(req)).await.expect("response");
         let (parts, body) = resp.into_parts();
