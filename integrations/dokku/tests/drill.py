@@ -573,7 +573,6 @@ class Drill:
         self.expect(rejected.returncode != 0 and "trusted-proxies" in rejected.stderr,
                     "holdfast:set x-forwarded-for-value is refused with a pointer to trusted-proxies")
         m.prop_write("proxy", "--global", "type", "holdfast")  # proxy:set --global type holdfast
-        m.dokku("holdfast:start")
 
         self.step(f"apps:create {app}, ports:set, domains:add (nothing to route yet)")
         d.apps_create(app)
@@ -581,8 +580,11 @@ class Drill:
         d.domains_add(app, DOMAIN)
         self.expect(not os.path.exists(m.app_file(app)), "no app file before the first deploy")
 
-        self.step("first deploy")
+        self.step("first deploy (holdfast not running yet: files written, reload skipped), holdfast:start")
         d.deploy(app, 1)
+        # holdfast refuses a set without any route (listeners would answer only 404), so
+        # it starts once an app is routed.
+        m.dokku("holdfast:start")
         resp, body = request(DOMAIN)
         self.expect(resp.status == 200, f"first deploy serves: {resp.status} {body[:100]!r}")
 
@@ -684,12 +686,13 @@ class Drill:
         self.expect(resp.status == 200 and renamed in body.decode(),
                     f"the domain reaches the renamed app: {resp.status} {body[:100]!r}")
 
-        self.step("apps:destroy both apps")
+        self.step("apps:destroy drill-renamed (drill-other stays: holdfast refuses a set without routes)")
         d.apps_destroy(renamed)
-        d.apps_destroy(other)
         self.expect(not os.path.exists(m.app_file(renamed)), "the destroyed app's file is gone")
         resp, _ = request(DOMAIN)
         self.expect(resp.status == 404, f"the destroyed app's domain gets 404: {resp.status}")
+        resp, body = request(OTHER_DOMAIN)
+        self.expect(resp.status == 200 and other in body.decode(), f"{other} still serves: {resp.status}")
 
         self.check_instances()
         self.numbers["duration_seconds"] = round(time.time() - started, 1)
