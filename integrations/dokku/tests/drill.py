@@ -220,17 +220,51 @@ class ProcessScheduler:
 
 
 class DockerScheduler:
-    """--scheduler docker: containers on the host network, loopback ports, built with
-    start-docker and make-image (integrations/dokku/tests, from the Docker branch)."""
+    """--scheduler docker: each container is `node /app/app.js` in a Docker container on
+    the host network (the daemon start-docker runs has no bridge), listening on
+    127.0.0.1:PORT, with --init so SIGTERM reaches node (DOCKER.md). The image is made
+    from the host's node and app.js by make-image; the events folder is mounted at the
+    same path, so the drill reads each container's log as it reads a process's."""
 
     name = "docker"
+    image = "holdfast-dokku-drill-app"
 
     def __init__(self, root):
+        self.root = root
+        self.names = {}
         for script in ("start-docker", "make-image"):
             if not os.access(os.path.join(HERE, script), os.X_OK):
-                raise Failure(f"--scheduler docker needs tests/{script}, which this tree does "
-                              "not have yet; run with --scheduler process")
-        raise Failure("--scheduler docker is not wired up yet; run with --scheduler process")
+                raise Failure(f"--scheduler docker needs tests/{script}")
+        subprocess.run([os.path.join(HERE, "start-docker")], check=True)
+        node = shutil.which("node")
+        subprocess.run([os.path.join(HERE, "make-image"), self.image, node,
+                        f"{os.path.join(HERE, 'app.js')}:/app/app.js"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.events = os.path.join(root, "events")
+        os.makedirs(self.events, exist_ok=True)
+
+    def docker(self, *args, check=True):
+        return subprocess.run(["docker", *args], check=check, capture_output=True, text=True, timeout=60)
+
+    def start(self, ident, port):
+        events = os.path.join(self.events, f"{ident}.jsonl")
+        name = f"holdfast-drill-{os.getpid()}-{ident}".replace(".", "-")
+        self.docker("run", "-d", "--init", "--network", "host", "--name", name,
+                    "-e", f"PORT={port}", "-e", f"INSTANCE={ident}", "-e", f"EVENTS={events}",
+                    "-v", f"{self.events}:{self.events}", self.image, "node", "/app/app.js")
+        self.names[ident] = name
+        return Instance(ident, port, events)
+
+    def signal(self, inst, sig):
+        self.docker("kill", f"--signal={int(sig)}", self.names[inst.id], check=False)
+
+    def alive(self, inst):
+        p = self.docker("inspect", "-f", "{{.State.Running}}", self.names[inst.id], check=False)
+        return p.stdout.strip() == "true"
+
+    def cleanup(self):
+        if self.names:
+            self.docker("rm", "-f", *self.names.values(), check=False)
 
 
 # --- Dokku's core commands, trigger by trigger -----------------------------------------
