@@ -607,6 +607,7 @@ class Drill:
         self.expect(rejected.returncode != 0 and "trusted-proxies" in rejected.stderr,
                     "holdfast:set x-forwarded-for-value is refused with a pointer to trusted-proxies")
         m.prop_write("proxy", "--global", "type", "holdfast")  # proxy:set --global type holdfast
+        m.dokku("holdfast:start")
 
         self.step(f"apps:create {app}, ports:set, domains:add (nothing to route yet)")
         d.apps_create(app)
@@ -614,11 +615,8 @@ class Drill:
         d.domains_add(app, DOMAIN)
         self.expect(not os.path.exists(m.app_file(app)), "no app file before the first deploy")
 
-        self.step("first deploy (holdfast not running yet: files written, reload skipped), holdfast:start")
+        self.step("first deploy")
         d.deploy(app, 1)
-        # holdfast refuses a set without any route (listeners would answer only 404), so
-        # it starts once an app is routed.
-        m.dokku("holdfast:start")
         resp, body = request(DOMAIN)
         self.expect(resp.status == 200, f"first deploy serves: {resp.status} {body[:100]!r}")
 
@@ -720,13 +718,17 @@ class Drill:
         self.expect(resp.status == 200 and renamed in body.decode(),
                     f"the domain reaches the renamed app: {resp.status} {body[:100]!r}")
 
-        self.step("apps:destroy drill-renamed (drill-other stays: holdfast refuses a set without routes)")
+        self.step("apps:destroy drill-renamed, then drill-other (the last app: no route left)")
         d.apps_destroy(renamed)
         self.expect(not os.path.exists(m.app_file(renamed)), "the destroyed app's file is gone")
         resp, _ = request(DOMAIN)
         self.expect(resp.status == 404, f"the destroyed app's domain gets 404: {resp.status}")
         resp, body = request(OTHER_DOMAIN)
         self.expect(resp.status == 200 and other in body.decode(), f"{other} still serves: {resp.status}")
+        d.apps_destroy(other)
+        self.expect(not os.listdir(os.path.join(m.data, "apps")), "no app file is left")
+        resp, _ = request(OTHER_DOMAIN)
+        self.expect(resp.status == 404, f"with no app left holdfast answers 404: {resp.status}")
 
         self.check_instances()
         self.numbers["duration_seconds"] = round(time.time() - started, 1)
