@@ -1,0 +1,822 @@
+#!/usr/bin/env python3
+"""The holdfast-vhosts drill: the plugin, a real holdfast and real app processes, driven
+through Dokku's lifecycle trigger by trigger, under load.
+
+run-drill is the entry point (it finds or builds holdfast and checks what the drill
+needs); this file is the drill. Python 3 standard library only.
+
+What stands in for Dokku (nothing else is simulated):
+  - standin/plugn: `plugn trigger NAME ARGS...` over the enabled plugins, as plugn does;
+  - standin/dokku: Dokku's command dispatcher, for `dokku holdfast:*`;
+  - standin/core: the core plugins' answers (proxy-type, network-get-listeners,
+    ports-get, domains-list, certs-exists...), read from the files where Dokku keeps them;
+  - this file: the core commands (apps:create, ports:set, domains:add, deploy, ps:scale,
+    certs:add, apps:rename, apps:destroy), each writing that state and calling the
+    triggers in the order Dokku's scheduler-docker-local and apps plugins call them;
+  - a scheduler (--scheduler process: a "container" is a Node.js process on 127.0.0.1 and
+    a port of its own; the check Dokku runs before a container counts is a GET of
+    /__health on it).
+
+Everything listens on loopback only: holdfast on 127.0.0.1:18080/18443 and [::1] (the
+app's port mappings http:18080:5000 and https:18443:5000), the instances on free ports.
+"""
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLUGIN_SRC = os.path.dirname(HERE)
+HTTP_PORT = 18080
+HTTPS_PORT = 18443
+DOMAIN = "drill.example.test"
+OTHER_DOMAIN = "other.example.test"
+KEEPALIVE_CLIENTS = 6
+CLOSING_CLIENTS = 3
+REDEPLOYS = 10
+
+
+class Failure(Exception):
+    """A step of the drill that did not do what it must."""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def now_ms():
+    return time.time() * 1000.0
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- the machine: a Dokku tree under a temp dir --------------------------------------
+
+
+class Machine:
+    """A temp dir laid out as a Dokku host, the environment its commands see, and the
+    calls into the plugin (`plugn trigger`, `dokku`)."""
+
+    def __init__(self, root, holdfast_bin):
+        self.root = root
+        self.dokku_root = os.path.join(root, "home/dokku")
+        self.lib_root = os.path.join(root, "var/lib/dokku")
+        self.plugin_path = os.path.join(self.lib_root, "plugins")
+        self.data = os.path.join(self.lib_root, "data/holdfast")
+        self.main = os.path.join(self.data, "holdfast.toml")
+        self.log_dir = os.path.join(root, "log")
+        for d in (self.dokku_root, self.log_dir, os.path.join(self.plugin_path, "available"),
+                  os.path.join(self.plugin_path, "enabled"),
+                  os.path.join(self.lib_root, "core-plugins/available")):
+            os.makedirs(d, exist_ok=True)
+        bin_dir = os.path.join(root, "bin")
+        os.makedirs(bin_dir)
+        for name in ("plugn", "dokku"):
+            shutil.copy2(os.path.join(HERE, "standin", name), os.path.join(bin_dir, name))
+        os.symlink(holdfast_bin, os.path.join(bin_dir, "holdfast"))
+        self.env = dict(os.environ)
+        self.env.pop("HOLDFAST_BIN", None)
+        self.env.update({
+            "PATH": bin_dir + os.pathsep + os.environ["PATH"],
+            "DOKKU_ROOT": self.dokku_root,
+            "DOKKU_LIB_ROOT": self.lib_root,
+            "PLUGIN_PATH": self.plugin_path,
+            "PLUGIN_AVAILABLE_PATH": os.path.join(self.plugin_path, "available"),
+            "PLUGIN_ENABLED_PATH": os.path.join(self.plugin_path, "enabled"),
+            "PLUGIN_CORE_PATH": os.path.join(self.lib_root, "core-plugins"),
+            "PLUGIN_CORE_AVAILABLE_PATH": os.path.join(self.lib_root, "core-plugins/available"),
+            "DOKKU_NOT_IMPLEMENTED_EXIT": "10",
+            "DOKKU_PID": str(os.getpid()),
+        })
+        self.env.pop("DOKKU_TRACE", None)
+        self.calls = 0
+
+    def run(self, args, check=True, quiet=False):
+        self.calls += 1
+        p = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=120)
+        if not quiet:
+            for line in (p.stdout + p.stderr).splitlines():
+                print(f"    | {line}", flush=True)
+        if check and p.returncode != 0:
+            raise Failure(f"{' '.join(args)} exited {p.returncode}: {p.stderr.strip()}")
+        return p
+
+    def trigger(self, name, *args, check=True, quiet=False):
+        return self.run(["plugn", "trigger", name, *args], check=check, quiet=quiet)
+
+    def dokku(self, *args, check=True, quiet=False):
+        return self.run(["dokku", *args], check=check, quiet=quiet)
+
+    def install_plugin(self):
+        """As `dokku plugin:install file:///.../holdfast-vhosts.tar.gz --name holdfast-vhosts`:
+        plugn fetches the archive with curl and unpacks it; an archive holding one folder
+        becomes the plugin's folder; then the plugin is enabled and `install` triggered."""
+        archive = os.path.join(self.root, "holdfast-vhosts.tar.gz")
+        subprocess.run(["make", "-s", "-C", PLUGIN_SRC, "package", f"ARCHIVE={archive}"], check=True)
+        target = os.path.join(self.plugin_path, "available/holdfast-vhosts")
+        os.makedirs(target)
+        subprocess.run(f"curl -sfL 'file://{archive}' | tar xz -C '{target}'", shell=True, check=True)
+        entries = os.listdir(target)
+        if len(entries) == 1 and os.path.isdir(os.path.join(target, entries[0])):
+            inner = os.path.join(target, entries[0])
+            for name in os.listdir(inner):
+                os.rename(os.path.join(inner, name), os.path.join(target, name))
+            os.rmdir(inner)
+        core = os.path.join(self.plugin_path, "available/00_dokku-core")
+        shutil.copytree(os.path.join(HERE, "standin/core"), core, symlinks=True)
+        for name in ("00_dokku-core", "holdfast-vhosts"):
+            os.symlink(os.path.join(self.plugin_path, "available", name),
+                       os.path.join(self.plugin_path, "enabled", name))
+        self.trigger("install")
+
+    def app_file(self, app):
+        return os.path.join(self.data, "apps", f"{app}.toml")
+
+    def write(self, path, text):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+    def prop_write(self, plugin, app, key, value):
+        self.write(os.path.join(self.lib_root, "config", plugin, app, key), value)
+
+    def stop_holdfast(self):
+        pidfile = os.path.join(self.data, "holdfast.pid")
+        if os.path.exists(pidfile):
+            self.dokku("holdfast:stop", check=False)
+
+
+# --- schedulers: where an app's containers run -----------------------------------------
+
+
+class Instance:
+    """One container of an app: its address, its event log, and the times the drill
+    made it visible to the proxy and sent it SIGTERM."""
+
+    def __init__(self, ident, port, events):
+        self.id = ident
+        self.port = port
+        self.events_path = events
+        self.visible_ms = None
+        self.sigterm_ms = None
+
+    def events(self):
+        out = []
+        if os.path.exists(self.events_path):
+            with open(self.events_path) as f:
+                for line in f:
+                    if line.strip():
+                        out.append(json.loads(line))
+        return out
+
+
+class ProcessScheduler:
+    """--scheduler process: each container is `node app.js` on 127.0.0.1:PORT."""
+
+    name = "process"
+
+    def __init__(self, root):
+        self.root = root
+        self.procs = {}
+
+    def start(self, ident, port):
+        events = os.path.join(self.root, "events", f"{ident}.jsonl")
+        os.makedirs(os.path.dirname(events), exist_ok=True)
+        env = dict(os.environ, PORT=str(port), INSTANCE=ident, EVENTS=events)
+        out = open(os.path.join(self.root, "events", f"{ident}.out"), "w")
+        self.procs[ident] = subprocess.Popen(["node", os.path.join(HERE, "app.js")], env=env,
+                                             stdout=out, stderr=subprocess.STDOUT)
+        return Instance(ident, port, events)
+
+    def signal(self, inst, sig):
+        proc = self.procs[inst.id]
+        if proc.poll() is None:
+            proc.send_signal(sig)
+
+    def alive(self, inst):
+        return self.procs[inst.id].poll() is None
+
+    def cleanup(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+class DockerScheduler:
+    """--scheduler docker: each container is `node /app/app.js` in a Docker container on
+    the host network (the daemon start-docker runs has no bridge), listening on
+    127.0.0.1:PORT, with --init so SIGTERM reaches node (DOCKER.md). The image is made
+    from the host's node and app.js by make-image; the events folder is mounted at the
+    same path, so the drill reads each container's log as it reads a process's."""
+
+    name = "docker"
+    image = "holdfast-dokku-drill-app"
+
+    def __init__(self, root):
+        self.root = root
+        self.names = {}
+        for script in ("start-docker", "make-image"):
+            if not os.access(os.path.join(HERE, script), os.X_OK):
+                raise Failure(f"--scheduler docker needs tests/{script}")
+        subprocess.run([os.path.join(HERE, "start-docker")], check=True)
+        node = shutil.which("node")
+        subprocess.run([os.path.join(HERE, "make-image"), self.image, node,
+                        f"{os.path.join(HERE, 'app.js')}:/app/app.js"], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.events = os.path.join(root, "events")
+        os.makedirs(self.events, exist_ok=True)
+
+    def docker(self, *args, check=True):
+        return subprocess.run(["docker", *args], check=check, capture_output=True, text=True, timeout=60)
+
+    def start(self, ident, port):
+        events = os.path.join(self.events, f"{ident}.jsonl")
+        name = f"holdfast-drill-{os.getpid()}-{ident}".replace(".", "-")
+        self.docker("run", "-d", "--init", "--network", "host", "--name", name,
+                    "-e", f"PORT={port}", "-e", f"INSTANCE={ident}", "-e", f"EVENTS={events}",
+                    "-v", f"{self.events}:{self.events}", self.image, "node", "/app/app.js")
+        self.names[ident] = name
+        return Instance(ident, port, events)
+
+    def signal(self, inst, sig):
+        self.docker("kill", f"--signal={int(sig)}", self.names[inst.id], check=False)
+
+    def alive(self, inst):
+        p = self.docker("inspect", "-f", "{{.State.Running}}", self.names[inst.id], check=False)
+        return p.stdout.strip() == "true"
+
+    def cleanup(self):
+        if self.names:
+            self.docker("rm", "-f", *self.names.values(), check=False)
+
+
+# --- Dokku's core commands, trigger by trigger -----------------------------------------
+
+
+class Dokku:
+    """The core side of the commands the drill runs, in the order Dokku runs them."""
+
+    def __init__(self, machine, scheduler):
+        self.m = machine
+        self.sched = scheduler
+        self.instances = {}  # app -> current web instances
+        self.all = {}  # id -> Instance, every instance ever started
+        self.deploys = 0
+
+    def app_root(self, app):
+        return os.path.join(self.m.dokku_root, app)
+
+    def apps_create(self, app):
+        os.makedirs(self.app_root(app))
+        self.m.trigger("post-create", app)
+        self.instances[app] = []
+
+    def ports_set(self, app, *maps):
+        self.m.prop_write("ports", app, "map", "\n".join(maps) + "\n")
+        self.m.trigger("post-proxy-ports-update", app, "set")
+
+    def domains_add(self, app, *domains):
+        path = os.path.join(self.app_root(app), "VHOST")
+        existing = open(path).read().split() if os.path.exists(path) else []
+        self.m.write(path, "\n".join(existing + list(domains)) + "\n")
+        self.m.trigger("post-domains-update", app, "add", *domains)
+
+    def certs_add(self, app, crt, key):
+        tls = os.path.join(self.app_root(app), "tls")
+        shutil.rmtree(tls, ignore_errors=True)
+        os.makedirs(tls)
+        shutil.copy(crt, os.path.join(tls, "server.crt"))
+        shutil.copy(key, os.path.join(tls, "server.key"))
+        self.m.trigger("post-certs-update", app)
+        self.m.trigger("post-domains-update", app)
+
+    def wait_healthy(self, inst):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", inst.port, timeout=2)
+                c.request("GET", "/__health")
+                if c.getresponse().status == 200:
+                    c.close()
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise Failure(f"{inst.id} did not pass its check on 127.0.0.1:{inst.port} in 10 s")
+
+    def deploy(self, app, scale=None):
+        """scheduler-docker-local's scheduler-deploy for the web process: each new
+        container started and checked, its IP.web.N/PORT.web.N written (what
+        network-get-listeners reads), scheduler-post-deploy-process, the files of
+        indexes past the scale removed, core-post-deploy, post-deploy, then SIGTERM to
+        every old container."""
+        old = list(self.instances[app])
+        scale = scale or max(1, len(old))
+        self.deploys += 1
+        new = []
+        for index in range(1, scale + 1):
+            ident = f"{app}-d{self.deploys}-web.{index}"
+            inst = self.sched.start(ident, free_port())
+            self.all[ident] = inst
+            self.wait_healthy(inst)
+            self.m.write(os.path.join(self.app_root(app), f"IP.web.{index}"), "127.0.0.1\n")
+            self.m.write(os.path.join(self.app_root(app), f"PORT.web.{index}"), f"{inst.port}\n")
+            new.append(inst)
+        visible = now_ms()
+        for inst in new:
+            inst.visible_ms = visible
+        self.m.trigger("scheduler-post-deploy-process", app, "web", quiet=True)
+        for name in os.listdir(self.app_root(app)):
+            for kind in ("IP.web.", "PORT.web."):
+                if name.startswith(kind) and int(name[len(kind):]) > scale:
+                    os.remove(os.path.join(self.app_root(app), name))
+        self.m.trigger("core-post-deploy", app, "5000", "127.0.0.1", f"d{self.deploys}", quiet=True)
+        self.m.trigger("post-deploy", app, "5000", "127.0.0.1", f"d{self.deploys}", quiet=True)
+        for inst in old:
+            inst.sigterm_ms = now_ms()
+            self.sched.signal(inst, signal.SIGTERM)
+        self.instances[app] = new
+        return new
+
+    def stop_app(self, app):
+        for inst in self.instances.get(app, []):
+            inst.sigterm_ms = now_ms()
+            self.sched.signal(inst, signal.SIGTERM)
+        self.instances[app] = []
+
+    def apps_destroy(self, app):
+        """apps:destroy: pre-delete, scheduler-stop (containers stopped),
+        scheduler-post-delete, post-delete, then the app's folders go."""
+        self.m.trigger("pre-delete", app, "tag")
+        self.stop_app(app)
+        self.m.trigger("scheduler-post-delete", "docker-local", app, "tag")
+        self.m.trigger("post-delete", app, "tag")
+        shutil.rmtree(self.app_root(app))
+        for plugin in ("ports", "proxy"):
+            shutil.rmtree(os.path.join(self.m.lib_root, "config", plugin, app), ignore_errors=True)
+
+    def apps_rename(self, old, new):
+        """apps:rename: the new app is created, post-app-rename-setup (each plugin
+        copies its state: here the core's VHOST, tls, ports and proxy properties),
+        the old app destroyed, then post-app-rename, after which Dokku rebuilds the app."""
+        scale = len(self.instances[old])
+        self.apps_create(new)
+        for name in ("VHOST", "tls"):
+            src = os.path.join(self.app_root(old), name)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(self.app_root(new), name))
+            elif os.path.exists(src):
+                shutil.copy(src, os.path.join(self.app_root(new), name))
+        for plugin in ("ports", "proxy"):
+            src = os.path.join(self.m.lib_root, "config", plugin, old)
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(self.m.lib_root, "config", plugin, new))
+        self.m.trigger("post-app-rename-setup", old, new)
+        self.apps_destroy(old)
+        self.m.trigger("post-app-rename", old, new)
+        return self.deploy(new, scale)
+
+
+# --- clients -----------------------------------------------------------------------------
+
+
+class Load:
+    """Keep-alive clients (one connection each, reused) and closing clients (a new
+    connection per request, Connection: close) through holdfast; every response must
+    be a 200 naming an instance the drill started."""
+
+    def __init__(self, known, host):
+        self.known = known
+        self.host = host
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.ok = 0
+        self.failures = []
+        self.per_instance = {}
+        self.threads = []
+
+    def record(self, ok, detail):
+        with self.lock:
+            if ok:
+                self.ok += 1
+                self.per_instance[detail] = self.per_instance.get(detail, 0) + 1
+            else:
+                self.failures.append(detail)
+
+    def check(self, resp, body):
+        if resp.status != 200:
+            return False, f"status {resp.status}: {body[:200]!r}"
+        try:
+            ident = json.loads(body)["instance"]
+        except (ValueError, KeyError):
+            return False, f"body {body[:200]!r}"
+        if ident not in self.known:
+            return False, f"unknown instance {ident!r}"
+        return True, ident
+
+    def keepalive(self):
+        conn = None
+        while not self.stop.is_set():
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", HTTP_PORT, timeout=10)
+                conn.request("GET", f"/?delay={random.randint(0, 15)}", headers={"Host": self.host})
+                resp = conn.getresponse()
+                body = resp.read()
+                self.record(*self.check(resp, body))
+                if resp.will_close:
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as e:
+                self.record(False, f"keep-alive client: {type(e).__name__}: {e}")
+                if conn is not None:
+                    conn.close()
+                conn = None
+            time.sleep(0.005)
+        if conn is not None:
+            conn.close()
+
+    def closing(self):
+        while not self.stop.is_set():
+            conn = http.client.HTTPConnection("127.0.0.1", HTTP_PORT, timeout=10)
+            try:
+                conn.request("GET", f"/?delay={random.randint(0, 15)}",
+                             headers={"Host": self.host, "Connection": "close"})
+                resp = conn.getresponse()
+                self.record(*self.check(resp, resp.read()))
+            except (OSError, http.client.HTTPException) as e:
+                self.record(False, f"closing client: {type(e).__name__}: {e}")
+            finally:
+                conn.close()
+            time.sleep(0.005)
+
+    def start(self):
+        for _ in range(KEEPALIVE_CLIENTS):
+            self.threads.append(threading.Thread(target=self.keepalive, daemon=True))
+        for _ in range(CLOSING_CLIENTS):
+            self.threads.append(threading.Thread(target=self.closing, daemon=True))
+        for t in self.threads:
+            t.start()
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=15)
+
+
+class WebSocket:
+    """One WebSocket through holdfast, a text frame echoed every 250 ms."""
+
+    def __init__(self, host):
+        self.sock = socket.create_connection(("127.0.0.1", HTTP_PORT), timeout=5)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(1)
+            if not chunk:
+                raise Failure("WebSocket: connection closed during the handshake")
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise Failure(f"WebSocket handshake answered {head.splitlines()[0]!r}")
+        self.echoes = 0
+        self.instance = None
+        self.error = None
+        self.last_echo = time.time()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def recv_exact(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise OSError("connection closed")
+            data += chunk
+        return data
+
+    def echo(self, text):
+        payload = text.encode()
+        mask = os.urandom(4)
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        self.sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+        head = self.recv_exact(2)
+        length = head[1] & 0x7F
+        if length == 126:
+            length = int.from_bytes(self.recv_exact(2), "big")
+        reply = self.recv_exact(length).decode()
+        ident, _, echoed = reply.partition(" ")
+        if echoed != text:
+            raise OSError(f"echo {reply!r} for {text!r}")
+        return ident
+
+    def loop(self):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            try:
+                ident = self.echo(f"ping {n}")
+            except OSError as e:
+                self.error = f"WebSocket broke after {self.echoes} echoes: {e}"
+                return
+            self.instance = self.instance or ident
+            self.echoes += 1
+            self.last_echo = time.time()
+            self.stop.wait(0.25)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        try:
+            self.sock.sendall(bytes([0x88, 0x80]) + os.urandom(4))
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def request(host, path="/", port=HTTP_PORT, method="GET", body=None, tls=None):
+    """One request on a new connection; TLS with SNI `host` when tls (an SSLContext)."""
+    if tls is None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    else:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        conn.sock = tls.wrap_socket(raw, server_hostname=host)
+    headers = {"Host": host, "Connection": "close"}
+    conn.request(method, path, body=body, headers=headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp, data
+
+
+# --- the drill ---------------------------------------------------------------------------
+
+
+class Drill:
+    def __init__(self, args):
+        self.args = args
+        self.root = tempfile.mkdtemp(prefix="holdfast-dokku-drill.")
+        self.m = Machine(self.root, args.holdfast)
+        self.sched = {"process": ProcessScheduler, "docker": DockerScheduler}[args.scheduler](self.root)
+        self.d = Dokku(self.m, self.sched)
+        self.problems = []
+        self.numbers = {}
+
+    def expect(self, ok, message):
+        if not ok:
+            self.problems.append(message)
+            log(f"FAIL: {message}")
+
+    def step(self, text):
+        log(text)
+
+    def run(self):
+        started = time.time()
+        m, d = self.m, self.d
+        app = "drill-app"
+
+        self.step("plugin:install from the package archive, then the global settings")
+        m.install_plugin()
+        m.dokku("holdfast:set", "--global", "bind-address-ipv4", "127.0.0.1")
+        m.dokku("holdfast:set", "--global", "bind-address-ipv6", "::1")
+        m.dokku("holdfast:set", "--global", "http-port", str(HTTP_PORT))
+        m.dokku("holdfast:set", "--global", "admin-address", f"127.0.0.1:{free_port()}")
+        m.dokku("holdfast:set", "--global", "access-log-path", os.path.join(m.log_dir, "access.log"))
+        rejected = m.dokku("holdfast:set", app, "x-forwarded-for-value", "$remote_addr", check=False)
+        self.expect(rejected.returncode != 0 and "trusted-proxies" in rejected.stderr,
+                    "holdfast:set x-forwarded-for-value is refused with a pointer to trusted-proxies")
+        m.prop_write("proxy", "--global", "type", "holdfast")  # proxy:set --global type holdfast
+        m.dokku("holdfast:start")
+
+        self.step(f"apps:create {app}, ports:set, domains:add (nothing to route yet)")
+        d.apps_create(app)
+        d.ports_set(app, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
+        d.domains_add(app, DOMAIN)
+        self.expect(not os.path.exists(m.app_file(app)), "no app file before the first deploy")
+
+        self.step("first deploy")
+        d.deploy(app, 1)
+        resp, body = request(DOMAIN)
+        self.expect(resp.status == 200, f"first deploy serves: {resp.status} {body[:100]!r}")
+
+        load = Load(d.all, DOMAIN)
+        ws = WebSocket(DOMAIN)
+        load.start()
+        deploy_start = time.time()
+        self.step(f"{REDEPLOYS} redeploys under load ({KEEPALIVE_CLIENTS} keep-alive, "
+                  f"{CLOSING_CLIENTS} closing clients, one WebSocket)")
+        for _ in range(REDEPLOYS):
+            d.deploy(app)
+            time.sleep(0.4)
+        self.step("ps:scale web=3, then web=1, under load")
+        d.deploy(app, 3)
+        time.sleep(1.0)
+        d.deploy(app, 1)
+        time.sleep(0.5)
+
+        self.step("a second app, then proxy:build-config --all --parallel 4 (twice) under load")
+        other = "drill-other"
+        d.apps_create(other)
+        d.ports_set(other, f"http:{HTTP_PORT}:5000")
+        d.domains_add(other, OTHER_DOMAIN)
+        d.deploy(other, 1)
+        procs = []
+        for _ in range(2):
+            for a in (app, other):
+                procs.append(subprocess.Popen(["plugn", "trigger", "proxy-build-config", a], env=m.env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            self.expect(p.returncode == 0, f"parallel proxy-build-config exited {p.returncode}: {err.strip()}")
+        resp, body = request(OTHER_DOMAIN)
+        self.expect(resp.status == 200 and other in body.decode(),
+                    f"after the parallel builds {OTHER_DOMAIN} reaches {other}: {resp.status} {body[:100]!r}")
+        time.sleep(0.5)
+        load.finish()
+        deploy_seconds = time.time() - deploy_start
+
+        self.expect(ws.error is None, ws.error or "")
+        self.expect(time.time() - ws.last_echo < 2, "the WebSocket echoed within the last 2 s")
+        ws_instance, ws_echoes = ws.instance, ws.echoes
+        ws.close()
+        self.numbers.update(requests=load.ok + len(load.failures), failed=len(load.failures),
+                            ws_echoes=ws_echoes, ws_instance=ws_instance,
+                            deploy_seconds=round(deploy_seconds, 1))
+        for f in load.failures[:10]:
+            log(f"  failed request: {f}")
+        self.expect(not load.failures, f"{len(load.failures)} of {load.ok + len(load.failures)} "
+                                       "requests failed during the deploys")
+
+        self.step("a certificate holdfast cannot load: the deploy step fails, the previous file stays")
+        before = open(m.app_file(app)).read()
+        bad_crt = os.path.join(self.root, "bad.crt")
+        m.write(bad_crt, "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n")
+        tls_dir = os.path.join(d.app_root(app), "tls")
+        os.makedirs(tls_dir)
+        shutil.copy(bad_crt, os.path.join(tls_dir, "server.crt"))
+        shutil.copy(bad_crt, os.path.join(tls_dir, "server.key"))
+        bad = m.trigger("post-certs-update", app, check=False)
+        self.expect(bad.returncode != 0, "post-certs-update with a broken certificate fails")
+        self.expect(open(m.app_file(app)).read() == before, "the app file is unchanged after the failure")
+        resp, _ = request(DOMAIN)
+        self.expect(resp.status == 200, f"the app still serves after the rejected config: {resp.status}")
+        shutil.rmtree(tls_dir)
+
+        self.step("certs:add (self-signed), then HTTPS with SNI on the https port")
+        crt, key = self.make_cert()
+        d.certs_add(app, crt, key)
+        tls = ssl.create_default_context(cafile=crt)
+        resp, body = request(DOMAIN, port=HTTPS_PORT, tls=tls)
+        self.expect(resp.status == 200, f"HTTPS answers 200: {resp.status} {body[:100]!r}")
+        hsts = resp.getheader("strict-transport-security") or ""
+        self.expect("max-age=15724800" in hsts and "includeSubDomains" in hsts,
+                    f"HSTS with Dokku's defaults: {hsts!r}")
+        resp, _ = request(DOMAIN, path="/x")
+        location = resp.getheader("location") or ""
+        self.expect(resp.status in (301, 308) and location.startswith(f"https://{DOMAIN}:{HTTPS_PORT}/x"),
+                    f"plain HTTP redirects to the https port: {resp.status} {location!r}")
+
+        self.step("holdfast:set client-max-body-size 1k, then a 4 KiB upload gets 413")
+        m.dokku("holdfast:set", app, "client-max-body-size", "1k")
+        m.trigger("proxy-build-config", app, quiet=True)
+        resp, _ = request(DOMAIN, method="POST", body=b"x" * 4096, port=HTTPS_PORT, tls=tls)
+        self.expect(resp.status == 413, f"the body limit applies: {resp.status}")
+        m.dokku("holdfast:set", app, "client-max-body-size")
+        m.trigger("proxy-build-config", app, quiet=True)
+        report = m.dokku("holdfast:report", app, quiet=True)
+        self.expect("Holdfast computed bind address ipv4:" in report.stdout, "holdfast:report prints the app's section")
+        shown = m.dokku("holdfast:show-config", app, quiet=True)
+        self.expect(DOMAIN in shown.stdout, "holdfast:show-config prints the app file")
+
+        self.step("apps:rename drill-app drill-renamed")
+        renamed = "drill-renamed"
+        d.apps_rename(app, renamed)
+        self.expect(not os.path.exists(m.app_file(app)), "the old name's file is gone")
+        self.expect(os.path.exists(m.app_file(renamed)), "the new name has its file")
+        resp, body = request(DOMAIN, port=HTTPS_PORT, tls=tls)
+        self.expect(resp.status == 200 and renamed in body.decode(),
+                    f"the domain reaches the renamed app: {resp.status} {body[:100]!r}")
+
+        self.step("apps:destroy drill-renamed, then drill-other (the last app: no route left)")
+        d.apps_destroy(renamed)
+        self.expect(not os.path.exists(m.app_file(renamed)), "the destroyed app's file is gone")
+        resp, _ = request(DOMAIN)
+        self.expect(resp.status == 404, f"the destroyed app's domain gets 404: {resp.status}")
+        resp, body = request(OTHER_DOMAIN)
+        self.expect(resp.status == 200 and other in body.decode(), f"{other} still serves: {resp.status}")
+        d.apps_destroy(other)
+        self.expect(not os.listdir(os.path.join(m.data, "apps")), "no app file is left")
+        resp, _ = request(OTHER_DOMAIN)
+        self.expect(resp.status == 404, f"with no app left holdfast answers 404: {resp.status}")
+
+        self.check_instances()
+        self.numbers["duration_seconds"] = round(time.time() - started, 1)
+        self.numbers["plugin_calls"] = m.calls
+
+    def make_cert(self):
+        crt = os.path.join(self.root, "server.crt")
+        key = os.path.join(self.root, "server.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", crt, "-days", "2", "-subj", f"/CN={DOMAIN}",
+                        "-addext", f"subjectAltName=DNS:{DOMAIN}"],
+                       check=True, capture_output=True)
+        return crt, key
+
+    def check_instances(self):
+        """From each instance's own log: no request before the reload that included it,
+        none after its SIGTERM, and upstream connections far fewer than requests."""
+        per_instance = []
+        bound = 2 * (KEEPALIVE_CLIENTS + CLOSING_CLIENTS)
+        for inst in self.d.all.values():
+            events = inst.events()
+            reqs = [e["t"] for e in events if e["ev"] == "req"]
+            conns = [e for e in events if e["ev"] == "conn"]
+            # One connection is the check's, one the WebSocket's where it landed.
+            upstream_conns = len(conns) - 1 - (1 if inst.id == self.numbers.get("ws_instance") else 0)
+            per_instance.append((inst.id, len(reqs), upstream_conns))
+            if reqs and inst.visible_ms is not None:
+                early = [t for t in reqs if t < int(inst.visible_ms)]
+                self.expect(not early, f"{inst.id}: {len(early)} requests before the reload that included it")
+            if inst.sigterm_ms is not None:
+                late = [t for t in reqs if t > int(inst.sigterm_ms)]
+                self.expect(not late, f"{inst.id}: {len(late)} requests after its SIGTERM "
+                                      f"(first {min(late) - inst.sigterm_ms:.0f} ms after)" if late else "")
+            if len(reqs) >= 50:
+                self.expect(upstream_conns <= bound,
+                            f"{inst.id}: {upstream_conns} upstream connections for {len(reqs)} requests "
+                            f"(bound {bound}: twice the clients)")
+        self.numbers["instances"] = per_instance
+
+    def summary(self):
+        n = self.numbers
+        print("\n== holdfast-vhosts drill summary ==")
+        print(f"scheduler: {self.sched.name}; temp dir: {self.root}")
+        if "requests" in n:
+            print(f"requests during deploys: {n['requests']}, failed: {n['failed']} "
+                  f"({n['deploy_seconds']} s, {self.d.deploys} deploys in all)")
+            print(f"WebSocket: {n['ws_echoes']} echoes, held by {n['ws_instance']} throughout")
+        for ident, reqs, conns in n.get("instances", []):
+            if reqs:
+                print(f"  {ident:28} {reqs:6} requests {conns:4} upstream connections")
+        if "duration_seconds" in n:
+            print(f"duration: {n['duration_seconds']} s, {n['plugin_calls']} plugin calls")
+        if self.problems:
+            print(f"FAILED: {len(self.problems)} problem(s):")
+            for p in self.problems:
+                print(f"  - {p}")
+        else:
+            print("PASSED")
+
+    def cleanup(self):
+        try:
+            self.m.stop_holdfast()
+        finally:
+            self.sched.cleanup()
+        if not self.problems and not self.args.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scheduler", choices=["process", "docker"], default="process")
+    parser.add_argument("--holdfast", required=True, help="the holdfast binary")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    args = parser.parse_args()
+    drill = Drill(args)
+    try:
+        drill.run()
+    except Failure as e:
+        drill.problems.append(str(e))
+        log(f"FAIL: {e}")
+    except Exception as e:  # the summary must say what broke, whatever it was
+        drill.problems.append(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        drill.cleanup()
+        drill.summary()
+    return 1 if drill.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
