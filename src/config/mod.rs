@@ -10,8 +10,10 @@
 //! to build each listener's `route::Router`.
 //!
 //! Precedence for pool settings: `[upstream.NAME.pool]`, then `[pool]`, then the
-//! pool's own defaults. Every problem in a file is reported at once, each with its
-//! file, line and key. `holdfast check` and start-up run the same [`Config::load`].
+//! pool's own defaults. A file's `include` takes in other files (`include.rs`) with
+//! groups, routes and certificates; the config is the whole set. Every problem is
+//! reported at once, each with its file, line and key. `holdfast check`, start-up and
+//! reloads run the same [`Config::load`].
 
 mod diff;
 mod error;

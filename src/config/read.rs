@@ -1,5 +1,6 @@
-//! Reads config text into a `FileConfig` (or an included file's `FileIncluded`), stepping over unknown keys and values of the
-//! wrong type so that one run reports every one of them.
+//! Reads config text into a `FileConfig` (or an included file's `FileIncluded`),
+//! stepping over unknown keys and values of the wrong type so that one run reports
+//! every one of them.
 //!
 //! serde stops at the first such problem. Each time it does, the key its error points at
 //! is looked up in the document (`toml_edit` keeps where every key and value is written),
