@@ -11,14 +11,22 @@ What stands in for Dokku (nothing else is simulated):
   - standin/core: the core plugins' answers (proxy-type, network-get-listeners,
     ports-get, domains-list, certs-exists...), read from the files where Dokku keeps them;
   - this file: the core commands (apps:create, ports:set, domains:add, deploy, ps:scale,
-    certs:add, apps:rename, apps:destroy), each writing that state and calling the
-    triggers in the order Dokku's scheduler-docker-local and apps plugins call them;
+    certs:add, apps:rename, apps:destroy, proxy:disable, proxy:enable,
+    proxy:build-config --all), each writing that state and calling the triggers in the
+    order Dokku's scheduler-docker-local, apps and proxy plugins call them; app-restart
+    (ps:restart) is a deploy the drill runs once the command that asked for it returns;
   - a scheduler (--scheduler process: a "container" is a Node.js process on 127.0.0.1 and
     a port of its own; the check Dokku runs before a container counts is a GET of
     /__health on it).
 
-Everything listens on loopback only: holdfast on 127.0.0.1:18080/18443 and [::1] (the
-app's port mappings http:18080:5000 and https:18443:5000), the instances on free ports.
+Phases (--phase runs some of them): deploys (under load), proxy (proxy:disable/enable
+and the holdfast:* commands that read state), grpc (a grpcio app behind a grpc mapping),
+acme (pebble issuing through holdfast for the app's domains, then for a domain added on
+a reload).
+
+Everything listens on loopback only: holdfast on 127.0.0.1:18080/18443/18051 and [::1]
+(the port mappings http:18080:5000, https:18443:5000, grpc:18051:50051), pebble, its
+DNS server and the instances on free ports.
 """
 
 import argparse
@@ -27,6 +35,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -46,6 +55,13 @@ OTHER_DOMAIN = "other.example.test"
 KEEPALIVE_CLIENTS = 6
 CLOSING_CLIENTS = 3
 REDEPLOYS = 10
+TOGGLE_DOMAIN = "toggle.example.test"
+GRPC_PORT = 18051
+GRPC_DOMAIN = "grpc.example.test"
+GRPC_CALLS = 20
+ACME_DOMAIN = "acme.example.test"
+ACME_DOMAIN_2 = "acme2.example.test"
+PHASES = ("deploys", "proxy", "grpc", "acme")
 
 
 class Failure(Exception):
@@ -190,6 +206,7 @@ class ProcessScheduler:
     """--scheduler process: each container is `node app.js` on 127.0.0.1:PORT."""
 
     name = "process"
+    check = "http"
 
     def __init__(self, root):
         self.root = root
@@ -227,6 +244,7 @@ class DockerScheduler:
     same path, so the drill reads each container's log as it reads a process's."""
 
     name = "docker"
+    check = "http"
     image = "holdfast-dokku-drill-app"
 
     def __init__(self, root):
@@ -267,6 +285,154 @@ class DockerScheduler:
             self.docker("rm", "-f", *self.names.values(), check=False)
 
 
+class GrpcScheduler(ProcessScheduler):
+    """The gRPC app's containers: `grpc_app.py server` (grpcio) on 127.0.0.1:PORT, as a
+    process under either scheduler: the docker scheduler's image holds node and app.js
+    only, and an image with Python and grpcio is more than the drill builds. What the
+    drill proves of gRPC is holdfast's side (the h2c listener, the route by :authority,
+    HTTP/2 to the app), which is the same wherever the instance runs. Its check is a TCP
+    connect (a gRPC app has no /__health)."""
+
+    name = "grpc"
+    check = "tcp"
+
+    def start(self, ident, port):
+        events = os.path.join(self.root, "events", f"{ident}.jsonl")
+        os.makedirs(os.path.dirname(events), exist_ok=True)
+        out = open(os.path.join(self.root, "events", f"{ident}.out"), "w")
+        self.procs[ident] = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "grpc_app.py"), "server", str(port), ident, events],
+            stdout=out, stderr=subprocess.STDOUT)
+        return Instance(ident, port, events)
+
+
+# --- pebble, the ACME test CA --------------------------------------------------------------
+
+
+class Dns:
+    """A DNS server for pebble's lookups: every name is 127.0.0.1 (A), with no other
+    record, so pebble validates the drill's domains against holdfast on loopback."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    @staticmethod
+    def answer(query):
+        if len(query) < 12 or query[2] & 0x80 or query[4:6] != b"\x00\x01":
+            return None
+        at = 12
+        while at < len(query) and query[at]:
+            at += 1 + query[at]
+        question = query[12:at + 5]
+        if len(question) < at + 5 - 12:
+            return None
+        is_a = question[-4:-2] == b"\x00\x01"
+        header = query[:2] + bytes([0x84 | (query[2] & 0x79), 0x80, 0, 1, 0, int(is_a), 0, 0, 0, 0])
+        reply = header + question
+        if is_a:
+            reply += bytes([0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 0, 0, 4, 127, 0, 0, 1])
+        return reply
+
+    def serve(self):
+        while True:
+            try:
+                query, peer = self.sock.recvfrom(1500)
+            except OSError:
+                return
+            reply = self.answer(query)
+            if reply:
+                self.sock.sendto(reply, peer)
+
+
+class Pebble:
+    """pebble on loopback: its HTTPS certificate from a CA made here (the file
+    letsencrypt-ca names), TLS-ALPN-01 validations sent to the app's https port and
+    HTTP-01 ones to its http port, names resolved by Dns, -strict, no artificial sleeps."""
+
+    def __init__(self, root, http_port, tls_port):
+        self.dir = os.path.join(root, "pebble")
+        os.makedirs(self.dir)
+        self.ca_file = os.path.join(self.dir, "ca.pem")
+        self.make_tls_files()
+        self.dns = Dns()
+        self.log_path = os.path.join(self.dir, "pebble.log")
+        for _ in range(3):  # a port taken between free_port() and pebble's bind: try others
+            self.port, self.mgmt = free_port(), free_port()
+            config = os.path.join(self.dir, "pebble-config.json")
+            with open(config, "w") as f:
+                json.dump({"pebble": {
+                    "listenAddress": f"127.0.0.1:{self.port}",
+                    "managementListenAddress": f"127.0.0.1:{self.mgmt}",
+                    "certificate": os.path.join(self.dir, "cert.pem"),
+                    "privateKey": os.path.join(self.dir, "key.pem"),
+                    "httpPort": http_port, "tlsPort": tls_port,
+                    "ocspResponderURL": "", "externalAccountBindingRequired": False}}, f)
+            env = dict(os.environ, PEBBLE_VA_NOSLEEP="1", PEBBLE_WFE_NONCEREJECT="0")
+            self.proc = subprocess.Popen(["pebble", "-config", config, "-strict", "-dnsserver", self.dns.address],
+                                         env=env, stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT)
+            if self.wait_port(self.port) and self.wait_port(self.mgmt):
+                self.directory = f"https://127.0.0.1:{self.port}/dir"
+                return
+            self.stop()
+        raise Failure(f"pebble did not start; its log:\n{self.log()}")
+
+    def make_tls_files(self):
+        d = self.dir
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        for args in (
+            ["req", "-x509", *key, "-keyout", f"{d}/ca.key", "-out", self.ca_file, "-days", "2",
+             "-subj", "/CN=holdfast drill CA for pebble", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,digitalSignature"],
+            ["req", *key, "-keyout", f"{d}/key.pem", "-out", f"{d}/cert.csr", "-subj", "/CN=127.0.0.1"],
+        ):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+        with open(f"{d}/ext", "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+        subprocess.run(["openssl", "x509", "-req", "-in", f"{d}/cert.csr", "-CA", self.ca_file,
+                        "-CAkey", f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/cert.pem", "-days", "2",
+                        "-extfile", f"{d}/ext"], check=True, capture_output=True)
+
+    def wait_port(self, port):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                time.sleep(0.05)
+        return False
+
+    def issuing_root(self):
+        """The root pebble issues under (a new one at each start), from its management port."""
+        conn = http.client.HTTPSConnection("127.0.0.1", self.mgmt, timeout=10,
+                                           context=ssl.create_default_context(cafile=self.ca_file))
+        conn.request("GET", "/roots/0")
+        resp = conn.getresponse()
+        pem = resp.read().decode()
+        conn.close()
+        if resp.status != 200 or "BEGIN CERTIFICATE" not in pem:
+            raise Failure(f"pebble's /roots/0 answered {resp.status}: {pem[:200]!r}")
+        return pem
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 # --- Dokku's core commands, trigger by trigger -----------------------------------------
 
 
@@ -277,7 +443,8 @@ class Dokku:
         self.m = machine
         self.sched = scheduler
         self.instances = {}  # app -> current web instances
-        self.all = {}  # id -> Instance, every instance ever started
+        self.all = {}  # id -> Instance, every instance of the scheduler ever started
+        self.schedulers = {}  # app -> where its instances run, when not self.sched
         self.deploys = 0
 
     def app_root(self, app):
@@ -307,10 +474,13 @@ class Dokku:
         self.m.trigger("post-certs-update", app)
         self.m.trigger("post-domains-update", app)
 
-    def wait_healthy(self, inst):
+    def wait_healthy(self, inst, sched):
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
+                if sched.check == "tcp":
+                    socket.create_connection(("127.0.0.1", inst.port), timeout=2).close()
+                    return
                 c = http.client.HTTPConnection("127.0.0.1", inst.port, timeout=2)
                 c.request("GET", "/__health")
                 if c.getresponse().status == 200:
@@ -321,21 +491,24 @@ class Dokku:
             time.sleep(0.05)
         raise Failure(f"{inst.id} did not pass its check on 127.0.0.1:{inst.port} in 10 s")
 
-    def deploy(self, app, scale=None):
+    def deploy(self, app, scale=None, sched=None):
         """scheduler-docker-local's scheduler-deploy for the web process: each new
         container started and checked, its IP.web.N/PORT.web.N written (what
         network-get-listeners reads), scheduler-post-deploy-process, the files of
         indexes past the scale removed, core-post-deploy, post-deploy, then SIGTERM to
         every old container."""
+        sched = sched or self.schedulers.get(app, self.sched)
+        self.schedulers[app] = sched
         old = list(self.instances[app])
         scale = scale or max(1, len(old))
         self.deploys += 1
         new = []
         for index in range(1, scale + 1):
             ident = f"{app}-d{self.deploys}-web.{index}"
-            inst = self.sched.start(ident, free_port())
-            self.all[ident] = inst
-            self.wait_healthy(inst)
+            inst = sched.start(ident, free_port())
+            if sched is self.sched:
+                self.all[ident] = inst
+            self.wait_healthy(inst, sched)
             self.m.write(os.path.join(self.app_root(app), f"IP.web.{index}"), "127.0.0.1\n")
             self.m.write(os.path.join(self.app_root(app), f"PORT.web.{index}"), f"{inst.port}\n")
             new.append(inst)
@@ -351,15 +524,48 @@ class Dokku:
         self.m.trigger("post-deploy", app, "5000", "127.0.0.1", f"d{self.deploys}", quiet=True)
         for inst in old:
             inst.sigterm_ms = now_ms()
-            self.sched.signal(inst, signal.SIGTERM)
+            sched.signal(inst, signal.SIGTERM)
         self.instances[app] = new
         return new
 
     def stop_app(self, app):
+        sched = self.schedulers.get(app, self.sched)
         for inst in self.instances.get(app, []):
             inst.sigterm_ms = now_ms()
-            self.sched.signal(inst, signal.SIGTERM)
+            sched.signal(inst, signal.SIGTERM)
         self.instances[app] = []
+
+    def restarts(self):
+        """The app-restart triggers the last command fired (the core stand-in lists the
+        apps): ps:restart, a deploy of the same app at the same scale."""
+        path = os.path.join(self.m.lib_root, "app-restarts")
+        if not os.path.exists(path):
+            return []
+        apps = open(path).read().split()
+        os.remove(path)
+        for app in dict.fromkeys(apps):
+            self.deploy(app)
+        return apps
+
+    def proxy_disable(self, app):
+        """proxy:disable (Dokku's proxy plugin): the `disabled` property set, so that
+        proxy-is-enabled answers false, then proxy-disable; its app-restart follows."""
+        self.m.prop_write("proxy", app, "disabled", "true")
+        self.m.trigger("proxy-disable", app)
+        return self.restarts()
+
+    def proxy_enable(self, app):
+        """proxy:enable: the `disabled` property removed, then proxy-enable; the
+        app-restart it asks for is the deploy that routes the app again."""
+        os.remove(os.path.join(self.m.lib_root, "config", "proxy", app, "disabled"))
+        self.m.trigger("proxy-enable", app)
+        return self.restarts()
+
+    def proxy_build_config_all(self):
+        """proxy:build-config --all: proxy-build-config for each app, one after the other."""
+        for app in sorted(os.listdir(self.m.dokku_root)):
+            if os.path.isdir(self.app_root(app)):
+                self.m.trigger("proxy-build-config", app, quiet=True)
 
     def apps_destroy(self, app):
         """apps:destroy: pre-delete, scheduler-stop (containers stopped),
@@ -580,6 +786,8 @@ class Drill:
         self.m = Machine(self.root, args.holdfast)
         self.sched = {"process": ProcessScheduler, "docker": DockerScheduler}[args.scheduler](self.root)
         self.d = Dokku(self.m, self.sched)
+        self.grpc_sched = GrpcScheduler(self.root)
+        self.pebble = None
         self.problems = []
         self.numbers = {}
 
@@ -609,6 +817,20 @@ class Drill:
         m.prop_write("proxy", "--global", "type", "holdfast")  # proxy:set --global type holdfast
         m.dokku("holdfast:start")
 
+        phases = self.args.phase or PHASES
+        for name in PHASES:
+            if name in phases:
+                getattr(self, f"phase_{name}")()
+
+        self.check_instances()
+        self.numbers["duration_seconds"] = round(time.time() - started, 1)
+        self.numbers["plugin_calls"] = m.calls
+
+    def phase_deploys(self):
+        """Deploys under load, scaling, parallel builds, certificates, rename, destroy."""
+        m, d = self.m, self.d
+        app = "drill-app"
+        started = time.time()
         self.step(f"apps:create {app}, ports:set, domains:add (nothing to route yet)")
         d.apps_create(app)
         d.ports_set(app, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
@@ -729,10 +951,176 @@ class Drill:
         self.expect(not os.listdir(os.path.join(m.data, "apps")), "no app file is left")
         resp, _ = request(OTHER_DOMAIN)
         self.expect(resp.status == 404, f"with no app left holdfast answers 404: {resp.status}")
+        self.numbers["deploys_phase_seconds"] = round(time.time() - started, 1)
 
-        self.check_instances()
-        self.numbers["duration_seconds"] = round(time.time() - started, 1)
-        self.numbers["plugin_calls"] = m.calls
+    def phase_proxy(self):
+        """proxy:disable and proxy:enable, and the holdfast:* commands that read state."""
+        m, d = self.m, self.d
+        app = "drill-toggle"
+        started = time.time()
+        self.step(f"apps:create {app}, deploy, then proxy:disable: its domain gets 404")
+        d.apps_create(app)
+        d.ports_set(app, f"http:{HTTP_PORT}:5000")
+        d.domains_add(app, TOGGLE_DOMAIN)
+        d.deploy(app, 1)
+        resp, body = request(TOGGLE_DOMAIN)
+        self.expect(resp.status == 200 and app in body.decode(), f"{app} serves: {resp.status} {body[:100]!r}")
+        restarted = d.proxy_disable(app)
+        self.expect(restarted == [app], f"proxy-disable restarts {app} (app-restart): {restarted}")
+        self.expect(not os.path.exists(m.app_file(app)), "proxy:disable removes the app file")
+        resp, _ = request(TOGGLE_DOMAIN)
+        self.expect(resp.status == 404, f"with the proxy disabled holdfast answers 404: {resp.status}")
+        m.trigger("proxy-build-config", app, quiet=True)
+        resp, _ = request(TOGGLE_DOMAIN)
+        self.expect(resp.status == 404, f"proxy-build-config leaves a disabled app out: {resp.status}")
+
+        self.step("proxy:enable: the restart it asks for routes the app again")
+        restarted = d.proxy_enable(app)
+        self.expect(restarted == [app], f"proxy-enable restarts {app} (app-restart): {restarted}")
+        resp, body = request(TOGGLE_DOMAIN)
+        self.expect(resp.status == 200 and app in body.decode(),
+                    f"after proxy:enable {app} serves again: {resp.status} {body[:100]!r}")
+
+        self.step("holdfast:report, holdfast:show-config, holdfast:logs")
+        report = m.dokku("holdfast:report", app, quiet=True)
+        self.expect(report.returncode == 0 and f"{app} holdfast information" in report.stdout
+                    and re.search(r"Holdfast proxy type:\s+holdfast\n", report.stdout) is not None
+                    and re.search(r"Holdfast running:\s+true\n", report.stdout) is not None,
+                    f"holdfast:report {app} names the proxy type and that holdfast runs:\n{report.stdout}")
+        flag = m.dokku("holdfast:report", app, "--holdfast-app-config", quiet=True)
+        self.expect(flag.stdout.strip() == m.app_file(app), f"holdfast:report --holdfast-app-config: {flag.stdout!r}")
+        shown = m.dokku("holdfast:show-config", app, quiet=True)
+        self.expect(shown.returncode == 0 and "[[route]]" in shown.stdout
+                    and f'host = "{TOGGLE_DOMAIN}"' in shown.stdout
+                    and f"[upstream.{app}-5000]" in shown.stdout,
+                    f"holdfast:show-config prints the app's TOML with its route:\n{shown.stdout}")
+        logs = m.dokku("holdfast:logs", quiet=True)
+        lines = logs.stdout.splitlines()
+        self.expect(logs.returncode == 0 and lines and any("reload" in line.lower() for line in lines),
+                    f"holdfast:logs prints holdfast's log lines (with its reloads): {lines[-5:]}")
+        access = m.dokku("holdfast:logs", app, quiet=True)
+        self.expect(access.returncode == 0 and TOGGLE_DOMAIN in access.stdout,
+                    f"holdfast:logs {app} prints the access log: {access.stdout[-300:]!r}")
+        self.numbers["proxy"] = dict(report_lines=len(report.stdout.splitlines()),
+                                     config_lines=len(shown.stdout.splitlines()), log_lines=len(lines))
+        d.apps_destroy(app)
+        self.numbers["proxy_phase_seconds"] = round(time.time() - started, 1)
+
+    def phase_grpc(self):
+        """A gRPC app (grpc:HOSTPORT:50051) deployed through the triggers, called through
+        holdfast's h2c listener."""
+        m, d = self.m, self.d
+        app = "drill-grpc"
+        started = time.time()
+        self.step(f"apps:create {app}, ports:set grpc:{GRPC_PORT}:50051, deploy a grpcio instance")
+        d.apps_create(app)
+        d.ports_set(app, f"grpc:{GRPC_PORT}:50051")
+        d.domains_add(app, GRPC_DOMAIN)
+        inst, = d.deploy(app, 1, sched=self.grpc_sched)
+        main = open(m.main).read()
+        self.expect(f'address = "127.0.0.1:{GRPC_PORT}"\nh2c = true' in main,
+                    f"the main file has an h2c listener on {GRPC_PORT}")
+        self.expect('protocol = "h2c"' in open(m.app_file(app)).read(), "the app's upstream speaks h2c")
+
+        self.step(f"{GRPC_CALLS} gRPC calls through holdfast (:authority {GRPC_DOMAIN})")
+        p = subprocess.run([sys.executable, os.path.join(HERE, "grpc_app.py"), "client",
+                            f"127.0.0.1:{GRPC_PORT}", GRPC_DOMAIN, str(GRPC_CALLS)],
+                           capture_output=True, text=True, timeout=60)
+        try:
+            result = json.loads(p.stdout)
+        except ValueError:
+            raise Failure(f"the gRPC client exited {p.returncode}: {p.stderr.strip()[-500:]}")
+        answers, errors = result["answers"], result["errors"]
+        self.expect(not errors, f"gRPC calls failed: {errors[:5]}")
+        expected = sorted(f"{inst.id} call {i}" for i in range(GRPC_CALLS))
+        self.expect(sorted(answers) == expected,
+                    f"every gRPC call answered by {inst.id}: {sorted(answers)[:3]}... ({len(answers)})")
+        calls = [e for e in inst.events() if e["ev"] == "call"]
+        peers = {e["peer"] for e in calls}
+        self.expect(len(calls) == GRPC_CALLS, f"the instance saw {len(calls)} calls, not {GRPC_CALLS}")
+        self.expect(1 <= len(peers) <= 2, f"{GRPC_CALLS} calls came on {len(peers)} HTTP/2 connections "
+                                          f"to the instance (holdfast multiplexes: 1-2)")
+        self.numbers["grpc"] = dict(calls=len(answers), errors=len(errors), connections=len(peers))
+        d.apps_destroy(app)
+        self.numbers["grpc_phase_seconds"] = round(time.time() - started, 1)
+
+    def phase_acme(self):
+        """letsencrypt-* set through holdfast:set, pebble issuing for the app's domains,
+        and a domain added later getting its certificate on a reload."""
+        m, d = self.m, self.d
+        app = "drill-acme"
+        started = time.time()
+        self.step("pebble on loopback (-strict), validating on the app's ports")
+        if not shutil.which("pebble"):
+            raise Failure("pebble is not installed (apt-get install pebble): the ACME phase cannot run")
+        self.pebble = Pebble(self.root, HTTP_PORT, HTTPS_PORT)
+        pebble = self.pebble
+
+        self.step(f"apps:create {app}, deploy; holdfast:set --global letsencrypt-*; "
+                  "proxy:build-config --all; holdfast:stop, holdfast:start")
+        d.apps_create(app)
+        d.ports_set(app, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
+        d.domains_add(app, ACME_DOMAIN)
+        d.deploy(app, 1)
+        m.dokku("holdfast:set", "--global", "letsencrypt-email", "ops@example.test")
+        m.dokku("holdfast:set", "--global", "letsencrypt-server", pebble.directory)
+        m.dokku("holdfast:set", "--global", "letsencrypt-ca", pebble.ca_file)
+        d.proxy_build_config_all()
+        main = open(m.main).read()
+        self.expect("[acme]" in main and f'directory = "{pebble.directory}"' in main
+                    and f'ca = "{pebble.ca_file}"' in main, f"the main file has the [acme] section:\n{main}")
+        m.dokku("holdfast:stop")
+        m.dokku("holdfast:start")
+        pid = open(os.path.join(m.data, "holdfast.pid")).read().strip()
+        root = pebble.issuing_root()
+        root_file = os.path.join(pebble.dir, "issuing-root.pem")
+        m.write(root_file, root)
+        trust = ssl.create_default_context(cafile=root_file)
+
+        self.step(f"{ACME_DOMAIN}: a certificate from pebble, HTTPS 200, plain HTTP 308")
+        waited = self.wait_certificate(ACME_DOMAIN, trust, pebble)
+        resp, body = request(ACME_DOMAIN, port=HTTPS_PORT, tls=trust)
+        self.expect(resp.status == 200 and app in body.decode(),
+                    f"HTTPS with pebble's certificate reaches {app}: {resp.status} {body[:100]!r}")
+        resp, _ = request(ACME_DOMAIN, path="/x")
+        location = resp.getheader("location") or ""
+        self.expect(resp.status == 308 and location.startswith(f"https://{ACME_DOMAIN}:{HTTPS_PORT}/x"),
+                    f"plain HTTP gets 308 to https: {resp.status} {location!r}")
+
+        self.step(f"domains:add {app} {ACME_DOMAIN_2}: its certificate comes on the reload, no restart")
+        d.domains_add(app, ACME_DOMAIN_2)
+        waited_2 = self.wait_certificate(ACME_DOMAIN_2, trust, pebble)
+        resp, body = request(ACME_DOMAIN_2, port=HTTPS_PORT, tls=trust)
+        self.expect(resp.status == 200 and app in body.decode(),
+                    f"HTTPS for {ACME_DOMAIN_2} reaches {app}: {resp.status} {body[:100]!r}")
+        now_pid = open(os.path.join(m.data, "holdfast.pid")).read().strip()
+        self.expect(now_pid == pid and os.path.exists(f"/proc/{pid}"),
+                    f"holdfast was not restarted for the new domain (pid {pid}, now {now_pid})")
+        orders = pebble.log().count("Added order")
+        self.expect(orders >= 2, f"pebble logged {orders} orders, expected one per domain")
+        self.numbers["acme"] = dict(first_seconds=round(waited, 1), second_seconds=round(waited_2, 1),
+                                    orders=orders)
+        d.apps_destroy(app)
+        self.numbers["acme_phase_seconds"] = round(time.time() - started, 1)
+
+    def wait_certificate(self, name, trust, pebble, limit=30):
+        """Seconds until holdfast serves NAME (SNI, on the https port) a chain that
+        verifies against pebble's issuing root; a Failure with pebble's log after LIMIT."""
+        started = time.time()
+        last = None
+        while time.time() - started < limit:
+            try:
+                with socket.create_connection(("127.0.0.1", HTTPS_PORT), timeout=5) as raw:
+                    with trust.wrap_socket(raw, server_hostname=name) as tls:
+                        issuer = dict(x[0] for x in tls.getpeercert()["issuer"])
+                        log(f"  {name}: certificate issued by {issuer.get('commonName')!r} "
+                            f"after {time.time() - started:.1f} s")
+                        return time.time() - started
+            except (OSError, ssl.SSLError) as e:
+                last = e
+                time.sleep(0.2)
+        raise Failure(f"no certificate for {name} that chains to pebble's root within {limit} s "
+                      f"(last: {last}); pebble's log ends:\n{pebble.log()[-2000:]}")
 
     def make_cert(self):
         crt = os.path.join(self.root, "server.crt")
@@ -779,6 +1167,20 @@ class Drill:
         for ident, reqs, conns in n.get("instances", []):
             if reqs:
                 print(f"  {ident:28} {reqs:6} requests {conns:4} upstream connections")
+        if "proxy" in n:
+            p = n["proxy"]
+            print(f"proxy:disable -> 404, proxy:enable -> 200; holdfast:report {p['report_lines']} lines, "
+                  f"show-config {p['config_lines']} lines, logs {p['log_lines']} lines "
+                  f"({n['proxy_phase_seconds']} s)")
+        if "grpc" in n:
+            g = n["grpc"]
+            print(f"gRPC through the h2c listener: {g['calls']} calls, {g['errors']} failed, "
+                  f"{g['connections']} HTTP/2 connection(s) to the instance ({n['grpc_phase_seconds']} s)")
+        if "acme" in n:
+            a = n["acme"]
+            print(f"ACME (pebble): {ACME_DOMAIN} served its certificate {a['first_seconds']} s after the "
+                  f"restart, {ACME_DOMAIN_2} {a['second_seconds']} s after its reload (no restart); "
+                  f"{a['orders']} orders ({n['acme_phase_seconds']} s)")
         if "duration_seconds" in n:
             print(f"duration: {n['duration_seconds']} s, {n['plugin_calls']} plugin calls")
         if self.problems:
@@ -793,6 +1195,9 @@ class Drill:
             self.m.stop_holdfast()
         finally:
             self.sched.cleanup()
+            self.grpc_sched.cleanup()
+            if self.pebble:
+                self.pebble.stop()
         if not self.problems and not self.args.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -802,6 +1207,8 @@ def main():
     parser.add_argument("--scheduler", choices=["process", "docker"], default="process")
     parser.add_argument("--holdfast", required=True, help="the holdfast binary")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    parser.add_argument("--phase", action="append", choices=PHASES,
+                        help="run only this phase (repeatable); default: every phase")
     args = parser.parse_args()
     drill = Drill(args)
     try:
