@@ -312,7 +312,13 @@ impl Validator<'_> {
         }
         let routes = routes.configs;
         let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, including));
-        self.acme_listeners(&raw, &listeners);
+        let hosts = routes.iter().filter_map(|r| match &r.host {
+            HostPattern::Exact(host) => Some(host.as_str()),
+            _ => None,
+        });
+        let nameless =
+            including && acme.as_ref().is_some_and(|a| a.names.resolve(hosts).is_empty());
+        self.acme_listeners(&raw, &listeners, nameless);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
             .pool

@@ -952,3 +952,22 @@ fn route_options_are_read_and_checked() {
     assert!(e.contains(":9: route[0].access_log: a route logs to a file"), "{e}");
     assert!(e.contains(":10: route[0].read_timeout: must be more than 0"), "{e}");
 }
+
+#[test]
+fn acme_waits_for_the_first_included_host_and_its_listener() {
+    let files = Files::new("acme-nameless");
+    let main = files.write(
+        "holdfast.toml",
+        &format!("{MAIN_INCLUDING}\n[acme]\ncontact = \"ops@example.com\"\nstorage = \"acme\"\n"),
+    );
+    // No app yet: no name to order, no TLS listener needed.
+    let config = Config::load(&main).unwrap();
+    assert!(config.acme_names().is_empty());
+    // An app's host without a listener to serve its certificate is a problem again.
+    files.write(
+        "apps/a.toml",
+        "[upstream.a]\nservers = [\"127.0.0.1:3001\"]\n[[route]]\nhost = \"a.example\"\nupstream = \"a\"\n",
+    );
+    let e = Config::load(&main).expect_err("a name and no listener").to_string();
+    assert!(e.contains("acme: no listener serves its certificates"), "{e}");
+}

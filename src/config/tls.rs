@@ -56,8 +56,14 @@ impl Validator<'_> {
     }
 
     /// `acme = true` on a listener needs `[acme]`, and `[acme]` needs a listener that
-    /// serves its certificates.
-    pub(super) fn acme_listeners(&mut self, raw: &FileConfig, listeners: &[ListenerConfig]) {
+    /// serves its certificates, unless it has no name yet (`nameless`: a config set whose
+    /// included files name no host so far; the listener may come with the first one).
+    pub(super) fn acme_listeners(
+        &mut self,
+        raw: &FileConfig,
+        listeners: &[ListenerConfig],
+        nameless: bool,
+    ) {
         let flags = raw.listener.iter().enumerate().filter_map(|(i, l)| {
             let flag = l.tls.as_ref()?.acme.as_ref()?;
             Some((i, flag.span(), *flag.get_ref()))
@@ -71,7 +77,7 @@ impl Validator<'_> {
             return;
         }
         let serves = listeners.iter().any(|l| l.tls.as_ref().is_some_and(|t| t.acme));
-        if !serves && !flags.iter().any(|f| f.2) {
+        if !serves && !flags.iter().any(|f| f.2) && !nameless {
             self.problems.push(super::ConfigProblem {
                 line: None,
                 key: "acme".into(),
