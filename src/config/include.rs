@@ -54,18 +54,12 @@ pub(super) fn gather(
         expand(&main, problems, &mut seen, &mut out);
     }
     let mut i = 0;
-    while let Some(source) = out.get_mut(i) {
-        let patterns = source.read.file.as_mut().and_then(|f| f.include.take());
-        if let Some(patterns) = patterns {
-            let (text, dir) = (std::mem::take(&mut source.text), source.dir().to_path_buf());
+    while let Some(Source { path, text, read }) = out.get_mut(i) {
+        if let Some(patterns) = read.file.as_mut().and_then(|f| f.include.take()) {
+            let dir = path.parent().unwrap_or(Path::new(""));
+            let including = Including { patterns: &patterns, dir, text };
             let mut found = Vec::new();
-            let including = Including { patterns: &patterns, dir: &dir, text: &text };
-            let mut own = std::mem::take(&mut source.read.problems);
-            expand(&including, &mut own, &mut seen, &mut found);
-            if let Some(source) = out.get_mut(i) {
-                source.text = text;
-                source.read.problems = own;
-            }
+            expand(&including, &mut read.problems, &mut seen, &mut found);
             out.extend(found);
         }
         i += 1;

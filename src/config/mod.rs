@@ -155,10 +155,7 @@ impl Config {
     /// DNS host the routes name. Empty without `[acme]`.
     pub fn acme_names(&self) -> Vec<String> {
         let Some(acme) = &self.acme else { return Vec::new() };
-        acme.names.resolve(self.routes.iter().filter_map(|r| match &r.host {
-            HostPattern::Exact(host) => Some(host.as_str()),
-            _ => None,
-        }))
+        acme.names.resolve(exact_hosts(&self.routes))
     }
 
     /// Whether `[acme]` is on in both configs or in neither, with the same settings
@@ -213,6 +210,14 @@ impl Config {
     }
 }
 
+/// The exact hosts the routes name: those `[acme]` gets certificates for by default.
+fn exact_hosts(routes: &[RouteConfig]) -> impl Iterator<Item = &str> {
+    routes.iter().filter_map(|r| match &r.host {
+        HostPattern::Exact(host) => Some(host.as_str()),
+        _ => None,
+    })
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
 }
@@ -239,10 +244,9 @@ struct RouteOptions {
 /// found to the file's.
 fn in_file(source: &mut include::Source, f: impl FnOnce(&mut Validator<'_>, &FileIncluded)) {
     let Some(file) = source.read.file.as_ref() else { return };
-    let dir = source.path.parent().unwrap_or(Path::new(""));
     let mut v = Validator {
         text: &source.text,
-        dir,
+        dir: source.dir(),
         file: &source.path,
         main: false,
         problems: Vec::new(),
@@ -312,12 +316,8 @@ impl Validator<'_> {
         }
         let routes = routes.configs;
         let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, including));
-        let hosts = routes.iter().filter_map(|r| match &r.host {
-            HostPattern::Exact(host) => Some(host.as_str()),
-            _ => None,
-        });
-        let nameless =
-            including && acme.as_ref().is_some_and(|a| a.names.resolve(hosts).is_empty());
+        let nameless = including
+            && acme.as_ref().is_some_and(|a| a.names.resolve(exact_hosts(&routes)).is_empty());
         self.acme_listeners(&raw, &listeners, nameless);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
         let max_idle_total = raw
@@ -359,10 +359,8 @@ impl Validator<'_> {
             self.problem(v.span(), format!("{key}.tls"), message);
         }
         let protocol = self.protocol(&key, up.protocol.as_ref(), scheme, tls.is_some());
-        let mut ping = Duration::ZERO;
-        let ping_key = format!("{key}.h2_ping_interval");
-        self.set_positive_duration(&up.h2_ping_interval, &ping_key, &mut ping);
-        let h2_ping_interval = (!ping.is_zero()).then_some(ping);
+        let h2_ping_interval =
+            self.optional_duration(&up.h2_ping_interval, &format!("{key}.h2_ping_interval"));
         let pool = self.pool(&format!("{key}.pool"), up.pool.as_ref(), base_pool.clone());
         if let Some(v) = up.pool.as_ref().and_then(|p| p.max_idle_total.as_ref()) {
             self.problem(
@@ -512,11 +510,7 @@ impl Validator<'_> {
         including: bool,
     ) -> AcmeNames {
         let Some(raw) = raw else {
-            let hosts = routes.iter().filter_map(|r| match &r.host {
-                HostPattern::Exact(host) => Some(host.as_str()),
-                _ => None,
-            });
-            if AcmeNames::Routes.resolve(hosts).is_empty() && !including {
+            if AcmeNames::Routes.resolve(exact_hosts(routes)).is_empty() && !including {
                 self.problems.push(ConfigProblem {
                     line: None,
                     key: "acme".into(),
@@ -809,13 +803,9 @@ impl Validator<'_> {
             include_subdomains: flag(&r.hsts_include_subdomains),
             preload: flag(&r.hsts_preload),
         });
-        let mut timeout = |value: &Option<Spanned<String>>, name: &str| {
-            let mut slot = Duration::ZERO;
-            self.set_positive_duration(value, &format!("{key}.{name}"), &mut slot);
-            (!slot.is_zero()).then_some(slot)
-        };
-        let connect_timeout = timeout(&r.connect_timeout, "connect_timeout");
-        let read_timeout = timeout(&r.read_timeout, "read_timeout");
+        let connect_timeout =
+            self.optional_duration(&r.connect_timeout, &format!("{key}.connect_timeout"));
+        let read_timeout = self.optional_duration(&r.read_timeout, &format!("{key}.read_timeout"));
         let log_key = format!("{key}.access_log");
         let access_log = r.access_log.as_ref().and_then(|v| match self.log_target(v, &log_key) {
             Some(AccessLogTarget::Stdout) => {
@@ -1158,6 +1148,18 @@ impl Validator<'_> {
             Some(d) => *slot = d,
             None => {}
         }
+    }
+
+    /// An optional duration that must be more than 0 when given; `None` when it is not
+    /// given or has a problem (recorded).
+    fn optional_duration(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+    ) -> Option<Duration> {
+        let mut slot = Duration::ZERO;
+        self.set_positive_duration(value, key, &mut slot);
+        (!slot.is_zero()).then_some(slot)
     }
 
     /// Sets `slot` from an optional count (0 or more), recording a problem if it is bad.
