@@ -10,6 +10,7 @@ use holdfast_pool::PoolConfig;
 use super::{Config, RouteConfig};
 use crate::acme::{AcmeConfig, AcmeNames};
 use crate::listener::ListenerConfig;
+use crate::proxy::Hsts;
 use crate::route::HostPattern;
 use crate::telemetry::access_log::{AccessLogFormat, AccessLogTarget};
 use crate::tls::origin::OriginTls;
@@ -219,8 +220,10 @@ fn check(d: &mut Details, old: Option<&CheckConfig>, new: Option<&CheckConfig>) 
 }
 
 fn routes(old: &[RouteConfig], new: &[RouteConfig], changes: &mut Vec<Change>) {
-    // A route is known by its host and path: no two routes share both.
-    let same = |a: &RouteConfig, b: &RouteConfig| a.host == b.host && a.path == b.path;
+    // A route is known by its host, path and listeners: no two routes share all three.
+    let same = |a: &RouteConfig, b: &RouteConfig| {
+        a.host == b.host && a.path == b.path && a.listeners == b.listeners
+    };
     for r in new {
         let subject = format!("route {}", route_name(r));
         let Some(o) = old.iter().find(|o| same(o, r)) else {
@@ -233,6 +236,14 @@ fn routes(old: &[RouteConfig], new: &[RouteConfig], changes: &mut Vec<Change>) {
         d.field("client_max_body", or_none(&o.client_max_body), or_none(&r.client_max_body));
         d.field("buffer_responses", or_none(&o.buffer_responses), or_none(&r.buffer_responses));
         d.field("buffer_requests", or_none(&o.buffer_requests), or_none(&r.buffer_requests));
+        d.field("redirect_https", or_none(&o.redirect_https), or_none(&r.redirect_https));
+        d.field("hsts", route_hsts(o.hsts), route_hsts(r.hsts));
+        let timeout = |t: Option<Duration>| t.map_or_else(|| "none".to_string(), duration);
+        d.field("connect_timeout", timeout(o.connect_timeout), timeout(r.connect_timeout));
+        d.field("read_timeout", timeout(o.read_timeout), timeout(r.read_timeout));
+        let log =
+            |t: &Option<AccessLogTarget>| t.as_ref().map_or_else(|| "none".into(), log_target);
+        d.field("access_log", log(&o.access_log), log(&r.access_log));
         d.push_to(subject, changes);
     }
     for o in old.iter().filter(|o| !new.iter().any(|r| same(o, r))) {
@@ -241,13 +252,24 @@ fn routes(old: &[RouteConfig], new: &[RouteConfig], changes: &mut Vec<Change>) {
     }
 }
 
-/// `example.com/api`, `*.example.com/`, or `/api` for a route without host.
+/// `example.com/api`, `*.example.com/`, or `/api` for a route without host; with
+/// ` on 0.0.0.0:80` for a route on some listeners only.
 fn route_name(r: &RouteConfig) -> String {
-    match &r.host {
+    let name = match &r.host {
         HostPattern::Any => r.path.clone(),
         HostPattern::Exact(host) => format!("{host}{}", r.path),
         HostPattern::Suffix(suffix) => format!("*{suffix}{}", r.path),
+    };
+    if r.listeners.is_empty() {
+        return name;
     }
+    let on: Vec<String> = r.listeners.iter().map(ToString::to_string).collect();
+    format!("{name} on {}", on.join(", "))
+}
+
+/// A route's HSTS as its header says it: `max-age=3600; includeSubDomains`, or `none`.
+fn route_hsts(hsts: Option<Hsts>) -> String {
+    hsts.map_or_else(|| "none".to_string(), |h| h.value())
 }
 
 /// The tables and top-level keys that apply to every listener and group.
@@ -385,8 +407,16 @@ fn access_log(config: &Config) -> String {
     };
     match &config.access_log.target {
         AccessLogTarget::Off => "off".to_string(),
-        AccessLogTarget::Stdout => format!("stdout ({format})"),
-        AccessLogTarget::File(path) => format!("{} ({format})", path.display()),
+        target => format!("{} ({format})", log_target(target)),
+    }
+}
+
+/// Where access log lines go: `off`, `stdout` or the file.
+fn log_target(target: &AccessLogTarget) -> String {
+    match target {
+        AccessLogTarget::Off => "off".to_string(),
+        AccessLogTarget::Stdout => "stdout".to_string(),
+        AccessLogTarget::File(path) => path.display().to_string(),
     }
 }
 

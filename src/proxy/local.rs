@@ -58,17 +58,21 @@ impl Hsts {
         Hsts { max_age, include_subdomains: false, preload: false }
     }
 
-    /// The header line, CRLF included.
-    fn line(&self) -> Box<[u8]> {
-        let mut line = format!("strict-transport-security: max-age={}", self.max_age.as_secs());
+    /// The header's value: `max-age=3600; includeSubDomains; preload`.
+    pub fn value(&self) -> String {
+        let mut value = format!("max-age={}", self.max_age.as_secs());
         if self.include_subdomains {
-            line.push_str("; includeSubDomains");
+            value.push_str("; includeSubDomains");
         }
         if self.preload {
-            line.push_str("; preload");
+            value.push_str("; preload");
         }
-        line.push_str("\r\n");
-        line.into_bytes().into()
+        value
+    }
+
+    /// The header line, CRLF included.
+    fn line(&self) -> Box<[u8]> {
+        format!("strict-transport-security: {}\r\n", self.value()).into_bytes().into()
     }
 }
 

@@ -88,6 +88,32 @@ fn routes_are_known_by_host_and_path() {
 }
 
 #[test]
+fn routes_on_some_listeners_are_known_by_them_too_and_their_own_settings_show() {
+    let two = "[[listener]]\naddress = \"127.0.0.1:8081\"\n";
+    let route = |on: &str, own: &str| {
+        format!(
+            "[[route]]\nhost = \"a.example\"\nupstream = \"app\"\nlisteners = [\"{on}\"]\n{own}"
+        )
+    };
+    let old = config(
+        ONE,
+        &format!("{two}{}{}", route("127.0.0.1:8080", ""), route("127.0.0.1:8081", "")),
+    );
+    let own = "redirect_https = 8443\nhsts = \"1h\"\nhsts_preload = true\n\
+               read_timeout = \"5m\"\naccess_log = \"/tmp/a.log\"\n";
+    let new = config(
+        ONE,
+        &format!("{two}{}{}", route("127.0.0.1:8080", ""), route("127.0.0.1:8081", own)),
+    );
+    assert_eq!(
+        lines(&old, &new),
+        ["route a.example/ on 127.0.0.1:8081: changed redirect_https none -> 8443; \
+             changed hsts none -> max-age=3600; preload; changed read_timeout none -> 300s; \
+             changed access_log none -> /tmp/a.log"]
+    );
+}
+
+#[test]
 fn listener_changes_say_which_wait_for_a_restart() {
     let old = config(ONE, "");
     let text = "[[listener]]\naddress = \"127.0.0.1:8080\"\nbacklog = 1024\n\
