@@ -465,6 +465,13 @@ class Dokku:
         self.m.write(path, "\n".join(existing + list(domains)) + "\n")
         self.m.trigger("post-domains-update", app, "add", *domains)
 
+    def new_app(self, app, domain, *maps):
+        """apps:create, ports:set with `maps`, domains:add `domain`: an app before its
+        first deploy."""
+        self.apps_create(app)
+        self.ports_set(app, *maps)
+        self.domains_add(app, domain)
+
     def certs_add(self, app, crt, key):
         tls = os.path.join(self.app_root(app), "tls")
         shutil.rmtree(tls, ignore_errors=True)
@@ -832,9 +839,7 @@ class Drill:
         app = "drill-app"
         started = time.time()
         self.step(f"apps:create {app}, ports:set, domains:add (nothing to route yet)")
-        d.apps_create(app)
-        d.ports_set(app, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
-        d.domains_add(app, DOMAIN)
+        d.new_app(app, DOMAIN, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
         self.expect(not os.path.exists(m.app_file(app)), "no app file before the first deploy")
 
         self.step("first deploy")
@@ -859,9 +864,7 @@ class Drill:
 
         self.step("a second app, then proxy:build-config --all --parallel 4 (twice) under load")
         other = "drill-other"
-        d.apps_create(other)
-        d.ports_set(other, f"http:{HTTP_PORT}:5000")
-        d.domains_add(other, OTHER_DOMAIN)
+        d.new_app(other, OTHER_DOMAIN, f"http:{HTTP_PORT}:5000")
         d.deploy(other, 1)
         procs = []
         for _ in range(2):
@@ -959,9 +962,7 @@ class Drill:
         app = "drill-toggle"
         started = time.time()
         self.step(f"apps:create {app}, deploy, then proxy:disable: its domain gets 404")
-        d.apps_create(app)
-        d.ports_set(app, f"http:{HTTP_PORT}:5000")
-        d.domains_add(app, TOGGLE_DOMAIN)
+        d.new_app(app, TOGGLE_DOMAIN, f"http:{HTTP_PORT}:5000")
         d.deploy(app, 1)
         resp, body = request(TOGGLE_DOMAIN)
         self.expect(resp.status == 200 and app in body.decode(), f"{app} serves: {resp.status} {body[:100]!r}")
@@ -1013,9 +1014,7 @@ class Drill:
         app = "drill-grpc"
         started = time.time()
         self.step(f"apps:create {app}, ports:set grpc:{GRPC_PORT}:50051, deploy a grpcio instance")
-        d.apps_create(app)
-        d.ports_set(app, f"grpc:{GRPC_PORT}:50051")
-        d.domains_add(app, GRPC_DOMAIN)
+        d.new_app(app, GRPC_DOMAIN, f"grpc:{GRPC_PORT}:50051")
         inst, = d.deploy(app, 1, sched=self.grpc_sched)
         main = open(m.main).read()
         self.expect(f'address = "127.0.0.1:{GRPC_PORT}"\nh2c = true' in main,
@@ -1058,9 +1057,7 @@ class Drill:
 
         self.step(f"apps:create {app}, deploy; holdfast:set --global letsencrypt-*; "
                   "proxy:build-config --all; holdfast:stop, holdfast:start")
-        d.apps_create(app)
-        d.ports_set(app, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
-        d.domains_add(app, ACME_DOMAIN)
+        d.new_app(app, ACME_DOMAIN, f"http:{HTTP_PORT}:5000", f"https:{HTTPS_PORT}:5000")
         d.deploy(app, 1)
         m.dokku("holdfast:set", "--global", "letsencrypt-email", "ops@example.test")
         m.dokku("holdfast:set", "--global", "letsencrypt-server", pebble.directory)
