@@ -30,11 +30,9 @@ DNS server and the instances on free ports.
 """
 
 import argparse
-import base64
 import http.client
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -63,23 +61,16 @@ ACME_DOMAIN = "acme.example.test"
 ACME_DOMAIN_2 = "acme2.example.test"
 PHASES = ("deploys", "proxy", "grpc", "acme")
 
+sys.path.insert(0, os.path.join(HERE, "..", "..", "drill"))
+from clients import Failure, Load, WebSocket, free_port, log, now_ms  # noqa: E402
+import clients  # noqa: E402
 
-class Failure(Exception):
-    """A step of the drill that did not do what it must."""
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+APP_JS = os.path.join(HERE, "..", "..", "drill", "app.js")
 
 
-def now_ms():
-    return time.time() * 1000.0
-
-
-def log(message):
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+def request(host, path="/", port=HTTP_PORT, **kwargs):
+    """clients.request to holdfast's http port unless told another."""
+    return clients.request(host, path, port=port, **kwargs)
 
 
 # --- the machine: a Dokku tree under a temp dir --------------------------------------
@@ -217,7 +208,7 @@ class ProcessScheduler:
         os.makedirs(os.path.dirname(events), exist_ok=True)
         env = dict(os.environ, PORT=str(port), INSTANCE=ident, EVENTS=events)
         out = open(os.path.join(self.root, "events", f"{ident}.out"), "w")
-        self.procs[ident] = subprocess.Popen(["node", os.path.join(HERE, "app.js")], env=env,
+        self.procs[ident] = subprocess.Popen(["node", APP_JS], env=env,
                                              stdout=out, stderr=subprocess.STDOUT)
         return Instance(ident, port, events)
 
@@ -256,7 +247,7 @@ class DockerScheduler:
         subprocess.run([os.path.join(HERE, "start-docker")], check=True)
         node = shutil.which("node")
         subprocess.run([os.path.join(HERE, "make-image"), self.image, node,
-                        f"{os.path.join(HERE, 'app.js')}:/app/app.js"], check=True,
+                        f"{APP_JS}:/app/app.js"], check=True,
                        stdout=subprocess.DEVNULL)
         self.events = os.path.join(root, "events")
         os.makedirs(self.events, exist_ok=True)
@@ -607,182 +598,6 @@ class Dokku:
         return self.deploy(new, scale)
 
 
-# --- clients -----------------------------------------------------------------------------
-
-
-class Load:
-    """Keep-alive clients (one connection each, reused) and closing clients (a new
-    connection per request, Connection: close) through holdfast; every response must
-    be a 200 naming an instance the drill started."""
-
-    def __init__(self, known, host):
-        self.known = known
-        self.host = host
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.ok = 0
-        self.failures = []
-        self.per_instance = {}
-        self.threads = []
-
-    def record(self, ok, detail):
-        with self.lock:
-            if ok:
-                self.ok += 1
-                self.per_instance[detail] = self.per_instance.get(detail, 0) + 1
-            else:
-                self.failures.append(detail)
-
-    def check(self, resp, body):
-        if resp.status != 200:
-            return False, f"status {resp.status}: {body[:200]!r}"
-        try:
-            ident = json.loads(body)["instance"]
-        except (ValueError, KeyError):
-            return False, f"body {body[:200]!r}"
-        if ident not in self.known:
-            return False, f"unknown instance {ident!r}"
-        return True, ident
-
-    def keepalive(self):
-        conn = None
-        while not self.stop.is_set():
-            try:
-                if conn is None:
-                    conn = http.client.HTTPConnection("127.0.0.1", HTTP_PORT, timeout=10)
-                conn.request("GET", f"/?delay={random.randint(0, 15)}", headers={"Host": self.host})
-                resp = conn.getresponse()
-                body = resp.read()
-                self.record(*self.check(resp, body))
-                if resp.will_close:
-                    conn.close()
-                    conn = None
-            except (OSError, http.client.HTTPException) as e:
-                self.record(False, f"keep-alive client: {type(e).__name__}: {e}")
-                if conn is not None:
-                    conn.close()
-                conn = None
-            time.sleep(0.005)
-        if conn is not None:
-            conn.close()
-
-    def closing(self):
-        while not self.stop.is_set():
-            conn = http.client.HTTPConnection("127.0.0.1", HTTP_PORT, timeout=10)
-            try:
-                conn.request("GET", f"/?delay={random.randint(0, 15)}",
-                             headers={"Host": self.host, "Connection": "close"})
-                resp = conn.getresponse()
-                self.record(*self.check(resp, resp.read()))
-            except (OSError, http.client.HTTPException) as e:
-                self.record(False, f"closing client: {type(e).__name__}: {e}")
-            finally:
-                conn.close()
-            time.sleep(0.005)
-
-    def start(self):
-        for _ in range(KEEPALIVE_CLIENTS):
-            self.threads.append(threading.Thread(target=self.keepalive, daemon=True))
-        for _ in range(CLOSING_CLIENTS):
-            self.threads.append(threading.Thread(target=self.closing, daemon=True))
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=15)
-
-
-class WebSocket:
-    """One WebSocket through holdfast, a text frame echoed every 250 ms."""
-
-    def __init__(self, host):
-        self.sock = socket.create_connection(("127.0.0.1", HTTP_PORT), timeout=5)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(1)
-            if not chunk:
-                raise Failure("WebSocket: connection closed during the handshake")
-            head += chunk
-        if not head.startswith(b"HTTP/1.1 101"):
-            raise Failure(f"WebSocket handshake answered {head.splitlines()[0]!r}")
-        self.echoes = 0
-        self.instance = None
-        self.error = None
-        self.last_echo = time.time()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
-
-    def recv_exact(self, n):
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise OSError("connection closed")
-            data += chunk
-        return data
-
-    def echo(self, text):
-        payload = text.encode()
-        mask = os.urandom(4)
-        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self.sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
-        head = self.recv_exact(2)
-        length = head[1] & 0x7F
-        if length == 126:
-            length = int.from_bytes(self.recv_exact(2), "big")
-        reply = self.recv_exact(length).decode()
-        ident, _, echoed = reply.partition(" ")
-        if echoed != text:
-            raise OSError(f"echo {reply!r} for {text!r}")
-        return ident
-
-    def loop(self):
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            try:
-                ident = self.echo(f"ping {n}")
-            except OSError as e:
-                self.error = f"WebSocket broke after {self.echoes} echoes: {e}"
-                return
-            self.instance = self.instance or ident
-            self.echoes += 1
-            self.last_echo = time.time()
-            self.stop.wait(0.25)
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(timeout=5)
-        try:
-            self.sock.sendall(bytes([0x88, 0x80]) + os.urandom(4))
-        except OSError:
-            pass
-        self.sock.close()
-
-
-def request(host, path="/", port=HTTP_PORT, method="GET", body=None, tls=None):
-    """One request on a new connection; TLS with SNI `host` when tls (an SSLContext)."""
-    if tls is None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    else:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=tls)
-        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-        conn.sock = tls.wrap_socket(raw, server_hostname=host)
-    headers = {"Host": host, "Connection": "close"}
-    conn.request(method, path, body=body, headers=headers)
-    resp = conn.getresponse()
-    data = resp.read()
-    conn.close()
-    return resp, data
-
-
 # --- the drill ---------------------------------------------------------------------------
 
 
@@ -847,8 +662,8 @@ class Drill:
         resp, body = request(DOMAIN)
         self.expect(resp.status == 200, f"first deploy serves: {resp.status} {body[:100]!r}")
 
-        load = Load(d.all, DOMAIN)
-        ws = WebSocket(DOMAIN)
+        load = Load(HTTP_PORT, DOMAIN, d.all, KEEPALIVE_CLIENTS, CLOSING_CLIENTS)
+        ws = WebSocket(HTTP_PORT, DOMAIN)
         load.start()
         deploy_start = time.time()
         self.step(f"{REDEPLOYS} redeploys under load ({KEEPALIVE_CLIENTS} keep-alive, "
