@@ -1,17 +1,22 @@
-// The drill's app: one "container" of a Dokku app, a plain Node.js HTTP server (default
-// keepAliveTimeout, 5 s, as most Node apps run).
+// The drills' app (integrations/dokku/tests, integrations/docker/tests): one container of
+// an app, a plain Node.js HTTP server (default keepAliveTimeout, 5 s, as most Node apps run).
 //
-//   PORT=5001 INSTANCE=web.1-3 EVENTS=/tmp/x.jsonl node app.js
+//   PORT=5001 INSTANCE=web.1-3 EVENTS=/tmp/x.jsonl [HEALTHY_AFTER_MS=1500] [DROP_LATE=1] node app.js
 //
 // - GET /anything: 200 with {"instance", "count"} (this instance's request counter);
 //   ?delay=MS answers after MS milliseconds, so requests are in flight at any moment.
-// - GET /__health: Dokku's checks; not counted, not logged as a request.
+// - GET /__health: the platform's checks (Dokku's, Docker's HEALTHCHECK); not counted, not
+//   logged as a request. With HEALTHY_AFTER_MS it answers 503 until the process has run
+//   that long (an app still warming up), and logs `healthy` at its first 200.
 // - A WebSocket upgrade: the RFC 6455 handshake, then every text frame echoed back.
 // - SIGTERM: stops accepting, answers what is in flight (with Connection: close), keeps
 //   open WebSockets until their clients close them, then exits, as a well-behaved app
 //   does; Dokku sends SIGTERM right after the proxy switched to the new containers.
+//   With DROP_LATE=1, a request that arrives after SIGTERM on a kept connection is not
+//   served: it is logged as `late` and its socket destroyed, as by a server that is gone.
 // EVENTS gets one JSON line per event: listen, conn (a TCP connection accepted), req (a
-// request's arrival), ws, ws-close, sigterm, exit; each with t, milliseconds since epoch.
+// request's arrival), late, healthy, ws, ws-close, sigterm, exit; each with t,
+// milliseconds since epoch.
 "use strict";
 
 const http = require("http");
@@ -21,6 +26,10 @@ const fs = require("fs");
 const port = Number(process.env.PORT);
 const instance = process.env.INSTANCE || `pid-${process.pid}`;
 const events = fs.openSync(process.env.EVENTS || "/dev/null", "a");
+const healthyAfterMs = Number(process.env.HEALTHY_AFTER_MS) || 0;
+const dropLate = process.env.DROP_LATE === "1";
+const startedAt = Date.now();
+let healthy = false;
 
 function log(ev, extra) {
     fs.writeSync(events, JSON.stringify(Object.assign({ t: Date.now(), ev }, extra)) + "\n");
@@ -41,10 +50,24 @@ function maybeExit() {
 const server = http.createServer((req, res) => {
     const url = new URL(req.url, "http://x");
     if (url.pathname === "/__health") {
+        if (Date.now() - startedAt < healthyAfterMs) {
+            res.statusCode = 503;
+            res.end("warming up\n");
+            return;
+        }
+        if (!healthy) {
+            healthy = true;
+            log("healthy");
+        }
         res.end("ok\n");
         return;
     }
-    log("req", { path: url.pathname });
+    if (closing && dropLate) {
+        log("late", { path: url.pathname, remote: req.socket.remotePort });
+        req.socket.destroy();
+        return;
+    }
+    log("req", { path: url.pathname, remote: req.socket.remotePort });
     inFlight += 1;
     count += 1;
     const body = JSON.stringify({ instance, count }) + "\n";
