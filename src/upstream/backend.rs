@@ -18,11 +18,12 @@ use tokio::time::Instant;
 
 use super::backend_health::BackendHealth;
 use super::connect::Dial;
+use super::discovery::Target;
 use super::lease::OriginPool;
 use super::load::Load;
 use super::metrics::BackendMetrics;
 use super::multiplex::{Leased, Multiplexed, MuxLease};
-use super::settings::Speaks;
+use super::settings::{ContainerRef, Speaks};
 use super::share::Shares;
 use super::{LeaseError, UpstreamConfig};
 use crate::balance::Candidate;
@@ -31,6 +32,9 @@ use crate::balance::Candidate;
 /// counters.
 pub struct Backend {
     pub addr: SocketAddr,
+    /// The container at `addr`, when Docker discovery found it: part of who the
+    /// backend is, with the address.
+    pub container: Option<ContainerRef>,
     /// Idle connections to it, and the connects that open new ones.
     pub conns: OriginPool,
     /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
@@ -51,6 +55,7 @@ impl Backend {
     pub(super) fn new(
         addr: SocketAddr,
         host: &str,
+        container: Option<ContainerRef>,
         config: &UpstreamConfig,
         budget: &Arc<IdleBudget>,
     ) -> Arc<Self> {
@@ -62,6 +67,7 @@ impl Backend {
         let dial = dial.speaking(Speaks::Http1);
         Arc::new(Backend {
             addr,
+            container,
             conns: OriginPool::new(dial, &config.name, config.pool.clone(), budget),
             mux,
             speaks: AtomicU8::new(speaks as u8),
@@ -70,6 +76,17 @@ impl Backend {
             metrics: BackendMetrics::default(),
             shares: Arc::default(),
         })
+    }
+
+    /// Whether this backend is the one `target` names: the same address and, for a
+    /// container, the same container (and process).
+    pub(super) fn is(&self, target: &Target) -> bool {
+        self.addr == target.addr && self.container == target.container
+    }
+
+    /// The container's name, or `""` for a backend that is no container.
+    pub fn container_name(&self) -> &str {
+        self.container.as_ref().map_or("", |c| &c.name)
     }
 
     /// Whether this backend can stay in a group configured as `config`, listed as
