@@ -132,10 +132,10 @@ class Holdfast:
         return json.loads(self.admin_get("/status"))
 
     def metric(self, name):
-        """The value of an unlabelled metric in /metrics, or None."""
+        """The value of an unlabelled metric in /metrics (`name 1` or `name{} 1`), or None."""
         for line in self.admin_get("/metrics").splitlines():
             parts = line.split()
-            if len(parts) == 2 and parts[0] == name:
+            if len(parts) == 2 and parts[0] in (name, name + "{}"):
                 return float(parts[1])
         return None
 
@@ -447,21 +447,25 @@ class Drill:
     def phase_crash(self):
         hf = self.holdfast("crash")
         labels = route("crash.test", "{port}", group="crash")
-        a = self.start_app("drill-crash-a", labels)
-        b = self.start_app("drill-crash-b", labels)
-        for app in (a, b):
-            self.probe("crash.test", want=app.name, timeout=20, interval=0.005)
-        load = Load(hf.port, "crash.test", {a.name, b.name}, KEEPALIVE_CLIENTS, CLOSING_CLIENTS,
+        pair = [self.start_app("drill-crash-a", labels), self.start_app("drill-crash-b", labels)]
+        self.probe("crash.test", timeout=20)
+        wait_until(lambda: all((hf.server_of(app.id) or ("", {}))[1].get("health") == "healthy" for app in pair),
+                   "both containers of the group healthy in /status", timeout=20)
+        load = Load(hf.port, "crash.test", {app.name for app in pair}, KEEPALIVE_CLIENTS, CLOSING_CLIENTS,
                     max_delay_ms=40, max_seconds=60)
         load_started = now_ms()
         load.start()
         try:
             time.sleep(2.0)
+            # The one serving more of the load is killed (the balancer may favour one).
+            a, b = sorted(pair, key=lambda app: -len(app.events("req")))
             killed_at = now_ms()
             self.engine.kill(a.id)
             time.sleep(2.5)
         finally:
             load.finish()
+        log(f"killed {a.name} ({len(a.events('req'))} requests); {b.name} had "
+            f"{len([e for e in b.events('req') if e['t'] < killed_at])} before the kill")
         arrived = len([e for e in a.events("req") if e["t"] >= load_started])  # not the probes'
         answered = load.per_instance.get(a.name, 0)
         in_flight = arrived - answered
@@ -470,7 +474,7 @@ class Drill:
         for x in failed[:10]:
             log(f"  failed request started {x.start_ms - killed_at:+.0f} ms from the kill: {x.detail}")
         self.expect(len(failed) <= in_flight, f"{len(failed)} requests failed; {in_flight} were in flight on "
-                                              f"drill-crash-a when it was killed ({arrived} reached it, "
+                                              f"{a.name} when it was killed ({arrived} reached it, "
                                               f"{answered} answered)")
         self.expect(not after, f"{len(after)} requests that started more than 100 ms after the kill failed "
                                f"(of {sum(1 for x in load.exchanges if x.start_ms > killed_at + 100)})")
@@ -612,12 +616,14 @@ class Drill:
                 time.sleep(0.5)
             return samples
 
-        if hf.metric(metric) is None:
+        fresh = hf.metric(metric)
+        if fresh is None:
             raise Failure(f"/metrics has no {metric}")
+        servers_before = len(hf.servers())
         log(f"warm-up: {2 * MEMORY_PARALLEL} containers, each routed once")
         run(2, 1)
         start = settle()
-        log(f"{metric} after the warm-up: {[int(s) for s in start]}")
+        log(f"{metric}: {int(fresh)} at holdfast's start, after the warm-up {[int(s) for s in start]}")
         log(f"{MEMORY_CONTAINERS} containers started and removed, {MEMORY_PARALLEL} at a time "
             f"(every 10th per worker routed through holdfast before its removal)")
         began = time.time()
@@ -628,6 +634,9 @@ class Drill:
         for e in errors[:5]:
             log(f"  error: {e}")
         self.expect(not errors, f"{len(errors)} of the {MEMORY_CONTAINERS} container cycles failed")
+        servers_after = len(hf.servers())
+        self.expect(servers_after == servers_before,
+                    f"servers in /status: {servers_before} before, {servers_after} after")
         grew = min(end) - min(start)
         self.expect(grew <= MEMORY_TOLERANCE_BYTES,
                     f"allocated bytes {min(start) / 1048576:.2f} MiB -> {min(end) / 1048576:.2f} MiB after "
