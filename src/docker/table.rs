@@ -241,6 +241,7 @@ pub struct Found {
 /// (or an earlier group, by name) already make is left out, with a warning.
 pub fn merge(file: &Config, found: &Discovered) -> Config {
     let mut config = file.clone();
+    let settings = file.docker.as_ref();
     for (name, group) in &found.groups {
         match config.upstreams.iter_mut().find(|u| u.name == *name) {
             Some(defined) => defined.servers.extend(group.servers.iter().cloned()),
@@ -250,6 +251,9 @@ pub fn merge(file: &Config, found: &Discovered) -> Config {
                 made.protocol = group.protocol;
                 config.upstreams.push(made);
             }
+        }
+        if let Some(u) = config.upstreams.iter_mut().find(|u| u.name == *name) {
+            u.drain_timeout = settings.map(|s| s.drain_timeout);
         }
         for claim in &group.claims {
             let host = claim.host.as_deref().map_or(Ok(HostPattern::Any), HostPattern::parse);
