@@ -3,6 +3,7 @@
 //! access log (when configured) running beside them; and [`Instance::reload`], which
 //! applies a new config to all of it without dropping a request or a warm pool.
 
+mod merge;
 mod process;
 pub mod signals;
 mod site;
@@ -392,7 +393,7 @@ impl Shared {
         let mut live = self.live.lock().await;
         warn_unreloadable(&live.file, &file);
         let diff = ConfigDiff::between(&live.file, &file);
-        let config = docker::merge(&file, &live.discovered);
+        let config = merge::merge(&file, &live.discovered);
         let certs = read_certs(&config)
             .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
         let logs =
@@ -422,7 +423,7 @@ impl Shared {
         if *live.discovered == *found {
             return;
         }
-        let config = docker::merge(&live.file, &found);
+        let config = merge::merge(&live.file, &found);
         let diff = ConfigDiff::between(&live.config, &config);
         let resolved = resolve_changed(&config, &live.upstreams).await;
         let logs = (**self.route_logs.load()).clone();

@@ -7,7 +7,7 @@
 //! says it changed. It keeps a [`table::Table`] of the containers that ask to be
 //! routed (`labels.rs` reads what they ask, `traefik.rs` Traefik's rules) and
 //! publishes what they make, [`Discovered`], whenever that changes; the instance adds
-//! it to the file's config and applies the whole ([`merge`]), as a reload does: groups
+//! it to the file's config and applies the whole, as a reload does: groups
 //! swapped whole, backends that stay keeping their pools, listeners untouched.
 //!
 //! A container joins its group only when it is in service (`table.rs` says when):
@@ -44,7 +44,7 @@ use labels::{Health, Inspected};
 use settings::DockerConfig;
 use table::{Counts, Next, Table};
 
-pub use table::{merge, Discovered};
+pub use table::Discovered;
 
 /// How long one API request may take before the connection counts as broken.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
