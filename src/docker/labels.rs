@@ -60,7 +60,7 @@ pub struct Wanted {
 /// What `c`'s labels ask for: `Ok(None)` when it is not routed, an error (for the
 /// log) when it asks to be but its labels cannot be followed.
 pub fn read(c: &Inspected, settings: &DockerConfig) -> Result<Option<Wanted>, String> {
-    if !opted_in(c, settings)? {
+    if !opted_in(&c.labels, settings)? {
         return Ok(None);
     }
     let group = group(c)?;
@@ -74,10 +74,13 @@ fn label<'a>(c: &'a Inspected, key: &str) -> Option<&'a str> {
     c.labels.get(key).map(|v| v.trim())
 }
 
-/// `holdfast.enable` decides when set; else a `holdfast.host` or `holdfast.path` label,
-/// `traefik.enable=true` or `exposed_by_default` opts in.
-fn opted_in(c: &Inspected, settings: &DockerConfig) -> Result<bool, String> {
-    let flag = |key: &str| match label(c, key) {
+/// Whether a container with `labels` asks to be routed: `holdfast.enable` decides when
+/// set; else a `holdfast.host` or `holdfast.path` label, `traefik.enable=true` or
+/// `exposed_by_default` opts in. (The container list has the labels: a container that
+/// does not opt in is never inspected.)
+pub fn opted_in(labels: &HashMap<String, String>, settings: &DockerConfig) -> Result<bool, String> {
+    let label = |key: &str| labels.get(key).map(|v| v.trim());
+    let flag = |key: &str| match label(key) {
         None => Ok(None),
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
@@ -86,7 +89,7 @@ fn opted_in(c: &Inspected, settings: &DockerConfig) -> Result<bool, String> {
     if let Some(enabled) = flag("holdfast.enable")? {
         return Ok(enabled);
     }
-    if label(c, "holdfast.host").is_some() || label(c, "holdfast.path").is_some() {
+    if label("holdfast.host").is_some() || label("holdfast.path").is_some() {
         return Ok(true);
     }
     Ok(flag("traefik.enable")?.unwrap_or(settings.exposed_by_default))

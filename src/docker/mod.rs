@@ -221,6 +221,10 @@ impl Provider {
         let mut running = Vec::new();
         for summary in listed {
             let Some(id) = summary.id else { continue };
+            let labels = summary.labels.unwrap_or_default();
+            if labels::opted_in(&labels, &self.settings) == Ok(false) {
+                continue;
+            }
             match docker.inspect_container(&id, None).await {
                 Ok(found) => {
                     self.take_in(inspected(found));
