@@ -139,16 +139,26 @@ pub async fn run(
         checked_rx,
     };
     let mut backoff = FIRST_BACKOFF;
+    // Failed connects since the last session that ran: the first is logged, then one
+    // in every `QUIET` (a minute apart once the pauses reach their longest).
+    let mut failures = 0u64;
+    const QUIET: u64 = 12;
     loop {
         tokio::select! {
             ended = provider.session() => {
                 // A session that got as far as following events starts the pauses over.
                 if provider.state.connected.swap(false, Ordering::Relaxed) {
                     backoff = FIRST_BACKOFF;
+                    failures = 0;
                 }
                 match ended {
                     Ok(()) => tracing::warn!("docker: the event stream ended; connecting again"),
-                    Err(e) => tracing::warn!(error = %e, retry_in = ?backoff, "docker: cannot follow the Engine; the routes found so far stay"),
+                    Err(e) => {
+                        if failures % QUIET == 0 {
+                            tracing::warn!(error = %e, failures = failures + 1, "docker: cannot follow the Engine; the routes found so far stay");
+                        }
+                        failures += 1;
+                    }
                 }
             }
             _ = stop.changed() => return,
