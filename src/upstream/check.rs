@@ -78,8 +78,12 @@ pub enum CheckError {
 /// Checks every server of the group each interval, until the group is removed.
 pub async fn run(upstream: Arc<Upstream>) {
     loop {
-        let interval = upstream.with_state(|m| m.config.check.as_ref().map(|c| c.interval));
+        // Made before the removal is looked at, so a removal after the look wakes it.
         let changed = upstream.changed.notified();
+        if upstream.is_removed() {
+            return;
+        }
+        let interval = upstream.with_state(|m| m.config.check.as_ref().map(|c| c.interval));
         tokio::select! {
             () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(3600))) => {}
             () = changed => continue,
