@@ -23,6 +23,8 @@ pub struct Inspected {
     /// `State.StartedAt`.
     pub started: String,
     pub running: bool,
+    /// Paused: it answers nothing until unpaused.
+    pub paused: bool,
     pub labels: HashMap<String, String>,
     /// The TCP ports it exposes (`EXPOSE`, `--expose`).
     pub exposed_ports: Vec<u16>,
@@ -232,6 +234,7 @@ mod tests {
             name: "web-1".into(),
             started: "2026-11-28T00:00:00Z".into(),
             running: true,
+            paused: false,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             exposed_ports: vec![8080],
             host_network: true,

@@ -53,8 +53,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The container events that may change what a container asks or whether it is in
-/// service; `health_status` matches each `health_status: STATE`.
-const EVENTS: [&str; 7] = ["start", "die", "stop", "destroy", "kill", "health_status", "rename"];
+/// service; `health_status` matches each `health_status: STATE`. A paused container
+/// answers nothing: it is out of service until unpaused.
+const EVENTS: [&str; 9] =
+    ["start", "die", "stop", "destroy", "kill", "health_status", "rename", "pause", "unpause"];
 
 /// What the provider shows on `/metrics`.
 #[derive(Debug, Default)]
@@ -391,6 +393,7 @@ fn inspected(found: ContainerInspectResponse) -> Inspected {
         name: found.name.unwrap_or_default().trim_start_matches('/').to_string(),
         started: state.started_at.unwrap_or_default(),
         running: state.running.unwrap_or(false),
+        paused: state.paused.unwrap_or(false),
         labels: config.labels.unwrap_or_default(),
         exposed_ports,
         host_network: network_mode == "host",

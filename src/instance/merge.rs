@@ -62,6 +62,7 @@ mod tests {
             name: format!("c-{id}"),
             started: "t0".into(),
             running: true,
+            paused: false,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             exposed_ports: vec![8080],
             host_network: true,
