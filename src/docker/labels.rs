@@ -37,6 +37,26 @@ pub struct Inspected {
     pub stop_signal: Option<String>,
 }
 
+#[cfg(test)]
+impl Inspected {
+    /// A running container `c-ID` on the host network that exposes port 8080.
+    pub fn example(id: &str, labels: &[(&str, &str)], health: Health) -> Inspected {
+        Inspected {
+            id: id.into(),
+            name: format!("c-{id}"),
+            started: "t0".into(),
+            running: true,
+            paused: false,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            exposed_ports: vec![8080],
+            host_network: true,
+            networks: Vec::new(),
+            health,
+            stop_signal: None,
+        }
+    }
+}
+
 /// A container's Docker health state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Health {
@@ -229,19 +249,7 @@ mod tests {
     use super::*;
 
     fn container(labels: &[(&str, &str)]) -> Inspected {
-        Inspected {
-            id: "0123456789abcdef".into(),
-            name: "web-1".into(),
-            started: "2026-11-28T00:00:00Z".into(),
-            running: true,
-            paused: false,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            exposed_ports: vec![8080],
-            host_network: true,
-            networks: Vec::new(),
-            health: Health::None,
-            stop_signal: None,
-        }
+        Inspected::example("1", labels, Health::None)
     }
 
     fn wanted(labels: &[(&str, &str)]) -> Result<Option<Wanted>, String> {
@@ -274,7 +282,7 @@ mod tests {
         assert_eq!(wanted(&[]), Ok(None));
         let exposed = DockerConfig { exposed_by_default: true, ..DockerConfig::default() };
         let w = read(&container(&[]), &exposed).expect("valid").expect("routed");
-        assert_eq!((w.group.as_str(), w.claims.len()), ("web-1", 0));
+        assert_eq!((w.group.as_str(), w.claims.len()), ("c-1", 0));
         let off = [("holdfast.enable", "false"), ("holdfast.host", "a.test")];
         assert_eq!(read(&container(&off), &exposed), Ok(None));
         assert_eq!(wanted(&[("traefik.enable", "false")]), Ok(None));
