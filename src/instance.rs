@@ -3,6 +3,7 @@
 //! access log (when configured) running beside them; and [`Instance::reload`], which
 //! applies a new config to all of it without dropping a request or a warm pool.
 
+mod merge;
 mod process;
 pub mod signals;
 mod site;
@@ -251,7 +252,7 @@ impl Instance {
         }
         {
             let mut live = shared.live.lock().await;
-            let resolved = resolve_all(config, &live.upstreams).await;
+            let resolved = resolve_all(config, &live.upstreams, Lookups::All).await;
             shared.apply(&mut live, config.clone(), resolved, bound, Some(certs), route_logs);
         }
         let (stop, stop_rx) = watch::channel(false);
@@ -392,12 +393,12 @@ impl Shared {
         let mut live = self.live.lock().await;
         warn_unreloadable(&live.file, &file);
         let diff = ConfigDiff::between(&live.file, &file);
-        let config = docker::merge(&file, &live.discovered);
+        let config = merge::merge(&file, &live.discovered);
         let certs = read_certs(&config)
             .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
         let logs =
             open_route_logs(&config, &self.route_logs.load()).map_err(ReloadError::AccessLog)?;
-        let resolved = resolve_all(&config, &live.upstreams).await;
+        let resolved = resolve_all(&config, &live.upstreams, Lookups::All).await;
         let mut bound = Vec::new();
         for l in &config.listeners {
             if live.listeners.iter().any(|o| o.configured == l.addr) {
@@ -422,9 +423,9 @@ impl Shared {
         if *live.discovered == *found {
             return;
         }
-        let config = docker::merge(&live.file, &found);
+        let config = merge::merge(&live.file, &found);
         let diff = ConfigDiff::between(&live.config, &config);
-        let resolved = resolve_changed(&config, &live.upstreams).await;
+        let resolved = resolve_all(&config, &live.upstreams, Lookups::Changed).await;
         let logs = (**self.route_logs.load()).clone();
         self.apply(&mut live, config, resolved, Vec::new(), None, logs);
         live.discovered = found;
@@ -588,32 +589,30 @@ async fn follow_acme_names(live: &mut Live) {
     }
 }
 
-/// Resolves the servers of every group in `config`; names that fail keep what the
-/// group of the same name in `current` had.
+/// When groups' names are resolved again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lookups {
+    /// In every group (a reload).
+    All,
+    /// Only in groups whose server list changed; the others keep what they have, and
+    /// their names are followed by `discovery::run` (a Docker change).
+    Changed,
+}
+
+/// Resolves the servers of the groups in `config` as `lookups` says; names that fail
+/// keep what the group of the same name in `current` had.
 async fn resolve_all(
     config: &Config,
     current: &BTreeMap<String, Arc<Upstream>>,
-) -> BTreeMap<String, Resolution> {
-    let mut out = BTreeMap::new();
-    for u in &config.upstreams {
-        let previous = current.get(&u.name).map(|g| g.state().resolution.clone());
-        let resolution = discovery::resolve(&u.servers, &previous.unwrap_or_default()).await;
-        out.insert(u.name.clone(), resolution);
-    }
-    out
-}
-
-/// [`resolve_all`] for the groups whose servers changed; the others keep what their
-/// group has (its names are followed by `discovery::run`).
-async fn resolve_changed(
-    config: &Config,
-    current: &BTreeMap<String, Arc<Upstream>>,
+    lookups: Lookups,
 ) -> BTreeMap<String, Resolution> {
     let mut out = BTreeMap::new();
     for u in &config.upstreams {
         let previous = current.get(&u.name).map(|g| g.state());
         let resolution = match previous {
-            Some(p) if p.config.servers == u.servers => p.resolution.clone(),
+            Some(p) if lookups == Lookups::Changed && p.config.servers == u.servers => {
+                p.resolution.clone()
+            }
             Some(p) => discovery::resolve(&u.servers, &p.resolution).await,
             None => discovery::resolve(&u.servers, &Resolution::default()).await,
         };

@@ -45,6 +45,7 @@ pub struct FileDocker {
     pub network: Option<Spanned<String>>,
     pub exposed_by_default: Option<Spanned<bool>>,
     pub resync: Option<Spanned<String>>,
+    pub drain_timeout: Option<Spanned<String>>,
 }
 
 /// A file that another one `include`s: groups, routes and certificates only.

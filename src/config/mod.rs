@@ -625,6 +625,8 @@ impl Validator<'_> {
             docker.exposed_by_default = *v.get_ref();
         }
         self.set_positive_duration(&raw.resync, "docker.resync", &mut docker.resync);
+        let drain = &mut docker.drain_timeout;
+        self.set_positive_duration(&raw.drain_timeout, "docker.drain_timeout", drain);
         docker
     }
 

@@ -21,7 +21,15 @@ pub struct DockerConfig {
     pub exposed_by_default: bool,
     /// How often every container is read again, in case an event was missed.
     pub resync: Duration,
+    /// How long the upgraded connections (WebSockets) to a container that left may go
+    /// on; requests in flight finish within their own timeouts.
+    pub drain_timeout: Duration,
 }
+
+/// Default [`DockerConfig::drain_timeout`]: longer than Docker's own 10 s between
+/// `docker stop`'s signal and its SIGKILL, so a container that is stopping closes its
+/// WebSockets itself; one that turned unhealthy but runs on loses them after this.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for DockerConfig {
     fn default() -> DockerConfig {
@@ -30,6 +38,7 @@ impl Default for DockerConfig {
             network: None,
             exposed_by_default: false,
             resync: DEFAULT_RESYNC,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 }

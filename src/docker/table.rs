@@ -1,7 +1,6 @@
-//! The containers holdfast knows, which of them are in service, and what they add to
-//! the config in force: a group per `holdfast.group` (or compose service, or name) with
-//! a server for each container in service, and a route for each host and path prefix
-//! the group's containers claim.
+//! The containers holdfast knows, which of them are in service, and the groups they
+//! make: one per `holdfast.group` (or compose service, or name) with a server for each
+//! container in service, and the hosts and path prefixes its containers claim.
 //!
 //! A container is in service when Docker says it is `healthy` or, without a
 //! `HEALTHCHECK`, once holdfast's own first check passed; never after it was sent a
@@ -13,10 +12,8 @@ use std::collections::BTreeMap;
 use super::labels::{self, Health, Inspected, Wanted};
 use super::settings::DockerConfig;
 use super::traefik::Claim;
-use crate::config::{Config, RouteConfig};
-use crate::route::HostPattern;
 use crate::upstream::settings::Protocol;
-use crate::upstream::{ContainerRef, Server, UpstreamConfig};
+use crate::upstream::{ContainerRef, Server};
 
 /// What one known container is and asks for.
 #[derive(Debug, Clone)]
@@ -30,11 +27,14 @@ struct Entry {
     stopping: bool,
     /// The signal `docker stop` sends it, when not SIGTERM.
     stop_signal: Option<String>,
+    /// Paused: out of service until unpaused.
+    paused: bool,
 }
 
 impl Entry {
     fn in_service(&self) -> bool {
         !self.stopping
+            && !self.paused
             && match self.health {
                 Health::Healthy => true,
                 Health::None => self.checked,
@@ -87,8 +87,16 @@ impl Table {
         let checked = same.is_some_and(|e| e.checked && e.wanted.addr == wanted.addr);
         let stopping = same.is_some_and(|e| e.stopping);
         let stop_signal = c.stop_signal.clone();
-        let entry = Entry { reference, wanted, health: c.health, checked, stopping, stop_signal };
-        let next = if entry.health == Health::None && !checked && !stopping {
+        let entry = Entry {
+            reference,
+            wanted,
+            health: c.health,
+            checked,
+            stopping,
+            stop_signal,
+            paused: c.paused,
+        };
+        let next = if entry.health == Health::None && !checked && !stopping && !c.paused {
             Next::Check(entry.wanted.clone(), entry.reference.clone())
         } else {
             Next::Nothing
@@ -236,43 +244,6 @@ pub struct Found {
     pub claims: Vec<Claim>,
 }
 
-/// `file` with the discovered groups and routes added. A group the file defines gets
-/// the containers as more servers and keeps its settings; a claim the file's routes
-/// (or an earlier group, by name) already make is left out, with a warning.
-pub fn merge(file: &Config, found: &Discovered) -> Config {
-    let mut config = file.clone();
-    for (name, group) in &found.groups {
-        match config.upstreams.iter_mut().find(|u| u.name == *name) {
-            Some(defined) => defined.servers.extend(group.servers.iter().cloned()),
-            None => {
-                let mut made = UpstreamConfig::new(name, group.servers.clone());
-                made.pool = file.pool.clone();
-                made.protocol = group.protocol;
-                config.upstreams.push(made);
-            }
-        }
-        for claim in &group.claims {
-            let host = claim.host.as_deref().map_or(Ok(HostPattern::Any), HostPattern::parse);
-            let Ok(host) = host else { continue };
-            let taken = config.routes.iter().find(|r| r.host == host && r.path == claim.path);
-            if let Some(route) = taken {
-                if route.upstream != *name {
-                    tracing::warn!(
-                        group = %name,
-                        host = %claim.host.as_deref().unwrap_or("*"),
-                        path = %claim.path,
-                        taken_by = %route.upstream,
-                        "docker: a container claims a host and path another group has; left out"
-                    );
-                }
-                continue;
-            }
-            config.routes.push(RouteConfig::to(host, claim.path.clone(), name.clone()));
-        }
-    }
-    config
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
@@ -280,18 +251,7 @@ mod tests {
     use super::*;
 
     fn container(id: &str, labels: &[(&str, &str)], health: Health) -> Inspected {
-        Inspected {
-            id: id.into(),
-            name: format!("c-{id}"),
-            started: "t0".into(),
-            running: true,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            exposed_ports: vec![8080],
-            host_network: true,
-            networks: Vec::new(),
-            health,
-            stop_signal: None,
-        }
+        Inspected::example(id, labels, health)
     }
 
     fn settings() -> DockerConfig {
@@ -366,6 +326,20 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_container_is_out_of_service_and_keeps_its_routes() {
+        let mut table = Table::default();
+        let mut c = container("a", &WEB, Health::Healthy);
+        table.update(&c, &settings()).expect("valid");
+        c.paused = true;
+        table.update(&c, &settings()).expect("valid");
+        assert!(servers(&table, "web").is_empty());
+        assert_eq!(table.discovered().groups["web"].claims.len(), 1, "503, not 404");
+        c.paused = false;
+        table.update(&c, &settings()).expect("valid");
+        assert_eq!(servers(&table, "web").len(), 1);
+    }
+
+    #[test]
     fn a_stopsignal_of_its_own_counts_as_a_stop() {
         assert!(is_stop_signal("15", None));
         assert!(is_stop_signal("9", Some("SIGQUIT")));
@@ -374,45 +348,5 @@ mod tests {
         assert!(is_stop_signal("10", Some("10")));
         assert!(!is_stop_signal("1", None));
         assert!(!is_stop_signal("10", Some("SIGWINCH")));
-    }
-
-    #[test]
-    fn merged_groups_add_servers_and_routes_and_leave_the_files_claims_alone() {
-        let file = Config::parse(
-            "[[listener]]\naddress = \"127.0.0.1:0\"\n[docker]\n\
-             [upstream.web]\nservers = []\nbalance = \"round_robin\"\n\
-             [upstream.other]\nservers = [\"127.0.0.1:9\"]\n\
-             [[route]]\nhost = \"taken.test\"\nupstream = \"other\"\n",
-            std::path::Path::new("holdfast.toml"),
-        )
-        .expect("valid config");
-        let mut table = Table::default();
-        table.update(&container("a", &WEB, Health::Healthy), &settings()).expect("valid");
-        let api = [("holdfast.host", "api.test,taken.test"), ("holdfast.path", "/v1")];
-        table.update(&container("b", &api, Health::Healthy), &settings()).expect("valid");
-        let taken = [("holdfast.host", "taken.test")];
-        table.update(&container("c", &taken, Health::Healthy), &settings()).expect("valid");
-        let merged = merge(&file, &table.discovered());
-        let web = merged.upstreams.iter().find(|u| u.name == "web").expect("web");
-        assert_eq!(web.servers.len(), 1);
-        assert_eq!(web.balance.as_str(), "round_robin", "the file's settings stay");
-        let made = merged.upstreams.iter().find(|u| u.name == "c-b").expect("made");
-        assert_eq!(made.servers.len(), 1);
-        let routes: Vec<(String, &str, &str)> = merged
-            .routes
-            .iter()
-            .map(|r| (format!("{:?}", r.host), r.path.as_str(), r.upstream.as_str()))
-            .collect();
-        assert_eq!(routes.len(), 4, "{routes:?}");
-        assert!(routes
-            .iter()
-            .any(|(h, p, u)| h.contains("api.test") && *p == "/v1" && *u == "c-b"));
-        assert!(routes
-            .iter()
-            .any(|(h, p, u)| h.contains("taken.test") && *p == "/" && *u == "other"));
-        assert!(
-            !routes.iter().any(|(h, p, u)| h.contains("taken.test") && *p == "/" && *u == "c-c"),
-            "the file's route wins: {routes:?}"
-        );
     }
 }

@@ -226,6 +226,9 @@ impl Proxy {
         // connection.
         let mut fresh = false;
         loop {
+            if self.leave_retired(out, &mut tried) {
+                fresh = false;
+            }
             let backend = Arc::clone(out.backend());
             let connecting = self.connect(out, &backend, fresh, asked);
             // A request whose client leaves while it waits for a connection stops
@@ -381,6 +384,15 @@ impl Proxy {
         true
     }
 
+    /// Moves the request to another backend of its group when the one it was given
+    /// left the group since (a reload removed it, or its container was sent a stop
+    /// signal): a request that raced the change, or is replayed after a pooled
+    /// connection failed under it, goes where new requests go. Stays when no other
+    /// backend can take it.
+    pub(super) fn leave_retired(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
+        out.backend.as_ref().is_some_and(|b| b.conns.is_retired()) && self.fail_over(out, tried)
+    }
+
     /// The body of a small idempotent request, read in full before it is sent so it
     /// can be sent again (see [`retry::should_keep_body`]); `None` for other requests.
     pub(super) async fn kept_body<W: Wire>(
@@ -467,12 +479,19 @@ impl Proxy {
     async fn switch<W: Wire>(&self, out: Outbound, lease: Lease, wire: &mut W) -> Done {
         let conn = lease.into_inner(CloseReason::Upgraded);
         let stall = out.route.timeouts.read;
+        let backend = Arc::clone(out.backend());
         let wrote = wire.switch(&out).await;
         let at = Instant::now();
         let delivery = Delivery { status: 101, bytes: 0, ended: Some(at) };
         out.record.finish(out.route.upstream.as_deref(), delivery);
         if wrote {
-            wire.tunnel(conn, stall).await;
+            // A backend that left its group may close its tunnels after its drain time.
+            tokio::select! {
+                () = wire.tunnel(conn, stall) => {}
+                () = backend.cut_off() => {
+                    tracing::info!(backend = %backend.addr, container = backend.container_name(), "upgraded connection closed: its server left and the drain time is over");
+                }
+            }
         }
         Done { next: Next::Close, at }
     }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_pool::IdleBudget;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::backend_health::BackendHealth;
@@ -47,6 +48,9 @@ pub struct Backend {
     pub metrics: BackendMetrics,
     /// What each client holds of it, so none takes it all while it is crowded.
     pub shares: Arc<Shares>,
+    /// Set once it left its group and its drain time passed: its upgraded connections
+    /// close.
+    cut: watch::Sender<bool>,
 }
 
 impl Backend {
@@ -75,6 +79,7 @@ impl Backend {
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
             shares: Arc::default(),
+            cut: watch::Sender::new(false),
         })
     }
 
@@ -100,11 +105,30 @@ impl Backend {
     }
 
     /// Takes no new requests' connections; open ones close as their requests end
-    /// (the backend left its group).
-    pub(super) fn retire(&self) {
+    /// (the backend left its group), and its upgraded connections after `drain` when
+    /// one is given.
+    pub(super) fn retire(self: &Arc<Self>, drain: Option<Duration>) {
         self.conns.retire();
         if let Some(mux) = &self.mux {
             mux.retire();
+        }
+        if let Some(drain) = drain {
+            let backend = Arc::downgrade(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(drain).await;
+                if let Some(backend) = backend.upgrade() {
+                    backend.cut.send_replace(true);
+                }
+            });
+        }
+    }
+
+    /// Completes once the backend left its group and its drain time is over (never
+    /// for one that stays, or one without a drain time).
+    pub async fn cut_off(&self) {
+        let mut cut = self.cut.subscribe();
+        if cut.wait_for(|cut| *cut).await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 

@@ -214,7 +214,7 @@ impl Upstream {
             if !backends.iter().any(|n| Arc::ptr_eq(n, b)) {
                 let container = b.container_name();
                 tracing::info!(upstream = %self.name, backend = %b.addr, container, "backend removed; draining");
-                b.retire();
+                b.retire(old.config.drain_timeout);
             }
         }
         for b in &backends {
@@ -231,8 +231,9 @@ impl Upstream {
     /// The group left the config: its backends drain and its background tasks end.
     pub fn remove(&self) {
         self.removed.store(true, Ordering::Release);
-        for b in &self.state.load().backends {
-            b.retire();
+        let state = self.state.load();
+        for b in &state.backends {
+            b.retire(state.config.drain_timeout);
         }
         self.changed.notify_waiters();
     }
@@ -320,6 +321,8 @@ impl Upstreams {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn container(id: &str, addr: &str) -> Server {
@@ -356,5 +359,43 @@ mod tests {
         assert_eq!(second.addr, first.addr);
         assert_eq!(second.container_name(), "c-b");
         assert_eq!(Arc::strong_count(&first), 1, "the old backend is held by nothing else");
+    }
+
+    #[tokio::test]
+    async fn a_removed_backend_with_a_drain_time_is_cut_off_after_it() {
+        let budget = Arc::new(IdleBudget::new(16));
+        let (a, b) = (container("a", "127.0.0.1:5000"), container("b", "127.0.0.1:5001"));
+        let (mut config, resolution) = group_of(&[a, b.clone()]).await;
+        config.drain_timeout = Some(Duration::from_millis(50));
+        let group = Upstream::new(config.clone(), resolution, &budget);
+        let (leaving, staying) = {
+            let state = group.state();
+            (Arc::clone(&state.backends[0]), Arc::clone(&state.backends[1]))
+        };
+        let (_, resolution) = group_of(std::slice::from_ref(&b)).await;
+        group.update(UpstreamConfig { servers: vec![b], ..config }, resolution);
+        let wait = Duration::from_secs(2);
+        tokio::time::timeout(wait, leaving.cut_off()).await.expect("cut off after 50 ms");
+        let staying_cut = tokio::time::timeout(Duration::from_millis(200), staying.cut_off());
+        assert!(staying_cut.await.is_err(), "a backend that stays is never cut off");
+    }
+
+    #[tokio::test]
+    async fn a_removed_group_is_let_go_by_its_background_tasks() {
+        let budget = Arc::new(IdleBudget::new(16));
+        let (config, resolution) = group_of(&[container("a", "127.0.0.1:5000")]).await;
+        let group = Arc::new(Upstream::new(config, resolution, &budget));
+        tokio::spawn(discovery::run(Arc::clone(&group)));
+        tokio::spawn(check::run(Arc::clone(&group)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A change first: each task goes round its loop once before the removal.
+        group.changed.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        group.remove();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while Arc::strong_count(&group) > 1 {
+            assert!(tokio::time::Instant::now() < deadline, "a task still holds the group");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

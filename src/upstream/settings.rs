@@ -34,6 +34,10 @@ pub struct UpstreamConfig {
     pub protocol: Protocol,
     /// How often an idle HTTP/2 connection is pinged to find it dead (`None`: never).
     pub h2_ping_interval: Option<Duration>,
+    /// How long the upgraded connections (WebSockets) of a backend that left the group
+    /// may go on before they are closed (`None`: until either end closes). Docker
+    /// discovery sets it for its groups (`[docker] drain_timeout`).
+    pub drain_timeout: Option<Duration>,
 }
 
 /// The HTTP version a group speaks to its servers (`protocol = ...`).
@@ -95,6 +99,7 @@ impl UpstreamConfig {
             tls: None,
             protocol: Protocol::default(),
             h2_ping_interval: None,
+            drain_timeout: None,
         }
     }
 
