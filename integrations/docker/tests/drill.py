@@ -81,6 +81,7 @@ MEMORY_PARALLEL = 8
 # stay; a group removed and left in memory costs about 1 KiB, so 1 MiB would sit right
 # at that leak's size.
 MEMORY_TOLERANCE_BYTES = 256 << 10
+DRAIN_SECONDS = 35
 
 
 def route(host=None, port=None, path=None, group=None, **extra):
@@ -617,12 +618,19 @@ class Drill:
                 t.join()
 
         def settle():
+            """Once /status has no server left, waits out the drain of removed backends
+            (holdfast holds each for up to 30 s, its Docker drain timeout: measured, the
+            bytes step down for 34 s after the last removal, then stay) and returns 5 reads
+            0.5 s apart."""
             wait_until(lambda: len(hf.servers()) == 0, "/status has no server left", timeout=60, interval=0.2)
-            time.sleep(2.0)
+            first = hf.metric(metric)
+            time.sleep(DRAIN_SECONDS)
             samples = []
             for _ in range(5):
                 samples.append(hf.metric(metric))
                 time.sleep(0.5)
+            log(f"  {int(first)} bytes when /status had no server left, {int(min(samples))} "
+                f"{DRAIN_SECONDS} s later")
             return samples
 
         fresh = hf.metric(metric)
