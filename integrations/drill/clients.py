@@ -12,6 +12,7 @@ import json
 import os
 import random
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -46,6 +47,49 @@ def wait_until(check, what, timeout=10.0, interval=0.05):
         if time.time() > deadline:
             raise Failure(f"{what}: not within {timeout:g} s")
         time.sleep(interval)
+
+
+def run_drill(drill):
+    """Runs a drill (an object with `run`, `cleanup`, `summary` and a `problems` list):
+    its cleanup and summary whatever happens, and 1 as the exit code when it found a
+    problem."""
+    try:
+        drill.run()
+    except Failure as e:
+        drill.problems.append(str(e))
+        log(f"FAIL: {e}")
+    except Exception as e:  # the summary must say what broke, whatever it was
+        drill.problems.append(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        drill.cleanup()
+        drill.summary()
+    return 1 if drill.problems else 0
+
+
+def read_events(path, kind=None):
+    """The events app.js logged to `path` (one JSON object a line), oldest first; only
+    those named `kind` when given. Nothing yet when the file does not exist."""
+    out = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    event = json.loads(line)
+                    if kind is None or event["ev"] == kind:
+                        out.append(event)
+    return out
+
+
+def stop_process(proc, timeout):
+    """SIGTERM to `proc` (a Popen) if it still runs, SIGKILL after `timeout` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def request(host, path="/", port=None, method="GET", body=None, tls=None, timeout=10):

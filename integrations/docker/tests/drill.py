@@ -59,7 +59,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 DOKKU_TESTS = os.path.join(REPO, "integrations", "dokku", "tests")
 sys.path.insert(0, os.path.join(REPO, "integrations", "drill"))
 
-from clients import Failure, Load, WebSocket, free_port, log, now_ms, request, wait_until  # noqa: E402
+from clients import (Failure, Load, WebSocket, free_port, log, now_ms, read_events, request,  # noqa: E402
+                     run_drill, stop_process, wait_until)
 from engine import Daemon, Events  # noqa: E402
 
 APP_JS = os.path.join(REPO, "integrations", "drill", "app.js")
@@ -99,6 +100,12 @@ def get(port, host, path="/"):
         return resp.status, body
     except (OSError, http.client.HTTPException) as e:
         return None, f"{type(e).__name__}: {e}".encode()
+
+
+def brief(server):
+    """The parts of a /status server entry the drill reports."""
+    keys = ("server", "container", "opened", "requests", "reused", "active", "idle", "health")
+    return {k: server.get(k) for k in keys} if server else server
 
 
 def served_by(body):
@@ -164,13 +171,7 @@ class Holdfast:
         return lines[-limit:]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
 
 class App:
@@ -184,15 +185,7 @@ class App:
         self.events_path = events_path
 
     def events(self, kind=None):
-        out = []
-        if os.path.exists(self.events_path):
-            with open(self.events_path) as f:
-                for line in f:
-                    if line.strip():
-                        event = json.loads(line)
-                        if kind is None or event["ev"] == kind:
-                            out.append(event)
-        return out
+        return read_events(self.events_path, kind)
 
     def first(self, kind):
         events = self.events(kind)
@@ -306,7 +299,8 @@ class Drill:
         entry = hf.server_of(hc.id)
         self.expect(entry is not None and entry[1]["container"].get("name", "").lstrip("/") == "drill-hc"
                     and entry[1].get("server") == f"127.0.0.1:{hc.port}",
-                    f"/status names drill-hc's container (id, name) at 127.0.0.1:{hc.port}: {entry}")
+                    f"/status names drill-hc's container (id, name) at 127.0.0.1:{hc.port}: "
+                    f"{entry and brief(entry[1])}")
 
         log("a container without a HEALTHCHECK")
         plain = self.start_app("drill-plain", route("plain.test", "{port}"), health=False)
@@ -554,7 +548,7 @@ class Drill:
             conn.getresponse().read()
         conn.close()
         entry_a = hf.server_of(a.id)
-        log(f"drill-reuse-a in /status: {entry_a}")
+        log(f"drill-reuse-a in /status: {entry_a and brief(entry_a[1])}")
         self.engine.remove(a.id)
         wait_until(lambda: hf.server_of(a.id) is None, "drill-reuse-a leaves /status")
         b = self.start_app("drill-reuse-b", labels, health=False, port=port)
@@ -573,8 +567,8 @@ class Drill:
         self.expect(entry.get("server") == f"127.0.0.1:{port}" and entry.get("requests") == 1
                     and entry.get("reused") == 0 and entry.get("opened", 0) >= 1,
                     f"/status for drill-reuse-b (same address as drill-reuse-a) after its first request: "
-                    f"{json.dumps(entry)}")
-        self.numbers["address_reuse"] = dict(a=entry_a and entry_a[1], b=entry)
+                    f"{json.dumps(brief(entry))}")
+        self.numbers["address_reuse"] = dict(a=entry_a and brief(entry_a[1]), b=brief(entry))
 
     def phase_memory(self):
         # Without thread caches, jemalloc's allocated bytes are what holdfast holds: with
@@ -721,18 +715,7 @@ def main():
     parser.add_argument("--phase", action="append", choices=PHASES,
                         help="run only this phase (repeatable); default: every phase")
     args = parser.parse_args()
-    drill = Drill(args)
-    try:
-        drill.run()
-    except Failure as e:
-        drill.expect(False, str(e))
-    except Exception as e:  # the summary must say what broke, whatever it was
-        drill.problems.append(f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        drill.cleanup()
-        drill.summary()
-    return 1 if drill.problems else 0
+    return run_drill(Drill(args))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ ACME_DOMAIN_2 = "acme2.example.test"
 PHASES = ("deploys", "proxy", "grpc", "acme")
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "drill"))
-from clients import Failure, Load, WebSocket, free_port, log, now_ms  # noqa: E402
+from clients import Failure, Load, WebSocket, free_port, log, now_ms, read_events, run_drill, stop_process  # noqa: E402
 import clients  # noqa: E402
 
 APP_JS = os.path.join(HERE, "..", "..", "drill", "app.js")
@@ -184,13 +184,7 @@ class Instance:
         self.sigterm_ms = None
 
     def events(self):
-        out = []
-        if os.path.exists(self.events_path):
-            with open(self.events_path) as f:
-                for line in f:
-                    if line.strip():
-                        out.append(json.loads(line))
-        return out
+        return read_events(self.events_path)
 
 
 class ProcessScheduler:
@@ -415,13 +409,7 @@ class Pebble:
             return f.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 5)
 
 
 # --- Dokku's core commands, trigger by trigger -----------------------------------------
@@ -1022,19 +1010,7 @@ def main():
     parser.add_argument("--phase", action="append", choices=PHASES,
                         help="run only this phase (repeatable); default: every phase")
     args = parser.parse_args()
-    drill = Drill(args)
-    try:
-        drill.run()
-    except Failure as e:
-        drill.problems.append(str(e))
-        log(f"FAIL: {e}")
-    except Exception as e:  # the summary must say what broke, whatever it was
-        drill.problems.append(f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        drill.cleanup()
-        drill.summary()
-    return 1 if drill.problems else 0
+    return run_drill(Drill(args))
 
 
 if __name__ == "__main__":
