@@ -218,6 +218,8 @@ fn backend_status(b: &Backend, now: Instant) -> Value {
         .collect();
     json!({
         "server": b.addr.to_string(),
+        // The container at the address, when Docker discovery found it.
+        "container": b.container.as_ref().map(|c| json!({ "id": &*c.id, "name": &*c.name })),
         "idle": pool.idle,
         "active": pool.active,
         "opened": pool.opened,

@@ -49,6 +49,12 @@ pub struct RunArgs {
     /// choices). Quick mode.
     #[arg(long = "upstream", value_name = "ADDR", conflicts_with = "config", value_parser = parse_upstream)]
     pub upstreams: Vec<UpstreamArg>,
+    /// Route by the labels of the local Docker Engine's containers (`holdfast.host`,
+    /// `holdfast.path`, `holdfast.port`, ..., and Traefik's), following them as they
+    /// start, turn healthy and stop. The Engine is at DOCKER_HOST, else
+    /// /var/run/docker.sock. Quick mode; combines with --upstream (the catch-all).
+    #[arg(long, conflicts_with = "config")]
+    pub docker: bool,
     /// PEM certificate chain: makes the --listen listener HTTPS (with --tls-key).
     #[arg(long, value_name = "FILE", conflicts_with = "config", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -244,13 +250,20 @@ fn config_from(args: &RunArgs) -> anyhow::Result<Config> {
     if let Some(path) = &args.config {
         return Ok(Config::load(path)?);
     }
-    let Some(listen) = args.listen.filter(|_| !args.upstreams.is_empty()) else {
+    let Some(listen) = args.listen.filter(|_| !args.upstreams.is_empty() || args.docker) else {
         anyhow::bail!(
-            "nothing to do: give --listen ADDR --upstream ADDR, or --config FILE \
-             (or try `holdfast demo`)"
+            "nothing to do: give --listen ADDR --upstream ADDR (or --docker), or --config \
+             FILE (or try `holdfast demo`)"
         )
     };
-    let mut config = Config::quick(listen, args.upstreams.iter().map(|u| u.server.clone()));
+    let mut config = if args.upstreams.is_empty() {
+        Config::quick_docker(listen)
+    } else {
+        Config::quick(listen, args.upstreams.iter().map(|u| u.server.clone()))
+    };
+    if args.docker {
+        config.docker = Some(crate::docker::settings::DockerConfig::default());
+    }
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         let pair = CertPair { cert: cert.clone(), key: key.clone() };
         crate::tls::certs::load(&pair)?;

@@ -3,6 +3,7 @@
 //! access log (when configured) running beside them; and [`Instance::reload`], which
 //! applies a new config to all of it without dropping a request or a warm pool.
 
+mod merge;
 mod process;
 pub mod signals;
 mod site;
@@ -22,6 +23,7 @@ use crate::acme::{self, Acme, AcmeView};
 use crate::admin::{self, AdminState, ReloadRequest};
 use crate::config::{Config, ConfigDiff, ConfigError};
 use crate::connections::Connections;
+use crate::docker::{self, Discovered, DockerState};
 use crate::listener::{self, ListenerConfig};
 use crate::metrics::export::Exporter;
 use crate::proxy::answers::Answers;
@@ -122,6 +124,8 @@ struct Shared {
     acme_certs: Arc<DynamicCerts>,
     /// What the certificate manager shows, when `[acme]` was on at start.
     acme: Option<AcmeView>,
+    /// What Docker discovery shows, when `[docker]` was on at start.
+    docker: Option<Arc<DockerState>>,
 }
 
 /// Each listener's certificate files, read before a config is applied (in config
@@ -148,6 +152,11 @@ type ReloadLock<T> = tokio::sync::Mutex<T>;
 
 /// The config in force and what was built from it.
 struct Live {
+    /// The config as read (the file, or quick mode's): what a reload replaces.
+    file: Config,
+    /// What Docker discovery found last (empty without `[docker]`).
+    discovered: Arc<Discovered>,
+    /// `file` with `discovered` added: the config in force.
     config: Config,
     listeners: Vec<LiveListener>,
     upstreams: BTreeMap<String, Arc<Upstream>>,
@@ -214,6 +223,8 @@ impl Instance {
         let shared = Arc::new(Shared {
             source,
             live: ReloadLock::new(Live {
+                file: config.clone(),
+                discovered: Arc::default(),
                 config: config.clone(),
                 listeners: Vec::new(),
                 upstreams: BTreeMap::new(),
@@ -232,6 +243,7 @@ impl Instance {
             tls_metrics: Arc::default(),
             acme_certs,
             acme: acme_view,
+            docker: config.docker.as_ref().map(|_| Arc::default()),
         });
         let mut addrs = Vec::new();
         for (addr, tcp) in &bound {
@@ -241,9 +253,17 @@ impl Instance {
         {
             let mut live = shared.live.lock().await;
             let resolved = resolve_all(config, &live.upstreams).await;
-            shared.apply(&mut live, config.clone(), resolved, bound, certs, route_logs);
+            shared.apply(&mut live, config.clone(), resolved, bound, Some(certs), route_logs);
         }
         let (stop, stop_rx) = watch::channel(false);
+        if let (Some(settings), Some(state)) = (&config.docker, &shared.docker) {
+            let (publish, found) = watch::channel(Arc::default());
+            let groups = Arc::clone(&shared.groups);
+            let provider =
+                docker::run(settings.clone(), groups, Arc::clone(state), publish, stop_rx.clone());
+            tokio::spawn(provider);
+            tokio::spawn(follow_docker(Arc::clone(&shared), found, stop_rx.clone()));
+        }
         tokio::spawn(evict_idle(Arc::clone(&shared.groups), stop_rx.clone()));
         tokio::spawn(flush_failures(stop_rx.clone()));
         let (reload_tx, reload_rx) = mpsc::channel(4);
@@ -369,10 +389,11 @@ impl Shared {
 
     /// Resolves and binds what `config` needs, then applies it; on any error nothing
     /// changes.
-    async fn try_reload(&self, config: Config) -> Result<ConfigDiff, ReloadError> {
+    async fn try_reload(&self, file: Config) -> Result<ConfigDiff, ReloadError> {
         let mut live = self.live.lock().await;
-        warn_unreloadable(&live.config, &config);
-        let diff = ConfigDiff::between(&live.config, &config);
+        warn_unreloadable(&live.file, &file);
+        let diff = ConfigDiff::between(&live.file, &file);
+        let config = merge::merge(&file, &live.discovered);
         let certs = read_certs(&config)
             .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
         let logs =
@@ -387,9 +408,31 @@ impl Shared {
                 .map_err(|source| ReloadError::Bind { addr: l.addr, source })?;
             bound.push((l.addr, tcp));
         }
-        self.apply(&mut live, config, resolved, bound, certs, logs);
+        self.apply(&mut live, config, resolved, bound, Some(certs), logs);
+        live.file = file;
         follow_acme_names(&mut live).await;
         Ok(diff)
+    }
+
+    /// Applies what Docker discovery found: the file's config with `found` added. The
+    /// listeners, their certificates and the route logs stay as they are; servers are
+    /// resolved again only in groups whose server list changed (a container is an
+    /// address).
+    async fn apply_discovered(&self, found: Arc<Discovered>) {
+        let mut live = self.live.lock().await;
+        if *live.discovered == *found {
+            return;
+        }
+        let config = merge::merge(&live.file, &found);
+        let diff = ConfigDiff::between(&live.config, &config);
+        let resolved = resolve_changed(&config, &live.upstreams).await;
+        let logs = (**self.route_logs.load()).clone();
+        self.apply(&mut live, config, resolved, Vec::new(), None, logs);
+        live.discovered = found;
+        follow_acme_names(&mut live).await;
+        for change in &diff.changes {
+            tracing::info!("docker: {change}");
+        }
     }
 
     /// Counts and logs how a reload ended: each change on a line of its own.
@@ -414,16 +457,18 @@ impl Shared {
 
     /// Makes `config` the config in force: `resolved` holds every group's addresses,
     /// `bound` the sockets of listeners that are new, `certs` each listener's
-    /// certificates. Cannot fail.
+    /// certificates (`None`: the listeners keep theirs, and none is new). Cannot fail.
     fn apply(
         &self,
         live: &mut Live,
         config: Config,
         mut resolved: BTreeMap<String, Resolution>,
         mut bound: Vec<(SocketAddr, TcpListener)>,
-        certs: ReadCerts,
+        certs: Option<ReadCerts>,
         logs: RouteLogs,
     ) {
+        let keep_tls = certs.is_none();
+        let mut certs = certs.unwrap_or_default().into_iter();
         let mut upstreams = BTreeMap::new();
         for u in &config.upstreams {
             warn_if_unverified(u, live.upstreams.get(&u.name));
@@ -449,13 +494,16 @@ impl Shared {
         self.groups.set(upstreams.values().cloned().collect());
 
         let mut listeners = Vec::new();
-        for (l, files) in config.listeners.iter().zip(certs) {
+        for l in &config.listeners {
+            let files = certs.next().flatten();
             let acme = self.acme.as_ref().map(|_| &self.acme_certs);
             let site = site(&config, l, &upstreams, acme, &self.spools, &logs);
             if let Some(i) = live.listeners.iter().position(|o| o.configured == l.addr) {
                 let old = live.listeners.remove(i);
                 old.proxy.replace(site);
-                self.update_tls(&old.tls, l, files);
+                if !keep_tls {
+                    self.update_tls(&old.tls, l, files);
+                }
                 listeners.push(old);
                 continue;
             }
@@ -556,6 +604,46 @@ async fn resolve_all(
     out
 }
 
+/// [`resolve_all`] for the groups whose servers changed; the others keep what their
+/// group has (its names are followed by `discovery::run`).
+async fn resolve_changed(
+    config: &Config,
+    current: &BTreeMap<String, Arc<Upstream>>,
+) -> BTreeMap<String, Resolution> {
+    let mut out = BTreeMap::new();
+    for u in &config.upstreams {
+        let previous = current.get(&u.name).map(|g| g.state());
+        let resolution = match previous {
+            Some(p) if p.config.servers == u.servers => p.resolution.clone(),
+            Some(p) => discovery::resolve(&u.servers, &p.resolution).await,
+            None => discovery::resolve(&u.servers, &Resolution::default()).await,
+        };
+        out.insert(u.name.clone(), resolution);
+    }
+    out
+}
+
+/// Applies what Docker discovery publishes, the latest first, until the instance
+/// stops.
+async fn follow_docker(
+    shared: Arc<Shared>,
+    mut found: watch::Receiver<Arc<Discovered>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            changed = found.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = listener::stopped(&mut stop) => return,
+        }
+        let latest = Arc::clone(&found.borrow_and_update());
+        shared.apply_discovered(latest).await;
+    }
+}
+
 /// Warns when `insecure_skip_verify` comes into force for a group: at start, or in a
 /// reload that turns it on (`running` is the group as it was).
 fn warn_if_unverified(u: &UpstreamConfig, running: Option<&Arc<Upstream>>) {
@@ -579,6 +667,7 @@ fn warn_unreloadable(old: &Config, new: &Config) {
         ("pool.max_idle_total", old.max_idle_total != new.max_idle_total),
         ("buffering (its bounds and temp_dir)", old.spool != new.spool),
         ("acme (all but its names)", !old.has_same_acme_settings(new)),
+        ("docker", old.docker != new.docker),
     ];
     for (key, _) in changed.iter().filter(|(_, c)| *c) {
         tracing::warn!(key = %key, "changed in the config file; takes effect at the next restart");
@@ -628,6 +717,8 @@ fn scrape(
             reloads_failed: shared.reloads_failed.load(Ordering::Relaxed),
             draining: draining.load(Ordering::Acquire),
             acme: shared.acme.as_ref().map(|a| a.snapshot()),
+            docker: shared.docker.as_ref().map(|d| d.snapshot()),
+            allocated: process::allocated_bytes(),
         },
         tls: shared.tls_metrics.snapshot(),
         h2: crate::http2::serve::snapshot(),

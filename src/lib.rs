@@ -58,6 +58,7 @@ mod client;
 mod config;
 mod connections;
 mod demo;
+mod docker;
 mod http1;
 mod http2;
 mod instance;

@@ -188,6 +188,8 @@ struct BackendSample {
     active: f64,
     connect: Histogram,
     header: Histogram,
+    /// The container's name, for a backend Docker discovery found.
+    container: Option<String>,
 }
 
 impl BackendSample {
@@ -201,6 +203,9 @@ impl BackendSample {
                 if class == Some("5xx") {
                     self.responses_5xx += v;
                 }
+            }
+            ("holdfast_backend_container_info", ..) => {
+                self.container = label("container").map(str::to_string);
             }
             ("holdfast_backend_requests_total", _, Some("reused"), _) => self.reused += v,
             ("holdfast_backend_requests_total", _, Some("new"), _) => self.new += v,
@@ -385,7 +390,10 @@ fn rows(before: &Snapshot, now: &Snapshot, elapsed: Duration) -> Vec<Row> {
             let sent = reused + increase(now.new, then.new);
             Row {
                 upstream: key.upstream.clone(),
-                backend: key.backend.clone(),
+                backend: match &now.container {
+                    Some(name) => format!("{} ({name})", key.backend),
+                    None => key.backend.clone(),
+                },
                 requests_per_sec: increase(now.responses, then.responses) / secs,
                 reuse_percent: (sent > 0.0).then(|| 100.0 * reused / sent),
                 idle: now.idle,

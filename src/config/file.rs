@@ -34,6 +34,18 @@ pub struct FileConfig {
     /// Certificates every TLS listener serves, picked by SNI.
     #[serde(default)]
     pub certificate: Vec<FileCertPair>,
+    /// Present (even empty): groups and routes from the labels of Docker containers.
+    pub docker: Option<FileDocker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileDocker {
+    pub endpoint: Option<Spanned<String>>,
+    pub network: Option<Spanned<String>>,
+    pub exposed_by_default: Option<Spanned<bool>>,
+    pub resync: Option<Spanned<String>>,
+    pub drain_timeout: Option<Spanned<String>>,
 }
 
 /// A file that another one `include`s: groups, routes and certificates only.

@@ -32,6 +32,7 @@ use holdfast_pool::PoolConfig;
 use crate::acme::{self, AcmeConfig, AcmeNames, Challenge, Pending, RenewAt};
 use crate::admin::DEFAULT_ADMIN_ADDR;
 use crate::balance::Policy;
+use crate::docker::settings::{check_endpoint, DockerConfig};
 use crate::http1::request::MAX_HEADERS;
 use crate::listener::{self, ListenerConfig, MAX_BACKLOG};
 use crate::proxy::forwarded::Cidr;
@@ -50,8 +51,8 @@ use crate::tls::certs::CertPair;
 pub use diff::ConfigDiff;
 pub use error::{ConfigError, ConfigProblem};
 use file::{
-    FileAccessLog, FileAcme, FileAdmin, FileBuffering, FileConfig, FileHealth, FileHealthCheck,
-    FileIncluded, FilePool, FileRoute,
+    FileAccessLog, FileAcme, FileAdmin, FileBuffering, FileConfig, FileDocker, FileHealth,
+    FileHealthCheck, FileIncluded, FilePool, FileRoute,
 };
 
 /// A validated configuration.
@@ -82,6 +83,11 @@ pub struct Config {
     pub buffering: Buffering,
     /// Where buffered bodies are kept and how much of them; applies at start only.
     pub spool: SpoolConfig,
+    /// Groups and routes from Docker containers' labels (`[docker]`); applies at start
+    /// only.
+    pub docker: Option<DockerConfig>,
+    /// `[pool]`: the pool settings of groups the file does not define (Docker's).
+    pub pool: PoolConfig,
 }
 
 /// Requests for `host` under `path` go to the group `upstream`. The router never sees
@@ -109,6 +115,27 @@ pub struct RouteConfig {
     pub read_timeout: Option<Duration>,
     /// Where its requests are logged, over `[access_log] target` (same format).
     pub access_log: Option<AccessLogTarget>,
+}
+
+impl RouteConfig {
+    /// Requests for `host` under `path` go to `upstream`, with every other setting the
+    /// listener's or the defaults'.
+    pub fn to(host: HostPattern, path: String, upstream: String) -> RouteConfig {
+        RouteConfig {
+            host,
+            path,
+            upstream,
+            client_max_body: None,
+            buffer_responses: None,
+            buffer_requests: None,
+            listeners: Vec::new(),
+            redirect_https: None,
+            hsts: None,
+            connect_timeout: None,
+            read_timeout: None,
+            access_log: None,
+        }
+    }
 }
 
 /// The name quick mode gives its one upstream group.
@@ -148,7 +175,21 @@ impl Config {
             acme: None,
             buffering: Buffering::default(),
             spool: SpoolConfig::default(),
+            docker: None,
+            pool: PoolConfig::default(),
         }
+    }
+
+    /// Quick mode with Docker discovery: one listener whose requests go where the
+    /// containers' labels say (404 where no label claims the host).
+    pub fn quick_docker(listen: SocketAddr) -> Config {
+        let mut config = Config::quick(listen, Vec::<Server>::new());
+        config.upstreams.clear();
+        for l in &mut config.listeners {
+            l.upstream = None;
+        }
+        config.docker = Some(DockerConfig::default());
+        config
     }
 
     /// The names `[acme]` gets certificates for: those it lists, or else every exact
@@ -185,7 +226,9 @@ impl Config {
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut included = Vec::new();
         let config = read.file.take().map(|raw| {
-            let mut v = Validator { text, dir, file: path, main: true, problems: Vec::new() };
+            let docker = raw_has_docker(&raw);
+            let mut v =
+                Validator { text, dir, file: path, main: true, docker, problems: Vec::new() };
             let including =
                 raw.include.as_ref().map(|patterns| include::Including { patterns, dir, text });
             included = include::gather(path, including, &mut v.problems);
@@ -240,15 +283,26 @@ struct RouteOptions {
     access_log: Option<AccessLogTarget>,
 }
 
+/// Whether the main file turns Docker discovery on.
+fn raw_has_docker(raw: &FileConfig) -> bool {
+    raw.docker.is_some()
+}
+
 /// Validates what the included file `source` holds with `f`, adding the problems
 /// found to the file's.
-fn in_file(source: &mut include::Source, f: impl FnOnce(&mut Validator<'_>, &FileIncluded)) {
+/// `docker`: the main file has `[docker]`.
+fn in_file(
+    source: &mut include::Source,
+    docker: bool,
+    f: impl FnOnce(&mut Validator<'_>, &FileIncluded),
+) {
     let Some(file) = source.read.file.as_ref() else { return };
     let mut v = Validator {
         text: &source.text,
         dir: source.dir(),
         file: &source.path,
         main: false,
+        docker,
         problems: Vec::new(),
     };
     f(&mut v, file);
@@ -264,6 +318,9 @@ struct Validator<'a> {
     file: &'a Path,
     /// Whether it is the main file, not an included one.
     main: bool,
+    /// Whether the main file has `[docker]`: a group's servers may then all come from
+    /// containers.
+    docker: bool,
     /// The config file's directory: relative paths in the file are relative to it.
     dir: &'a Path,
     problems: Vec<ConfigProblem>,
@@ -276,6 +333,7 @@ impl Validator<'_> {
     }
 
     fn config(&mut self, raw: FileConfig, included: &mut [include::Source]) -> Config {
+        let docker = self.docker;
         let base_pool = self.pool("pool", raw.pool.as_ref(), PoolConfig::default());
         let mut upstreams = Vec::new();
         // Each group's name, and where it is defined.
@@ -285,7 +343,7 @@ impl Validator<'_> {
             upstreams.push(self.upstream(name, up, &base_pool));
         }
         for source in included.iter_mut() {
-            in_file(source, |v, file| {
+            in_file(source, docker, |v, file| {
                 for (name, up) in &file.upstream {
                     let key = format!("upstream.{}", name.get_ref());
                     if let Some((_, place)) = defined.iter().find(|(n, _)| n == name.get_ref()) {
@@ -303,16 +361,21 @@ impl Validator<'_> {
         }
         let mut certificates = self.certificates(&raw.certificate);
         for source in included.iter_mut() {
-            in_file(source, |v, file| certificates.extend(v.certificates(&file.certificate)));
+            in_file(source, docker, |v, file| {
+                certificates.extend(v.certificates(&file.certificate))
+            });
         }
         let including = raw.include.is_some();
-        let has_routes = !raw.route.is_empty() || including;
+        // Containers' labels route requests too.
+        let has_routes = !raw.route.is_empty() || including || docker;
         let listeners = self.listeners(&raw, &upstreams, has_routes, &certificates);
         let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.addr).collect();
         let mut routes = Routes::default();
         self.routes(&raw.route, &upstreams, &addrs, &mut routes);
         for source in included.iter_mut() {
-            in_file(source, |v, file| v.routes(&file.route, &upstreams, &addrs, &mut routes));
+            in_file(source, docker, |v, file| {
+                v.routes(&file.route, &upstreams, &addrs, &mut routes)
+            });
         }
         let routes = routes.configs;
         let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, including));
@@ -320,6 +383,7 @@ impl Validator<'_> {
             && acme.as_ref().is_some_and(|a| a.names.resolve(exact_hosts(&routes)).is_empty());
         self.acme_listeners(&raw, &listeners, nameless);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
+        let docker = raw.docker.as_ref().map(|d| self.docker(d));
         let max_idle_total = raw
             .pool
             .as_ref()
@@ -340,6 +404,8 @@ impl Validator<'_> {
             acme,
             buffering: self.buffering(raw.buffering.as_ref()),
             spool: self.spool(raw.buffering.as_ref()),
+            docker,
+            pool: base_pool,
         }
     }
 
@@ -537,6 +603,31 @@ impl Validator<'_> {
             }
         }
         AcmeNames::Listed(names)
+    }
+
+    /// `[docker]`: where the Engine is and which containers are routed.
+    fn docker(&mut self, raw: &FileDocker) -> DockerConfig {
+        let mut docker = DockerConfig::default();
+        if let Some(v) = &raw.endpoint {
+            match check_endpoint(v.get_ref()) {
+                Ok(()) => docker.endpoint = Some(v.get_ref().clone()),
+                Err(message) => self.problem(v.span(), "docker.endpoint", message),
+            }
+        }
+        if let Some(v) = &raw.network {
+            if v.get_ref().trim().is_empty() {
+                self.problem(v.span(), "docker.network", "is empty: name a Docker network");
+            } else {
+                docker.network = Some(v.get_ref().clone());
+            }
+        }
+        if let Some(v) = &raw.exposed_by_default {
+            docker.exposed_by_default = *v.get_ref();
+        }
+        self.set_positive_duration(&raw.resync, "docker.resync", &mut docker.resync);
+        let drain = &mut docker.drain_timeout;
+        self.set_positive_duration(&raw.drain_timeout, "docker.drain_timeout", drain);
+        docker
     }
 
     fn admin(&mut self, raw: FileAdmin) -> SocketAddr {
@@ -844,7 +935,7 @@ impl Validator<'_> {
         key: &str,
         servers: &Spanned<Vec<Spanned<String>>>,
     ) -> (Vec<Server>, Option<Scheme>) {
-        if servers.get_ref().is_empty() {
+        if servers.get_ref().is_empty() && !self.docker {
             self.problem(servers.span(), key, "needs at least one server (\"host:port\")");
         }
         let mut out = Vec::new();

@@ -971,3 +971,51 @@ fn acme_waits_for_the_first_included_host_and_its_listener() {
     let e = Config::load(&main).expect_err("a name and no listener").to_string();
     assert!(e.contains("acme: no listener serves its certificates"), "{e}");
 }
+
+const DOCKER_ONLY: &str = "[[listener]]\naddress = \"127.0.0.1:8080\"\n";
+
+#[test]
+fn docker_table_turns_discovery_on_with_its_defaults() {
+    let err = errors(DOCKER_ONLY);
+    assert!(err.contains("every request would get 404"), "without [docker]: {err}");
+    let config = parse(&format!("{DOCKER_ONLY}[docker]\n")).expect("valid");
+    let docker = config.docker.expect("[docker] on");
+    assert_eq!(docker, crate::docker::settings::DockerConfig::default());
+    assert_eq!(docker.resync, Duration::from_secs(30));
+    assert!(!docker.exposed_by_default);
+    let text = format!(
+        "{DOCKER_ONLY}[docker]\nendpoint = \"tcp://127.0.0.1:2375\"\nnetwork = \"web\"\n\
+         exposed_by_default = true\nresync = \"5s\"\n"
+    );
+    let docker = parse(&text).expect("valid").docker.expect("on");
+    assert_eq!(docker.endpoint.as_deref(), Some("tcp://127.0.0.1:2375"));
+    assert_eq!(docker.network.as_deref(), Some("web"));
+    assert!(docker.exposed_by_default);
+    assert_eq!(docker.resync, Duration::from_secs(5));
+}
+
+#[test]
+fn with_docker_a_group_may_wait_for_containers_to_fill_it() {
+    let group = "[upstream.web]\nservers = []\n[[route]]\nhost = \"a.test\"\nupstream = \"web\"\n";
+    let config = parse(&format!("{DOCKER_ONLY}[docker]\n{group}")).expect("valid");
+    assert!(config.upstreams[0].servers.is_empty());
+    let err = errors(&format!("{DOCKER_ONLY}{group}"));
+    assert!(err.contains("needs at least one server"), "{err}");
+}
+
+#[test]
+fn bad_docker_values_name_line_and_key() {
+    let err = errors(&format!(
+        "{DOCKER_ONLY}[docker]\nendpoint = \"ssh://host\"\nresync = \"0s\"\nnetwork = \" \"\nport = 1\n"
+    ));
+    for expected in [
+        "holdfast.toml:4: docker.endpoint",
+        "is not a Docker endpoint",
+        "holdfast.toml:5: docker.resync",
+        "holdfast.toml:6: docker.network",
+        "holdfast.toml:7",
+        "port",
+    ] {
+        assert!(err.contains(expected), "{expected:?} in {err}");
+    }
+}

@@ -8,6 +8,7 @@
 
 use crate::acme::AcmeSnapshot;
 use crate::connections::ConnectionsSnapshot;
+use crate::docker::DockerSnapshot;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::proxy::answers::AnswersSnapshot;
 use crate::telemetry::access_log::AccessLog;
@@ -49,6 +50,23 @@ pub struct ProcessSnapshot {
     pub draining: bool,
     /// The certificate manager's orders and names, when `[acme]` is configured.
     pub acme: Option<AcmeSnapshot>,
+    /// Docker discovery's connection and containers, when `[docker]` is configured.
+    pub docker: Option<DockerSnapshot>,
+    /// Bytes the allocator has handed out and not taken back (jemalloc's
+    /// `stats.allocated`, the holdfast binary's allocator).
+    pub allocated: Option<u64>,
+}
+
+/// jemalloc's count of bytes in use, brought up to date first.
+#[cfg(target_os = "linux")]
+pub fn allocated_bytes() -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    tikv_jemalloc_ctl::stats::allocated::read().ok().map(|n| n as u64)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn allocated_bytes() -> Option<u64> {
+    None
 }
 
 const CONFIG_RELOADS: Family = Family {
@@ -58,6 +76,10 @@ const CONFIG_RELOADS: Family = Family {
 const DRAINING: Family = Family {
     name: "holdfast_draining",
     help: "1 while holdfast is shutting down and draining requests in flight.",
+};
+const ALLOCATED: Family = Family {
+    name: "holdfast_memory_allocated_bytes",
+    help: "Bytes of memory the allocator has handed out and not taken back.",
 };
 const BUILD: Family = Family { name: "holdfast_build", help: "The running holdfast version." };
 
@@ -73,6 +95,12 @@ impl Report for ProcessSnapshot {
         out.gauge(&DRAINING, [(NO_LABELS, u64::from(self.draining))])?;
         if let Some(acme) = &self.acme {
             acme.report(out)?;
+        }
+        if let Some(docker) = &self.docker {
+            docker.report(out)?;
+        }
+        if let Some(bytes) = self.allocated {
+            out.gauge(&ALLOCATED, [(NO_LABELS, bytes)])?;
         }
         out.info(&BUILD, [("version", env!("CARGO_PKG_VERSION"))])
     }

@@ -467,12 +467,19 @@ impl Proxy {
     async fn switch<W: Wire>(&self, out: Outbound, lease: Lease, wire: &mut W) -> Done {
         let conn = lease.into_inner(CloseReason::Upgraded);
         let stall = out.route.timeouts.read;
+        let backend = Arc::clone(out.backend());
         let wrote = wire.switch(&out).await;
         let at = Instant::now();
         let delivery = Delivery { status: 101, bytes: 0, ended: Some(at) };
         out.record.finish(out.route.upstream.as_deref(), delivery);
         if wrote {
-            wire.tunnel(conn, stall).await;
+            // A backend that left its group may close its tunnels after its drain time.
+            tokio::select! {
+                () = wire.tunnel(conn, stall) => {}
+                () = backend.cut_off() => {
+                    tracing::info!(backend = %backend.addr, container = backend.container_name(), "upgraded connection closed: its server left and the drain time is over");
+                }
+            }
         }
         Done { next: Next::Close, at }
     }

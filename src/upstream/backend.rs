@@ -14,15 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_pool::IdleBudget;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::backend_health::BackendHealth;
 use super::connect::Dial;
+use super::discovery::Target;
 use super::lease::OriginPool;
 use super::load::Load;
 use super::metrics::BackendMetrics;
 use super::multiplex::{Leased, Multiplexed, MuxLease};
-use super::settings::Speaks;
+use super::settings::{ContainerRef, Speaks};
 use super::share::Shares;
 use super::{LeaseError, UpstreamConfig};
 use crate::balance::Candidate;
@@ -31,6 +33,9 @@ use crate::balance::Candidate;
 /// counters.
 pub struct Backend {
     pub addr: SocketAddr,
+    /// The container at `addr`, when Docker discovery found it: part of who the
+    /// backend is, with the address.
+    pub container: Option<ContainerRef>,
     /// Idle connections to it, and the connects that open new ones.
     pub conns: OriginPool,
     /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
@@ -43,6 +48,9 @@ pub struct Backend {
     pub metrics: BackendMetrics,
     /// What each client holds of it, so none takes it all while it is crowded.
     pub shares: Arc<Shares>,
+    /// Set once it left its group and its drain time passed: its upgraded connections
+    /// close.
+    cut: watch::Sender<bool>,
 }
 
 impl Backend {
@@ -51,6 +59,7 @@ impl Backend {
     pub(super) fn new(
         addr: SocketAddr,
         host: &str,
+        container: Option<ContainerRef>,
         config: &UpstreamConfig,
         budget: &Arc<IdleBudget>,
     ) -> Arc<Self> {
@@ -62,6 +71,7 @@ impl Backend {
         let dial = dial.speaking(Speaks::Http1);
         Arc::new(Backend {
             addr,
+            container,
             conns: OriginPool::new(dial, &config.name, config.pool.clone(), budget),
             mux,
             speaks: AtomicU8::new(speaks as u8),
@@ -69,7 +79,19 @@ impl Backend {
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
             shares: Arc::default(),
+            cut: watch::Sender::new(false),
         })
+    }
+
+    /// Whether this backend is the one `target` names: the same address and, for a
+    /// container, the same container (and process).
+    pub(super) fn is(&self, target: &Target) -> bool {
+        self.addr == target.addr && self.container == target.container
+    }
+
+    /// The container's name, or `""` for a backend that is no container.
+    pub fn container_name(&self) -> &str {
+        self.container.as_ref().map_or("", |c| &c.name)
     }
 
     /// Whether this backend can stay in a group configured as `config`, listed as
@@ -83,11 +105,30 @@ impl Backend {
     }
 
     /// Takes no new requests' connections; open ones close as their requests end
-    /// (the backend left its group).
-    pub(super) fn retire(&self) {
+    /// (the backend left its group), and its upgraded connections after `drain` when
+    /// one is given.
+    pub(super) fn retire(self: &Arc<Self>, drain: Option<Duration>) {
         self.conns.retire();
         if let Some(mux) = &self.mux {
             mux.retire();
+        }
+        if let Some(drain) = drain {
+            let backend = Arc::downgrade(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(drain).await;
+                if let Some(backend) = backend.upgrade() {
+                    backend.cut.send_replace(true);
+                }
+            });
+        }
+    }
+
+    /// Completes once the backend left its group and its drain time is over (never
+    /// for one that stays, or one without a drain time).
+    pub async fn cut_off(&self) {
+        let mut cut = self.cut.subscribe();
+        if cut.wait_for(|cut| *cut).await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 

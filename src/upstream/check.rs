@@ -120,33 +120,59 @@ async fn probe(backend: &Backend, check: &CheckConfig) -> Result<(), CheckError>
         None => backend.conns.lease(check.timeout, holdfast_pool::Priority::First).await?,
     };
     let host = check.host_for(backend.addr);
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: holdfast-health-check\r\n\r\n",
-        check.path
-    );
-    let stream = &mut lease.conn().stream;
-    net::write_all(stream, &[request.as_bytes()], check.timeout)
-        .await
-        .map_err(|(_, e)| CheckError::Io(e.into_io()))?;
-    let mut buf = InBuf::new(net::ORIGIN_BUF);
-    let mut deadline = Deadline::after(check.timeout);
-    let mut scan = HeadScan::default();
-    let (status, rest) = loop {
-        if let Some(found) = parse_head(&mut buf, &mut scan)? {
-            break found;
-        }
-        match buf.fill(stream, &mut deadline).await {
-            Ok(0) => return Err(CheckError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => {}
-            Err(e) => return Err(CheckError::Io(e.into_io())),
-        }
-    };
+    let (status, buf, rest) = ask(&mut lease.conn().stream, &host, check).await?;
     let passed = check.passes(status);
     finish(lease, buf, rest, check.timeout).await;
     if passed {
         Ok(())
     } else {
         Err(CheckError::Status(status))
+    }
+}
+
+/// One check of the HTTP/1.1 server at `addr` on a connection of its own, closed
+/// after: for a server that is not a backend yet (a container before it joins its
+/// group).
+pub async fn probe_new(addr: std::net::SocketAddr, check: &CheckConfig) -> Result<(), CheckError> {
+    let attempt = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.map_err(CheckError::Io)?;
+        let mut stream = net::Stream::from(tcp);
+        let (status, _, _) = ask(&mut stream, &check.host_for(addr), check).await?;
+        if check.passes(status) {
+            Ok(())
+        } else {
+            Err(CheckError::Status(status))
+        }
+    };
+    tokio::time::timeout(check.timeout, attempt).await.map_err(|_| CheckError::Timeout)?
+}
+
+/// Sends the check's request on `stream` and reads the response head: its status,
+/// the buffer holding what came after the head, and what the body is.
+async fn ask(
+    stream: &mut net::Stream,
+    host: &str,
+    check: &CheckConfig,
+) -> Result<(u16, InBuf, Rest), CheckError> {
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: holdfast-health-check\r\n\r\n",
+        check.path
+    );
+    net::write_all(stream, &[request.as_bytes()], check.timeout)
+        .await
+        .map_err(|(_, e)| CheckError::Io(e.into_io()))?;
+    let mut buf = InBuf::new(net::ORIGIN_BUF);
+    let mut deadline = Deadline::after(check.timeout);
+    let mut scan = HeadScan::default();
+    loop {
+        if let Some((status, rest)) = parse_head(&mut buf, &mut scan)? {
+            return Ok((status, buf, rest));
+        }
+        match buf.fill(stream, &mut deadline).await {
+            Ok(0) => return Err(CheckError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => {}
+            Err(e) => return Err(CheckError::Io(e.into_io())),
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::settings::ContainerRef;
 use super::{Server, Upstream};
 
 /// How long one lookup may take before it counts as failed.
@@ -33,13 +34,20 @@ pub struct Resolved {
 
 impl Resolution {
     /// Every address once, in config order, with the host of the first server that
-    /// gave it as written (a name, or the IP address as text): the name TLS verifies.
-    pub fn targets(&self) -> Vec<(SocketAddr, String)> {
-        let mut out: Vec<(SocketAddr, String)> = Vec::new();
+    /// gave it as written (a name, or the IP address as text): the name TLS verifies;
+    /// and for a container, which one it is (an address two containers give is there
+    /// once for each).
+    pub fn targets(&self) -> Vec<Target> {
+        let mut out: Vec<Target> = Vec::new();
         for entry in &self.entries {
+            let container = match &entry.server {
+                Server::Container { container, .. } => Some(container.clone()),
+                _ => None,
+            };
             for addr in &entry.addrs {
-                if !out.iter().any(|(a, _)| a == addr) {
-                    out.push((*addr, entry.server.host()));
+                if !out.iter().any(|t| t.addr == *addr && t.container == container) {
+                    let host = entry.server.host();
+                    out.push(Target { addr: *addr, host, container: container.clone() });
                 }
             }
         }
@@ -52,12 +60,21 @@ impl Resolution {
     }
 }
 
+/// One backend a group should have: an address, the name TLS verifies there, and the
+/// container behind it when Docker discovery found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub container: Option<ContainerRef>,
+}
+
 /// Resolves `servers`; a name that fails keeps its addresses from `previous`.
 pub async fn resolve(servers: &[Server], previous: &Resolution) -> Resolution {
     let mut entries = Vec::with_capacity(servers.len());
     for server in servers {
         let entry = match server {
-            Server::Ip(addr) => {
+            Server::Ip(addr) | Server::Container { addr, .. } => {
                 Resolved { server: server.clone(), addrs: vec![*addr], error: None }
             }
             Server::Name { host, port } => match lookup(host, *port).await {

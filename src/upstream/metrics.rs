@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::learned::{CloseRule, RuleSnapshot};
 use super::multiplex::{Multiplexed, MuxSnapshot};
-use super::{Backend, Upstream};
+use super::{Backend, ContainerRef, Upstream};
 use crate::metrics::{
     ClassCounts, Family, Histogram, HistogramSnapshot, ReasonCounts, Report, Writer, STATUS_CLASSES,
 };
@@ -160,6 +160,8 @@ const UPSTREAM_REQUEST_DURATION: Family = Family {
 pub struct BackendSnapshot {
     pub upstream: Arc<str>,
     pub backend: SocketAddr,
+    /// The container at the address, when Docker discovery found it.
+    pub container: Option<ContainerRef>,
     pub pool: PoolStatsSnapshot,
     /// Responses by status class, in the order of [`STATUS_CLASSES`].
     pub responses: [u64; 5],
@@ -195,6 +197,7 @@ impl BackendSnapshot {
         BackendSnapshot {
             upstream: Arc::clone(upstream),
             backend: backend.addr,
+            container: backend.container.clone(),
             pool: backend.conns.stats().snapshot(),
             responses: m.responses.snapshot(),
             sent_reused: load(&m.sent_reused),
@@ -419,8 +422,24 @@ fn durations(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
 fn health(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
     out.counter(&FAILOVERS, rows.iter().map(|r| (r.labels(), r.snapshot.failovers)))?;
     out.counter(&EJECTIONS, rows.iter().map(|r| (r.labels(), r.snapshot.ejections)))?;
-    out.gauge(&WEIGHT, rows.iter().map(|r| (r.labels(), u64::from(r.snapshot.weight))))
+    out.gauge(&WEIGHT, rows.iter().map(|r| (r.labels(), u64::from(r.snapshot.weight))))?;
+    let containers = rows.iter().filter_map(|r| {
+        let c = r.snapshot.container.as_ref()?;
+        let labels = [
+            ("upstream", &*r.snapshot.upstream),
+            ("backend", r.backend.as_str()),
+            ("container", &*c.name),
+            ("container_id", c.short_id()),
+        ];
+        Some((labels, 1))
+    });
+    out.gauge(&CONTAINER, containers)
 }
+
+const CONTAINER: Family = Family {
+    name: "holdfast_backend_container_info",
+    help: "The container a backend is, for backends Docker discovery found (always 1).",
+};
 
 /// Each group's responses by status class, and its request durations.
 fn groups(out: &mut Writer<'_>, groups: &[UpstreamSnapshot]) -> std::fmt::Result {

@@ -43,7 +43,7 @@ pub use metrics::{
     BackendMetrics, BackendSnapshot, BackendStats, UpstreamMetrics, UpstreamSnapshot,
     UpstreamsSnapshot,
 };
-pub use settings::{Server, UpstreamConfig};
+pub use settings::{ContainerRef, Server, UpstreamConfig};
 
 use crate::balance::Balancer;
 
@@ -148,7 +148,7 @@ impl Upstream {
         let backends: Vec<Arc<Backend>> = resolution
             .targets()
             .into_iter()
-            .map(|(addr, host)| Backend::new(addr, &host, &config, budget))
+            .map(|t| Backend::new(t.addr, &t.host, t.container, &config, budget))
             .collect();
         mark_alone(&backends);
         let state =
@@ -200,27 +200,27 @@ impl Upstream {
         let backends: Vec<Arc<Backend>> = resolution
             .targets()
             .into_iter()
-            .map(|(addr, host)| {
-                match old.backends.iter().find(|b| b.addr == addr && b.fits(&config, &host)) {
-                    Some(b) => {
-                        b.health.set_passive(config.health.clone());
-                        kept.push(addr);
-                        Arc::clone(b)
-                    }
-                    None => Backend::new(addr, &host, &config, &self.budget),
+            .map(|t| match old.backends.iter().find(|b| b.is(&t) && b.fits(&config, &t.host)) {
+                Some(b) => {
+                    b.health.set_passive(config.health.clone());
+                    kept.push(Arc::clone(b));
+                    Arc::clone(b)
                 }
+                None => Backend::new(t.addr, &t.host, t.container, &config, &self.budget),
             })
             .collect();
         mark_alone(&backends);
         for b in &old.backends {
             if !backends.iter().any(|n| Arc::ptr_eq(n, b)) {
-                tracing::info!(upstream = %self.name, backend = %b.addr, "backend removed; draining");
-                b.retire();
+                let container = b.container_name();
+                tracing::info!(upstream = %self.name, backend = %b.addr, container, "backend removed; draining");
+                b.retire(old.config.drain_timeout);
             }
         }
         for b in &backends {
-            if !kept.contains(&b.addr) {
-                tracing::info!(upstream = %self.name, backend = %b.addr, "backend added");
+            if !kept.iter().any(|k| Arc::ptr_eq(k, b)) {
+                let container = b.container_name();
+                tracing::info!(upstream = %self.name, backend = %b.addr, container, "backend added");
             }
         }
         let balancer = Balancer::new(config.balance);
@@ -231,8 +231,9 @@ impl Upstream {
     /// The group left the config: its backends drain and its background tasks end.
     pub fn remove(&self) {
         self.removed.store(true, Ordering::Release);
-        for b in &self.state.load().backends {
-            b.retire();
+        let state = self.state.load();
+        for b in &state.backends {
+            b.retire(state.config.drain_timeout);
         }
         self.changed.notify_waiters();
     }
@@ -297,6 +298,13 @@ impl Upstreams {
         out
     }
 
+    /// The active health check of the group `name`, when it is in force and has one.
+    pub fn check_of(&self, name: &str) -> Option<Arc<check::CheckConfig>> {
+        let groups = self.current();
+        let group = groups.iter().find(|u| &*u.name == name)?;
+        group.with_state(|s| s.config.check.clone().map(Arc::new))
+    }
+
     /// The counters of every group in force and of each of its backends, read now.
     pub fn snapshot(&self) -> UpstreamsSnapshot {
         let now = Instant::now();
@@ -308,5 +316,67 @@ impl Upstreams {
             snapshot.groups.push(UpstreamSnapshot::read(u));
         }
         snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn container(id: &str, addr: &str) -> Server {
+        let container =
+            ContainerRef { id: id.into(), name: format!("c-{id}").into(), started: "t0".into() };
+        Server::Container { addr: addr.parse().expect("addr"), container }
+    }
+
+    async fn group_of(servers: &[Server]) -> (UpstreamConfig, Resolution) {
+        let config = UpstreamConfig::new("web", servers.to_vec());
+        let resolution = discovery::resolve(servers, &Resolution::default()).await;
+        (config, resolution)
+    }
+
+    #[tokio::test]
+    async fn a_container_that_takes_over_an_address_gets_a_backend_of_its_own() {
+        let budget = Arc::new(IdleBudget::new(16));
+        let a = container("a", "127.0.0.1:5000");
+        let (config, resolution) = group_of(std::slice::from_ref(&a)).await;
+        let group = Upstream::new(config, resolution, &budget);
+        let first = Arc::clone(&group.state().backends[0]);
+
+        // The same container read again keeps its backend, and so its pool.
+        let (config, resolution) = group_of(std::slice::from_ref(&a)).await;
+        group.update(config, resolution);
+        assert!(Arc::ptr_eq(&group.state().backends[0], &first));
+
+        // Another container at the same address is another backend.
+        let b = container("b", "127.0.0.1:5000");
+        let (config, resolution) = group_of(&[b]).await;
+        group.update(config, resolution);
+        let second = Arc::clone(&group.state().backends[0]);
+        assert!(!Arc::ptr_eq(&second, &first));
+        assert_eq!(second.addr, first.addr);
+        assert_eq!(second.container_name(), "c-b");
+        assert_eq!(Arc::strong_count(&first), 1, "the old backend is held by nothing else");
+    }
+
+    #[tokio::test]
+    async fn a_removed_backend_with_a_drain_time_is_cut_off_after_it() {
+        let budget = Arc::new(IdleBudget::new(16));
+        let (a, b) = (container("a", "127.0.0.1:5000"), container("b", "127.0.0.1:5001"));
+        let (mut config, resolution) = group_of(&[a, b.clone()]).await;
+        config.drain_timeout = Some(Duration::from_millis(50));
+        let group = Upstream::new(config.clone(), resolution, &budget);
+        let (leaving, staying) = {
+            let state = group.state();
+            (Arc::clone(&state.backends[0]), Arc::clone(&state.backends[1]))
+        };
+        let (_, resolution) = group_of(std::slice::from_ref(&b)).await;
+        group.update(UpstreamConfig { servers: vec![b], ..config }, resolution);
+        let wait = Duration::from_secs(2);
+        tokio::time::timeout(wait, leaving.cut_off()).await.expect("cut off after 50 ms");
+        let staying_cut = tokio::time::timeout(Duration::from_millis(200), staying.cut_off());
+        assert!(staying_cut.await.is_err(), "a backend that stays is never cut off");
     }
 }

@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_pool::PoolConfig;
@@ -33,6 +34,10 @@ pub struct UpstreamConfig {
     pub protocol: Protocol,
     /// How often an idle HTTP/2 connection is pinged to find it dead (`None`: never).
     pub h2_ping_interval: Option<Duration>,
+    /// How long the upgraded connections (WebSockets) of a backend that left the group
+    /// may go on before they are closed (`None`: until either end closes). Docker
+    /// discovery sets it for its groups (`[docker] drain_timeout`).
+    pub drain_timeout: Option<Duration>,
 }
 
 /// The HTTP version a group speaks to its servers (`protocol = ...`).
@@ -94,6 +99,7 @@ impl UpstreamConfig {
             tls: None,
             protocol: Protocol::default(),
             h2_ping_interval: None,
+            drain_timeout: None,
         }
     }
 
@@ -109,11 +115,33 @@ impl UpstreamConfig {
 }
 
 /// A server as configured: an address, or a name resolved to addresses at start and
-/// every `resolve_interval` after.
+/// every `resolve_interval` after, or a container Docker discovery found at an address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Server {
     Ip(SocketAddr),
     Name { host: String, port: u16 },
+    Container { addr: SocketAddr, container: ContainerRef },
+}
+
+/// Which container answers at a server's address (Docker discovery). A backend is known
+/// by its address and this together, so a container that takes over an address another
+/// one had starts with a backend, and a pool, of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ContainerRef {
+    /// The container's full ID.
+    pub id: Arc<str>,
+    /// Its name, without Docker's leading `/`.
+    pub name: Arc<str>,
+    /// When its current process started (Docker's `State.StartedAt`): a restarted
+    /// container is a new process, and no connection to the old one is worth keeping.
+    pub started: Arc<str>,
+}
+
+impl ContainerRef {
+    /// The ID's first 12 characters, as `docker ps` shows it.
+    pub fn short_id(&self) -> &str {
+        self.id.get(..12).unwrap_or(&self.id)
+    }
 }
 
 impl From<SocketAddr> for Server {
@@ -150,7 +178,7 @@ impl Server {
     /// The host as written: a name, or the IP address as text.
     pub fn host(&self) -> String {
         match self {
-            Server::Ip(addr) => addr.ip().to_string(),
+            Server::Ip(addr) | Server::Container { addr, .. } => addr.ip().to_string(),
             Server::Name { host, .. } => host.clone(),
         }
     }
@@ -190,6 +218,7 @@ impl fmt::Display for Server {
         match self {
             Server::Ip(addr) => write!(f, "{addr}"),
             Server::Name { host, port } => write!(f, "{host}:{port}"),
+            Server::Container { addr, container } => write!(f, "{addr} ({})", container.name),
         }
     }
 }
