@@ -252,7 +252,7 @@ impl Instance {
         }
         {
             let mut live = shared.live.lock().await;
-            let resolved = resolve_all(config, &live.upstreams).await;
+            let resolved = resolve_all(config, &live.upstreams, Lookups::All).await;
             shared.apply(&mut live, config.clone(), resolved, bound, Some(certs), route_logs);
         }
         let (stop, stop_rx) = watch::channel(false);
@@ -398,7 +398,7 @@ impl Shared {
             .map_err(|(addr, source)| ReloadError::Certificate { addr, source })?;
         let logs =
             open_route_logs(&config, &self.route_logs.load()).map_err(ReloadError::AccessLog)?;
-        let resolved = resolve_all(&config, &live.upstreams).await;
+        let resolved = resolve_all(&config, &live.upstreams, Lookups::All).await;
         let mut bound = Vec::new();
         for l in &config.listeners {
             if live.listeners.iter().any(|o| o.configured == l.addr) {
@@ -425,7 +425,7 @@ impl Shared {
         }
         let config = merge::merge(&live.file, &found);
         let diff = ConfigDiff::between(&live.config, &config);
-        let resolved = resolve_changed(&config, &live.upstreams).await;
+        let resolved = resolve_all(&config, &live.upstreams, Lookups::Changed).await;
         let logs = (**self.route_logs.load()).clone();
         self.apply(&mut live, config, resolved, Vec::new(), None, logs);
         live.discovered = found;
@@ -589,32 +589,30 @@ async fn follow_acme_names(live: &mut Live) {
     }
 }
 
-/// Resolves the servers of every group in `config`; names that fail keep what the
-/// group of the same name in `current` had.
+/// When groups' names are resolved again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lookups {
+    /// In every group (a reload).
+    All,
+    /// Only in groups whose server list changed; the others keep what they have, and
+    /// their names are followed by `discovery::run` (a Docker change).
+    Changed,
+}
+
+/// Resolves the servers of the groups in `config` as `lookups` says; names that fail
+/// keep what the group of the same name in `current` had.
 async fn resolve_all(
     config: &Config,
     current: &BTreeMap<String, Arc<Upstream>>,
-) -> BTreeMap<String, Resolution> {
-    let mut out = BTreeMap::new();
-    for u in &config.upstreams {
-        let previous = current.get(&u.name).map(|g| g.state().resolution.clone());
-        let resolution = discovery::resolve(&u.servers, &previous.unwrap_or_default()).await;
-        out.insert(u.name.clone(), resolution);
-    }
-    out
-}
-
-/// [`resolve_all`] for the groups whose servers changed; the others keep what their
-/// group has (its names are followed by `discovery::run`).
-async fn resolve_changed(
-    config: &Config,
-    current: &BTreeMap<String, Arc<Upstream>>,
+    lookups: Lookups,
 ) -> BTreeMap<String, Resolution> {
     let mut out = BTreeMap::new();
     for u in &config.upstreams {
         let previous = current.get(&u.name).map(|g| g.state());
         let resolution = match previous {
-            Some(p) if p.config.servers == u.servers => p.resolution.clone(),
+            Some(p) if lookups == Lookups::Changed && p.config.servers == u.servers => {
+                p.resolution.clone()
+            }
             Some(p) => discovery::resolve(&u.servers, &p.resolution).await,
             None => discovery::resolve(&u.servers, &Resolution::default()).await,
         };

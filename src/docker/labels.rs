@@ -23,6 +23,8 @@ pub struct Inspected {
     /// `State.StartedAt`.
     pub started: String,
     pub running: bool,
+    /// Paused: it answers nothing until unpaused.
+    pub paused: bool,
     pub labels: HashMap<String, String>,
     /// The TCP ports it exposes (`EXPOSE`, `--expose`).
     pub exposed_ports: Vec<u16>,
@@ -33,6 +35,26 @@ pub struct Inspected {
     pub health: Health,
     /// The signal `docker stop` sends it (`StopSignal`; SIGTERM when unset).
     pub stop_signal: Option<String>,
+}
+
+#[cfg(test)]
+impl Inspected {
+    /// A running container `c-ID` on the host network that exposes port 8080.
+    pub fn example(id: &str, labels: &[(&str, &str)], health: Health) -> Inspected {
+        Inspected {
+            id: id.into(),
+            name: format!("c-{id}"),
+            started: "t0".into(),
+            running: true,
+            paused: false,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            exposed_ports: vec![8080],
+            host_network: true,
+            networks: Vec::new(),
+            health,
+            stop_signal: None,
+        }
+    }
 }
 
 /// A container's Docker health state.
@@ -60,7 +82,7 @@ pub struct Wanted {
 /// What `c`'s labels ask for: `Ok(None)` when it is not routed, an error (for the
 /// log) when it asks to be but its labels cannot be followed.
 pub fn read(c: &Inspected, settings: &DockerConfig) -> Result<Option<Wanted>, String> {
-    if !opted_in(c, settings)? {
+    if !opted_in(&c.labels, settings)? {
         return Ok(None);
     }
     let group = group(c)?;
@@ -74,10 +96,13 @@ fn label<'a>(c: &'a Inspected, key: &str) -> Option<&'a str> {
     c.labels.get(key).map(|v| v.trim())
 }
 
-/// `holdfast.enable` decides when set; else a `holdfast.host` or `holdfast.path` label,
-/// `traefik.enable=true` or `exposed_by_default` opts in.
-fn opted_in(c: &Inspected, settings: &DockerConfig) -> Result<bool, String> {
-    let flag = |key: &str| match label(c, key) {
+/// Whether a container with `labels` asks to be routed: `holdfast.enable` decides when
+/// set; else a `holdfast.host` or `holdfast.path` label, `traefik.enable=true` or
+/// `exposed_by_default` opts in. (The container list has the labels: a container that
+/// does not opt in is never inspected.)
+pub fn opted_in(labels: &HashMap<String, String>, settings: &DockerConfig) -> Result<bool, String> {
+    let label = |key: &str| labels.get(key).map(|v| v.trim());
+    let flag = |key: &str| match label(key) {
         None => Ok(None),
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
@@ -86,7 +111,7 @@ fn opted_in(c: &Inspected, settings: &DockerConfig) -> Result<bool, String> {
     if let Some(enabled) = flag("holdfast.enable")? {
         return Ok(enabled);
     }
-    if label(c, "holdfast.host").is_some() || label(c, "holdfast.path").is_some() {
+    if label("holdfast.host").is_some() || label("holdfast.path").is_some() {
         return Ok(true);
     }
     Ok(flag("traefik.enable")?.unwrap_or(settings.exposed_by_default))
@@ -224,18 +249,7 @@ mod tests {
     use super::*;
 
     fn container(labels: &[(&str, &str)]) -> Inspected {
-        Inspected {
-            id: "0123456789abcdef".into(),
-            name: "web-1".into(),
-            started: "2026-11-28T00:00:00Z".into(),
-            running: true,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            exposed_ports: vec![8080],
-            host_network: true,
-            networks: Vec::new(),
-            health: Health::None,
-            stop_signal: None,
-        }
+        Inspected::example("1", labels, Health::None)
     }
 
     fn wanted(labels: &[(&str, &str)]) -> Result<Option<Wanted>, String> {
@@ -268,7 +282,7 @@ mod tests {
         assert_eq!(wanted(&[]), Ok(None));
         let exposed = DockerConfig { exposed_by_default: true, ..DockerConfig::default() };
         let w = read(&container(&[]), &exposed).expect("valid").expect("routed");
-        assert_eq!((w.group.as_str(), w.claims.len()), ("web-1", 0));
+        assert_eq!((w.group.as_str(), w.claims.len()), ("c-1", 0));
         let off = [("holdfast.enable", "false"), ("holdfast.host", "a.test")];
         assert_eq!(read(&container(&off), &exposed), Ok(None));
         assert_eq!(wanted(&[("traefik.enable", "false")]), Ok(None));

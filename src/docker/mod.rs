@@ -53,8 +53,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// The container events that may change what a container asks or whether it is in
-/// service; `health_status` matches each `health_status: STATE`.
-const EVENTS: [&str; 7] = ["start", "die", "stop", "destroy", "kill", "health_status", "rename"];
+/// service; `health_status` matches each `health_status: STATE`. A paused container
+/// answers nothing: it is out of service until unpaused.
+const EVENTS: [&str; 9] =
+    ["start", "die", "stop", "destroy", "kill", "health_status", "rename", "pause", "unpause"];
 
 /// What the provider shows on `/metrics`.
 #[derive(Debug, Default)]
@@ -139,16 +141,26 @@ pub async fn run(
         checked_rx,
     };
     let mut backoff = FIRST_BACKOFF;
+    // Failed connects since the last session that ran: the first is logged, then one
+    // in every `QUIET` (a minute apart once the pauses reach their longest).
+    let mut failures = 0u64;
+    const QUIET: u64 = 12;
     loop {
         tokio::select! {
             ended = provider.session() => {
                 // A session that got as far as following events starts the pauses over.
                 if provider.state.connected.swap(false, Ordering::Relaxed) {
                     backoff = FIRST_BACKOFF;
+                    failures = 0;
                 }
                 match ended {
                     Ok(()) => tracing::warn!("docker: the event stream ended; connecting again"),
-                    Err(e) => tracing::warn!(error = %e, retry_in = ?backoff, "docker: cannot follow the Engine; the routes found so far stay"),
+                    Err(e) => {
+                        if failures % QUIET == 0 {
+                            tracing::warn!(error = %e, failures = failures + 1, "docker: cannot follow the Engine; the routes found so far stay");
+                        }
+                        failures += 1;
+                    }
                 }
             }
             _ = stop.changed() => return,
@@ -221,6 +233,10 @@ impl Provider {
         let mut running = Vec::new();
         for summary in listed {
             let Some(id) = summary.id else { continue };
+            let labels = summary.labels.unwrap_or_default();
+            if labels::opted_in(&labels, &self.settings) == Ok(false) {
+                continue;
+            }
             match docker.inspect_container(&id, None).await {
                 Ok(found) => {
                     self.take_in(inspected(found));
@@ -377,6 +393,7 @@ fn inspected(found: ContainerInspectResponse) -> Inspected {
         name: found.name.unwrap_or_default().trim_start_matches('/').to_string(),
         started: state.started_at.unwrap_or_default(),
         running: state.running.unwrap_or(false),
+        paused: state.paused.unwrap_or(false),
         labels: config.labels.unwrap_or_default(),
         exposed_ports,
         host_network: network_mode == "host",

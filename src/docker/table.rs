@@ -27,11 +27,14 @@ struct Entry {
     stopping: bool,
     /// The signal `docker stop` sends it, when not SIGTERM.
     stop_signal: Option<String>,
+    /// Paused: out of service until unpaused.
+    paused: bool,
 }
 
 impl Entry {
     fn in_service(&self) -> bool {
         !self.stopping
+            && !self.paused
             && match self.health {
                 Health::Healthy => true,
                 Health::None => self.checked,
@@ -84,8 +87,16 @@ impl Table {
         let checked = same.is_some_and(|e| e.checked && e.wanted.addr == wanted.addr);
         let stopping = same.is_some_and(|e| e.stopping);
         let stop_signal = c.stop_signal.clone();
-        let entry = Entry { reference, wanted, health: c.health, checked, stopping, stop_signal };
-        let next = if entry.health == Health::None && !checked && !stopping {
+        let entry = Entry {
+            reference,
+            wanted,
+            health: c.health,
+            checked,
+            stopping,
+            stop_signal,
+            paused: c.paused,
+        };
+        let next = if entry.health == Health::None && !checked && !stopping && !c.paused {
             Next::Check(entry.wanted.clone(), entry.reference.clone())
         } else {
             Next::Nothing
@@ -240,18 +251,7 @@ mod tests {
     use super::*;
 
     fn container(id: &str, labels: &[(&str, &str)], health: Health) -> Inspected {
-        Inspected {
-            id: id.into(),
-            name: format!("c-{id}"),
-            started: "t0".into(),
-            running: true,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            exposed_ports: vec![8080],
-            host_network: true,
-            networks: Vec::new(),
-            health,
-            stop_signal: None,
-        }
+        Inspected::example(id, labels, health)
     }
 
     fn settings() -> DockerConfig {
@@ -323,6 +323,20 @@ mod tests {
         assert!(table.remove("a"));
         assert!(table.discovered().groups.is_empty());
         assert_eq!(table.counts(), Counts::default());
+    }
+
+    #[test]
+    fn a_paused_container_is_out_of_service_and_keeps_its_routes() {
+        let mut table = Table::default();
+        let mut c = container("a", &WEB, Health::Healthy);
+        table.update(&c, &settings()).expect("valid");
+        c.paused = true;
+        table.update(&c, &settings()).expect("valid");
+        assert!(servers(&table, "web").is_empty());
+        assert_eq!(table.discovered().groups["web"].claims.len(), 1, "503, not 404");
+        c.paused = false;
+        table.update(&c, &settings()).expect("valid");
+        assert_eq!(servers(&table, "web").len(), 1);
     }
 
     #[test]

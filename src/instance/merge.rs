@@ -57,18 +57,7 @@ mod tests {
     use super::*;
 
     fn container(id: &str, labels: &[(&str, &str)]) -> Inspected {
-        Inspected {
-            id: id.into(),
-            name: format!("c-{id}"),
-            started: "t0".into(),
-            running: true,
-            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            exposed_ports: vec![8080],
-            host_network: true,
-            networks: Vec::new(),
-            health: Health::Healthy,
-            stop_signal: None,
-        }
+        Inspected::example(id, labels, Health::Healthy)
     }
 
     const WEB: [(&str, &str); 2] = [("holdfast.host", "a.test"), ("holdfast.group", "web")];

@@ -340,3 +340,14 @@ async fn a_page_that_is_not_metrics_is_an_error_naming_the_line() {
         format!("the metrics page of the admin listener at {admin} is malformed, line 1: ");
     assert!(message.starts_with(&expected), "{message}");
 }
+
+#[test]
+fn a_container_shows_by_name_beside_its_address() {
+    let labels = format!("upstream=\"default\",backend=\"{BACKEND}\"");
+    let info = format!(
+        "holdfast_backend_container_info{{{labels},container=\"web-2\",container_id=\"0123456789ab\"}} 1\n"
+    );
+    let now = snapshot(&format!("{}{info}", page(1)));
+    let row = &rows(&Snapshot::default(), &now, secs(1))[0];
+    assert_eq!(row.backend, format!("{BACKEND} (web-2)"));
+}

@@ -226,6 +226,9 @@ impl Proxy {
         // connection.
         let mut fresh = false;
         loop {
+            if self.leave_retired(out, &mut tried) {
+                fresh = false;
+            }
             let backend = Arc::clone(out.backend());
             let connecting = self.connect(out, &backend, fresh, asked);
             // A request whose client leaves while it waits for a connection stops
@@ -379,6 +382,15 @@ impl Proxy {
         out.record.chose(next.backend());
         out.backend = Some(next);
         true
+    }
+
+    /// Moves the request to another backend of its group when the one it was given
+    /// left the group since (a reload removed it, or its container was sent a stop
+    /// signal): a request that raced the change, or is replayed after a pooled
+    /// connection failed under it, goes where new requests go. Stays when no other
+    /// backend can take it.
+    pub(super) fn leave_retired(&self, out: &mut Outbound, tried: &mut Vec<SocketAddr>) -> bool {
+        out.backend.as_ref().is_some_and(|b| b.conns.is_retired()) && self.fail_over(out, tried)
     }
 
     /// The body of a small idempotent request, read in full before it is sent so it

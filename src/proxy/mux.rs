@@ -68,6 +68,7 @@ impl Proxy {
         let mut tried = Vec::new();
         let mut refused = 0usize;
         loop {
+            self.leave_retired(out, &mut tried);
             let backend = Arc::clone(out.backend());
             let started = Instant::now();
             let connect = out.route.timeouts.connect;

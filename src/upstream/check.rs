@@ -78,8 +78,12 @@ pub enum CheckError {
 /// Checks every server of the group each interval, until the group is removed.
 pub async fn run(upstream: Arc<Upstream>) {
     loop {
-        let interval = upstream.with_state(|m| m.config.check.as_ref().map(|c| c.interval));
+        // Made before the removal is looked at, so a removal after the look wakes it.
         let changed = upstream.changed.notified();
+        if upstream.is_removed() {
+            return;
+        }
+        let interval = upstream.with_state(|m| m.config.check.as_ref().map(|c| c.interval));
         tokio::select! {
             () = tokio::time::sleep(interval.unwrap_or(Duration::from_secs(3600))) => {}
             () = changed => continue,
@@ -256,5 +260,57 @@ async fn finish(mut lease: Lease, mut buf: InBuf, rest: Rest, limit: Duration) {
         lease.release(Instant::now());
     } else {
         lease.discard(CloseReason::Error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A server that answers every connection's first request with `status`, and
+    /// hands back what it was asked.
+    async fn answering(status: u16) -> (std::net::SocketAddr, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let served = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut asked = vec![0u8; 1024];
+            let n = conn.read(&mut asked).await.expect("read");
+            let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+            conn.write_all(answer.as_bytes()).await.expect("write");
+            String::from_utf8_lossy(&asked[..n]).into_owned()
+        });
+        (addr, served)
+    }
+
+    fn check(path: &str) -> CheckConfig {
+        CheckConfig {
+            path: path.into(),
+            interval: DEFAULT_INTERVAL,
+            timeout: Duration::from_secs(2),
+            expect_status: None,
+            host: Some("app.test".into()),
+            thresholds: CheckThresholds::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_check_on_a_connection_of_its_own_passes_on_2xx_and_fails_otherwise() {
+        let (addr, served) = answering(204).await;
+        probe_new(addr, &check("/ready")).await.expect("204 passes");
+        let asked = served.await.expect("served");
+        assert!(asked.starts_with("GET /ready HTTP/1.1\r\nHost: app.test\r\n"), "{asked:?}");
+
+        let (addr, _served) = answering(503).await;
+        let failed = probe_new(addr, &check("/ready")).await;
+        assert!(matches!(failed, Err(CheckError::Status(503))), "{failed:?}");
+
+        let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = closed.local_addr().expect("addr");
+        drop(closed);
+        assert!(matches!(probe_new(addr, &check("/")).await, Err(CheckError::Io(_))));
     }
 }

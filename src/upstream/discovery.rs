@@ -111,11 +111,15 @@ async fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 /// until the group is removed.
 pub async fn run(upstream: Arc<Upstream>) {
     loop {
+        // Made before the removal is looked at, so a removal after the look wakes it.
+        let changed = upstream.changed.notified();
+        if upstream.is_removed() {
+            return;
+        }
         let (names, interval) =
             upstream.with_state(|m| (m.resolution.has_names(), m.config.resolve_interval));
         // Without names there is nothing to do until a reload brings some.
         let wait = if names { interval } else { Duration::from_secs(3600) };
-        let changed = upstream.changed.notified();
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = changed => {}

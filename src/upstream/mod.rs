@@ -379,4 +379,23 @@ mod tests {
         let staying_cut = tokio::time::timeout(Duration::from_millis(200), staying.cut_off());
         assert!(staying_cut.await.is_err(), "a backend that stays is never cut off");
     }
+
+    #[tokio::test]
+    async fn a_removed_group_is_let_go_by_its_background_tasks() {
+        let budget = Arc::new(IdleBudget::new(16));
+        let (config, resolution) = group_of(&[container("a", "127.0.0.1:5000")]).await;
+        let group = Arc::new(Upstream::new(config, resolution, &budget));
+        tokio::spawn(discovery::run(Arc::clone(&group)));
+        tokio::spawn(check::run(Arc::clone(&group)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // A change first: each task goes round its loop once before the removal.
+        group.changed.notify_waiters();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        group.remove();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while Arc::strong_count(&group) > 1 {
+            assert!(tokio::time::Instant::now() < deadline, "a task still holds the group");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
