@@ -2,9 +2,11 @@
 //! `/healthz` (200 while serving, 503 while draining) and `POST /reload` (re-read the
 //! config file), on an address of its own (by default [`DEFAULT_ADMIN_ADDR`], on
 //! loopback) so that proxy traffic and its limits never reach it. `client` is the
-//! other end, for the `stats` and `reload` commands.
+//! other end, for the `stats` and `reload` commands; `probe` asks `/healthz` with it,
+//! for `holdfast health`.
 
 pub mod client;
+pub mod probe;
 
 use crate::acme::{AcmeSnapshot, AcmeView};
 use std::convert::Infallible;

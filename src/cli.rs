@@ -1,5 +1,5 @@
-//! Command line: run the proxy (quick mode or a config file), `check`, `demo`, `stats`
-//! and `reload`.
+//! Command line: run the proxy (quick mode or a config file), `check`, `demo`, `stats`,
+//! `reload` and `health`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -199,6 +199,9 @@ pub enum Command {
     /// Make a running holdfast re-read its config file (like SIGHUP), through its admin
     /// listener; prints what changed, or why the config in force stays.
     Reload(ReloadArgs),
+    /// Exit 0 if a running holdfast answers 200 on its admin listener's /healthz within
+    /// 2 s, 1 (with the reason on stderr) if not: a container HEALTHCHECK.
+    Health(crate::admin::probe::HealthArgs),
 }
 
 /// Runs the parsed command line; the exit code says whether it worked. Logging starts
@@ -220,6 +223,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Reload(args)) => runtime(Some(1))?.block_on(reload(&args)),
+        Some(Command::Health(args)) => runtime(Some(1))?.block_on(health(&args)),
         None => serve(cli.run),
     }
 }
@@ -343,6 +347,25 @@ async fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprint!("{}", response.text());
         Ok(ExitCode::FAILURE)
+    }
+}
+
+/// `holdfast health`: exit 0 when `/healthz` answers 200, 1 with a one-line reason.
+async fn health(args: &crate::admin::probe::HealthArgs) -> anyhow::Result<ExitCode> {
+    use crate::admin::probe::{probe, PROBE_TIMEOUT};
+    let admin = match (&args.admin, &args.config) {
+        (Some(admin), _) => *admin,
+        (None, Some(path)) => Config::load(path)?.admin.with_context(|| {
+            format!("{} has no [admin] section: health needs the admin listener", path.display())
+        })?,
+        (None, None) => crate::admin::DEFAULT_ADMIN_ADDR,
+    };
+    match probe(&AdminClient::new(admin, PROBE_TIMEOUT)).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("holdfast health: {e}");
+            Ok(ExitCode::FAILURE)
+        }
     }
 }
 

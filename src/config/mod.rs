@@ -378,8 +378,11 @@ impl Validator<'_> {
             });
         }
         let routes = routes.configs;
-        let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, including));
-        let nameless = including
+        // Hosts may come later, with included files or containers' labels: [acme] may
+        // start with no name.
+        let names_later = including || docker;
+        let acme = raw.acme.as_ref().map(|acme| self.acme(acme, &routes, names_later));
+        let nameless = names_later
             && acme.as_ref().is_some_and(|a| a.names.resolve(exact_hosts(&routes)).is_empty());
         self.acme_listeners(&raw, &listeners, nameless);
         let threads = raw.threads.as_ref().and_then(|t| self.positive(t, "threads"));
@@ -515,9 +518,9 @@ impl Validator<'_> {
         c
     }
 
-    /// `[acme]`; `including`: routes may come with included files later, so that none
-    /// naming a host yet is no problem.
-    fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig], including: bool) -> AcmeConfig {
+    /// `[acme]`; `names_later`: routes may come later (with included files, or from
+    /// containers' labels), so that none naming a host yet is no problem.
+    fn acme(&mut self, raw: &FileAcme, routes: &[RouteConfig], names_later: bool) -> AcmeConfig {
         let mut out = AcmeConfig::new();
         if let Some(v) = &raw.directory {
             match acme::parse_directory(v.get_ref()) {
@@ -563,7 +566,7 @@ impl Validator<'_> {
                 Err(message) => self.problem(v.span(), "acme.renew_at", message),
             }
         }
-        out.names = self.acme_names(raw.names.as_ref(), routes, including);
+        out.names = self.acme_names(raw.names.as_ref(), routes, names_later);
         out
     }
 
@@ -573,10 +576,10 @@ impl Validator<'_> {
         &mut self,
         raw: Option<&Spanned<Vec<Spanned<String>>>>,
         routes: &[RouteConfig],
-        including: bool,
+        names_later: bool,
     ) -> AcmeNames {
         let Some(raw) = raw else {
-            if AcmeNames::Routes.resolve(exact_hosts(routes)).is_empty() && !including {
+            if AcmeNames::Routes.resolve(exact_hosts(routes)).is_empty() && !names_later {
                 self.problems.push(ConfigProblem {
                     line: None,
                     key: "acme".into(),

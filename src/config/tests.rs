@@ -1004,6 +1004,20 @@ fn with_docker_a_group_may_wait_for_containers_to_fill_it() {
 }
 
 #[test]
+fn with_docker_acme_may_start_with_no_name_yet() {
+    // The hosts come with containers' labels: none is known when the file is read.
+    let tls = "[[listener]]\naddress = \"127.0.0.1:8443\"\n[listener.tls]\nacme = true\n";
+    let text = format!("{DOCKER_ONLY}{tls}[acme]\n[docker]\n");
+    let config = parse(&text).expect("valid");
+    assert_eq!(config.acme.as_ref().expect("[acme]").names, crate::acme::AcmeNames::Routes);
+    assert!(config.acme_names().is_empty());
+    let err = errors(&format!(
+        "{DOCKER_ONLY}{tls}[acme]\n[[route]]\nhost = \"*.a.test\"\nupstream = \"x\"\n"
+    ));
+    assert!(err.contains("no name to get a certificate for"), "without [docker]: {err}");
+}
+
+#[test]
 fn bad_docker_values_name_line_and_key() {
     let err = errors(&format!(
         "{DOCKER_ONLY}[docker]\nendpoint = \"ssh://host\"\nresync = \"0s\"\nnetwork = \" \"\nport = 1\n"

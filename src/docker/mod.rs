@@ -157,7 +157,9 @@ pub async fn run(
                     Ok(()) => tracing::warn!("docker: the event stream ended; connecting again"),
                     Err(e) => {
                         if failures % QUIET == 0 {
-                            tracing::warn!(error = %e, failures = failures + 1, "docker: cannot follow the Engine; the routes found so far stay");
+                            let endpoint = provider.endpoint();
+                            let error = with_causes(&e);
+                            tracing::warn!(endpoint, error, failures = failures + 1, "docker: cannot follow the Engine; the routes found so far stay");
                         }
                         failures += 1;
                     }
@@ -190,7 +192,37 @@ struct Provider {
 /// Why a session with the Engine ended.
 type SessionError = bollard::errors::Error;
 
+/// An error and every cause under it: the client's own message alone ("client error
+/// (Connect)") does not say that the socket refused holdfast's user.
+fn with_causes(e: &SessionError) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    if text.contains("ermission denied") {
+        text.push_str(
+            " (holdfast's user cannot open the Docker socket: add it to the socket's group, \
+             e.g. compose's group_add with `stat -c %g /var/run/docker.sock`)",
+        );
+    }
+    text
+}
+
 impl Provider {
+    /// Where the Engine is looked for, as the log says it.
+    fn endpoint(&self) -> String {
+        match &self.settings.endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None => std::env::var("DOCKER_HOST")
+                .unwrap_or_else(|_| "unix:///var/run/docker.sock".into()),
+        }
+    }
+
     /// One connection to the Engine: subscribe to events, read every container, then
     /// follow events (and resync every `resync`) until the stream breaks.
     async fn session(&mut self) -> Result<(), SessionError> {

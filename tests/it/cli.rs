@@ -1,5 +1,5 @@
-//! The binary's command line: `holdfast check`, quick mode, `--config`, `--backlog` and
-//! `holdfast reload`.
+//! The binary's command line: `holdfast check`, quick mode, `--config`, `--backlog`,
+//! `holdfast reload` and `holdfast health`.
 
 use std::process::{Command, Output};
 
@@ -402,6 +402,94 @@ async fn reload_command_prints_the_servers_added_and_removed() {
 
     let out = holdfast(&["reload", "--admin", &admin.to_string()]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "reloaded: no changes\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_command_exits_0_while_holdfast_serves_and_1_when_nothing_listens() {
+    let origin = Origin::start().await;
+    let dir = TempDir::new("health");
+    // Held for the whole test, as the file names the admin address.
+    let reserved = ReservedPort::new();
+    let admin = reserved.addr().to_string();
+    let proxy = ChildProxy::launch(|listen| {
+        let path = dir.write(
+            "holdfast.toml",
+            &format!(
+                "threads = 1\n\n[admin]\naddress = \"{admin}\"\n\n[[listener]]\n\
+                 address = \"{listen}\"\nupstream = \"app\"\n\n[upstream.app]\n\
+                 servers = [\"{}\"]\n",
+                origin.addr()
+            ),
+        );
+        vec!["--config".to_string(), path.display().to_string()]
+    })
+    .await;
+    let path = dir.path().join("holdfast.toml");
+    for args in [["health", "--admin", &admin], ["health", "--config", path.to_str().unwrap()]] {
+        let out = holdfast(&args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!((out.stdout.len(), out.stderr.len()), (0, 0), "{args:?} is silent");
+    }
+    drop(proxy);
+
+    // Nothing listens there any more: exit 1, one line naming the address and why.
+    let out = holdfast(&["health", "--admin", &admin]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("holdfast health: GET /healthz"), "{stderr}");
+    assert!(stderr.contains(&admin) && stderr.contains("connection refused"), "{stderr}");
+
+    // A config file without [admin]: there is nothing to ask.
+    let path = dir.write(
+        "no-admin.toml",
+        &format!(
+            "[[listener]]\naddress = \"127.0.0.1:0\"\nupstream = \"app\"\n\n\
+             [upstream.app]\nservers = [\"{}\"]\n",
+            origin.addr()
+        ),
+    );
+    let out = holdfast(&["health", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("has no [admin] section"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_command_exits_1_while_holdfast_drains() {
+    let origin = Origin::start().await;
+    let proxy = crate::support::Proxy::start(crate::support::config_with_admin(&origin)).await;
+    let admin = proxy.admin().to_string();
+    let health = |admin: String| async move {
+        tokio::task::spawn_blocking(move || holdfast(&["health", "--admin", &admin]))
+            .await
+            .expect("holdfast health ran")
+    };
+    assert!(health(admin.clone()).await.status.success());
+    let mut client = proxy.client().await;
+    // Held at the origin until the probe below has run: draining lasts that long.
+    let slow = tokio::spawn(async move { client.get("/hold/slow").await });
+    wait_until("the slow request reaches the origin", DEADLINE, || origin.request_count() == 1)
+        .await;
+    let shutdown = tokio::spawn(proxy.shutdown(std::time::Duration::from_secs(5)));
+    let mut out = health(admin.clone()).await;
+    let start = tokio::time::Instant::now();
+    // Shutdown marks draining on its own task: until then the probe may still pass.
+    // Bounded by DEADLINE; each round runs the probe once.
+    while out.status.success() && start.elapsed() < DEADLINE {
+        out = health(admin.clone()).await;
+    }
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "holdfast health: GET /healthz to the admin listener at {admin} answered \
+             503 Service Unavailable: draining\n"
+        )
+    );
+    origin.release("slow");
+    assert_eq!(crate::support::within("the slow request", slow).await.unwrap().status, 200);
+    crate::support::within("shutdown", shutdown).await.unwrap();
 }
 
 #[test]
