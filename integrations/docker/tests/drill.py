@@ -644,7 +644,8 @@ class Drill:
         log(f"{metric} after {MEMORY_CONTAINERS} containers ({took:.0f} s): {[int(s) for s in end]}")
         for e in errors[:5]:
             log(f"  error: {e}")
-        self.expect(not errors, f"{len(errors)} of the {MEMORY_CONTAINERS} container cycles failed")
+        self.expect(not errors, f"{len(errors)} of the {MEMORY_CONTAINERS} container cycles failed"
+                                + "".join(f"\n    {e}" for e in errors[:3]))
         servers_after = len(hf.servers())
         self.expect(servers_after == servers_before,
                     f"servers in /status: {servers_before} before, {servers_after} after")
