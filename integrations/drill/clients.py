@@ -6,6 +6,7 @@ free_port, wait_until). The app they send to is app.js beside this file.
 Everything talks to 127.0.0.1 only. Python 3 standard library only.
 """
 
+import argparse
 import base64
 import http.client
 import json
@@ -47,6 +48,17 @@ def wait_until(check, what, timeout=10.0, interval=0.05):
         if time.time() > deadline:
             raise Failure(f"{what}: not within {timeout:g} s")
         time.sleep(interval)
+
+
+def drill_arguments(doc, phases):
+    """The command line both drills take: --holdfast BINARY, --keep (the temp dir), and
+    --phase NAME (repeatable; every phase by default). Each drill adds its own."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--holdfast", required=True, help="the holdfast binary")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
+    parser.add_argument("--phase", action="append", choices=phases,
+                        help="run only this phase (repeatable); default: every phase")
+    return parser
 
 
 def run_drill(drill):

@@ -40,7 +40,6 @@ Phases (--phase runs some of them; all by default) and what each proves:
                  allocated bytes and /status's server count come back to where they were.
 """
 
-import argparse
 import collections
 import http.client
 import json
@@ -59,8 +58,8 @@ REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 DOKKU_TESTS = os.path.join(REPO, "integrations", "dokku", "tests")
 sys.path.insert(0, os.path.join(REPO, "integrations", "drill"))
 
-from clients import (Failure, Load, WebSocket, free_port, log, now_ms, read_events, request,  # noqa: E402
-                     run_drill, stop_process, wait_until)
+from clients import (Failure, Load, WebSocket, drill_arguments, free_port, log, now_ms,  # noqa: E402
+                     read_events, request, run_drill, stop_process, wait_until)
 from engine import Daemon, Events  # noqa: E402
 
 APP_JS = os.path.join(REPO, "integrations", "drill", "app.js")
@@ -709,12 +708,8 @@ class Drill:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--holdfast", required=True, help="the holdfast binary")
+    parser = drill_arguments(__doc__, PHASES)
     parser.add_argument("--origin", required=True, help="the bench-origin binary (the memory phase's image)")
-    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
-    parser.add_argument("--phase", action="append", choices=PHASES,
-                        help="run only this phase (repeatable); default: every phase")
     args = parser.parse_args()
     return run_drill(Drill(args))
 

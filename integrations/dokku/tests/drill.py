@@ -29,7 +29,6 @@ Everything listens on loopback only: holdfast on 127.0.0.1:18080/18443/18051 and
 DNS server and the instances on free ports.
 """
 
-import argparse
 import http.client
 import json
 import os
@@ -62,7 +61,8 @@ ACME_DOMAIN_2 = "acme2.example.test"
 PHASES = ("deploys", "proxy", "grpc", "acme")
 
 sys.path.insert(0, os.path.join(HERE, "..", "..", "drill"))
-from clients import Failure, Load, WebSocket, free_port, log, now_ms, read_events, run_drill, stop_process  # noqa: E402
+from clients import (Failure, Load, WebSocket, drill_arguments, free_port, log, now_ms,  # noqa: E402
+                     read_events, run_drill, stop_process)
 import clients  # noqa: E402
 
 APP_JS = os.path.join(HERE, "..", "..", "drill", "app.js")
@@ -1003,12 +1003,8 @@ class Drill:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = drill_arguments(__doc__, PHASES)
     parser.add_argument("--scheduler", choices=["process", "docker"], default="process")
-    parser.add_argument("--holdfast", required=True, help="the holdfast binary")
-    parser.add_argument("--keep", action="store_true", help="keep the temp dir")
-    parser.add_argument("--phase", action="append", choices=PHASES,
-                        help="run only this phase (repeatable); default: every phase")
     args = parser.parse_args()
     return run_drill(Drill(args))
 
