@@ -5,7 +5,7 @@
 //! A container is in service when Docker says it is `healthy` or, without a
 //! `HEALTHCHECK`, once holdfast's own first check passed; never after it was sent a
 //! stop signal. Routes stay while the group has containers at all, so a group whose
-//! containers are all starting answers 503, not 404.
+//! containers are all starting answers 502 (no server in service), not 404.
 
 use std::collections::BTreeMap;
 
@@ -333,7 +333,7 @@ mod tests {
         c.paused = true;
         table.update(&c, &settings()).expect("valid");
         assert!(servers(&table, "web").is_empty());
-        assert_eq!(table.discovered().groups["web"].claims.len(), 1, "503, not 404");
+        assert_eq!(table.discovered().groups["web"].claims.len(), 1, "502, not 404");
         c.paused = false;
         table.update(&c, &settings()).expect("valid");
         assert_eq!(servers(&table, "web").len(), 1);

@@ -79,7 +79,7 @@ const DRAINING: Family = Family {
 };
 const ALLOCATED: Family = Family {
     name: "holdfast_memory_allocated_bytes",
-    help: "Bytes of memory the allocator has handed out and not taken back.",
+    help: "Bytes of memory the allocator has handed out and not taken back (its per-thread caches included).",
 };
 const BUILD: Family = Family { name: "holdfast_build", help: "The running holdfast version." };
 

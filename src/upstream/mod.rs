@@ -104,6 +104,13 @@ impl UpstreamState {
                     e.error.as_ref().map(|err| format!("{} does not resolve ({err})", e.server))
                 })
                 .collect();
+            if self.resolution.entries.is_empty() {
+                // No server at all: only Docker discovery leaves a group so (a file's
+                // group needs one), when none of its containers is in service.
+                return "no container of the group is in service (starting, unhealthy, \
+                        paused or stopping)"
+                    .into();
+            }
             if unresolved.is_empty() {
                 return "the group has no servers".into();
             }
