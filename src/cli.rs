@@ -588,6 +588,25 @@ mod tests {
     }
 
     #[test]
+    fn docker_quick_mode_routes_by_labels_alone_or_beside_a_catch_all() {
+        let cli = parse(&["--listen", "127.0.0.1:8000", "--docker"]).expect("valid");
+        let config = config_from(&cli.run).expect("a config");
+        assert!(config.docker.is_some());
+        assert!(config.upstreams.is_empty());
+        assert_eq!(config.listeners[0].upstream, None, "unclaimed hosts get 404");
+        let cli =
+            parse(&["--listen", "127.0.0.1:8000", "--docker", "--upstream", "127.0.0.1:9000"])
+                .expect("valid");
+        let config = config_from(&cli.run).expect("a config");
+        assert!(config.docker.is_some());
+        assert_eq!(config.listeners[0].upstream.as_deref(), Some(crate::config::QUICK_UPSTREAM));
+        assert!(parse(&["--config", "x.toml", "--docker"]).is_err(), "--docker is quick mode");
+        let nothing = parse(&["--listen", "127.0.0.1:8000"]).expect("parses");
+        let error = config_from(&nothing.run).expect_err("nothing to do");
+        assert!(error.to_string().contains("--docker"), "{error}");
+    }
+
+    #[test]
     fn upstream_is_an_address_or_a_host_name_with_a_port() {
         let cli = parse(&["--listen", "127.0.0.1:8000", "--upstream", "127.0.0.1:9000"])
             .expect("an ip:port");
