@@ -49,8 +49,9 @@ pub struct Backend {
     /// What each client holds of it, so none takes it all while it is crowded.
     pub shares: Arc<Shares>,
     /// Set once it left its group and its drain time passed: its upgraded connections
-    /// close.
-    cut: watch::Sender<bool>,
+    /// close. (Shared with the timer that sets it, which so holds nothing else of the
+    /// backend.)
+    cut: Arc<watch::Sender<bool>>,
 }
 
 impl Backend {
@@ -79,7 +80,7 @@ impl Backend {
             health: BackendHealth::new(config.health.clone()),
             metrics: BackendMetrics::default(),
             shares: Arc::default(),
-            cut: watch::Sender::new(false),
+            cut: Arc::new(watch::Sender::new(false)),
         })
     }
 
@@ -107,18 +108,16 @@ impl Backend {
     /// Takes no new requests' connections; open ones close as their requests end
     /// (the backend left its group), and its upgraded connections after `drain` when
     /// one is given.
-    pub(super) fn retire(self: &Arc<Self>, drain: Option<Duration>) {
+    pub(super) fn retire(&self, drain: Option<Duration>) {
         self.conns.retire();
         if let Some(mux) = &self.mux {
             mux.retire();
         }
         if let Some(drain) = drain {
-            let backend = Arc::downgrade(self);
+            let cut = Arc::clone(&self.cut);
             tokio::spawn(async move {
                 tokio::time::sleep(drain).await;
-                if let Some(backend) = backend.upgrade() {
-                    backend.cut.send_replace(true);
-                }
+                cut.send_replace(true);
             });
         }
     }
