@@ -420,9 +420,6 @@ impl Shared {
     /// address).
     async fn apply_discovered(&self, found: Arc<Discovered>) {
         let mut live = self.live.lock().await;
-        if *live.discovered == *found {
-            return;
-        }
         let config = merge::merge(&live.file, &found);
         let diff = ConfigDiff::between(&live.config, &config);
         let resolved = resolve_all(&config, &live.upstreams, Lookups::Changed).await;
@@ -622,7 +619,7 @@ async fn resolve_all(
 }
 
 /// Applies what Docker discovery publishes, the latest first, until the instance
-/// stops.
+/// stops. The provider publishes only what differs from what it published before.
 async fn follow_docker(
     shared: Arc<Shared>,
     mut found: watch::Receiver<Arc<Discovered>>,

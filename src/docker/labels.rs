@@ -92,8 +92,9 @@ pub fn read(c: &Inspected, settings: &DockerConfig) -> Result<Option<Wanted>, St
     Ok(Some(Wanted { group, claims, addr, protocol: protocol(c)? }))
 }
 
-fn label<'a>(c: &'a Inspected, key: &str) -> Option<&'a str> {
-    c.labels.get(key).map(|v| v.trim())
+/// The value of the label `key`, trimmed.
+fn label<'a>(labels: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
+    labels.get(key).map(|v| v.trim())
 }
 
 /// Whether a container with `labels` asks to be routed: `holdfast.enable` decides when
@@ -101,8 +102,7 @@ fn label<'a>(c: &'a Inspected, key: &str) -> Option<&'a str> {
 /// `exposed_by_default` opts in. (The container list has the labels: a container that
 /// does not opt in is never inspected.)
 pub fn opted_in(labels: &HashMap<String, String>, settings: &DockerConfig) -> Result<bool, String> {
-    let label = |key: &str| labels.get(key).map(|v| v.trim());
-    let flag = |key: &str| match label(key) {
+    let flag = |key: &str| match label(labels, key) {
         None => Ok(None),
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
@@ -111,7 +111,7 @@ pub fn opted_in(labels: &HashMap<String, String>, settings: &DockerConfig) -> Re
     if let Some(enabled) = flag("holdfast.enable")? {
         return Ok(enabled);
     }
-    if label("holdfast.host").is_some() || label("holdfast.path").is_some() {
+    if label(labels, "holdfast.host").is_some() || label(labels, "holdfast.path").is_some() {
         return Ok(true);
     }
     Ok(flag("traefik.enable")?.unwrap_or(settings.exposed_by_default))
@@ -119,7 +119,8 @@ pub fn opted_in(labels: &HashMap<String, String>, settings: &DockerConfig) -> Re
 
 /// `holdfast.group`, else the compose service, else the container's name.
 fn group(c: &Inspected) -> Result<String, String> {
-    let (key, name) = match (label(c, "holdfast.group"), label(c, COMPOSE_SERVICE)) {
+    let (key, name) = match (label(&c.labels, "holdfast.group"), label(&c.labels, COMPOSE_SERVICE))
+    {
         (Some(g), _) => ("label holdfast.group", g),
         (None, Some(service)) => ("the compose service", service),
         (None, None) => ("the container name", c.name.as_str()),
@@ -137,8 +138,8 @@ fn group(c: &Inspected) -> Result<String, String> {
 /// rule, each host and path checked as a config file's route would be.
 fn claims(c: &Inspected) -> Result<Vec<Claim>, String> {
     let mut out = Vec::new();
-    let hosts = label(c, "holdfast.host");
-    let path = label(c, "holdfast.path");
+    let hosts = label(&c.labels, "holdfast.host");
+    let path = label(&c.labels, "holdfast.path");
     if hosts.is_some() || path.is_some() {
         let path = path.unwrap_or("/").to_string();
         match hosts {
@@ -180,7 +181,7 @@ fn port(c: &Inspected) -> Result<u16, String> {
         Ok(p) if p > 0 => Ok(p),
         _ => Err(format!("label {key}={v:?} is not a port (1 to 65535)")),
     };
-    if let Some(v) = label(c, "holdfast.port") {
+    if let Some(v) = label(&c.labels, "holdfast.port") {
         return parse("holdfast.port", v);
     }
     let mut traefik: Vec<u16> = Vec::new();
@@ -228,7 +229,7 @@ fn address(c: &Inspected, settings: &DockerConfig) -> Result<IpAddr, String> {
 
 /// `holdfast.protocol`, else a Traefik service's `scheme=h2c`, else HTTP/1.1.
 fn protocol(c: &Inspected) -> Result<Protocol, String> {
-    match label(c, "holdfast.protocol") {
+    match label(&c.labels, "holdfast.protocol") {
         Some("http1") => return Ok(Protocol::Http1),
         Some("h2c") => return Ok(Protocol::H2c),
         Some(other) => {

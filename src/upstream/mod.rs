@@ -96,6 +96,13 @@ impl UpstreamState {
     /// Why no backend may take a request now, for the 502 the client gets.
     pub fn unavailable(&self, now: Instant) -> String {
         if self.backends.is_empty() {
+            if self.resolution.entries.is_empty() {
+                // No server at all: only Docker discovery leaves a group so (a file's
+                // group needs one), when none of its containers is in service.
+                return "no container of the group is in service (starting, unhealthy, \
+                        paused or stopping)"
+                    .into();
+            }
             let unresolved: Vec<String> = self
                 .resolution
                 .entries
@@ -104,13 +111,6 @@ impl UpstreamState {
                     e.error.as_ref().map(|err| format!("{} does not resolve ({err})", e.server))
                 })
                 .collect();
-            if self.resolution.entries.is_empty() {
-                // No server at all: only Docker discovery leaves a group so (a file's
-                // group needs one), when none of its containers is in service.
-                return "no container of the group is in service (starting, unhealthy, \
-                        paused or stopping)"
-                    .into();
-            }
             if unresolved.is_empty() {
                 return "the group has no servers".into();
             }
