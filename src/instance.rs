@@ -716,7 +716,7 @@ fn scrape(
             allocated: process::allocated_bytes(),
         },
         tls: shared.tls_metrics.snapshot(),
-        h2: crate::http2::serve::snapshot(),
+        h2: crate::client::h2::snapshot(),
         spool: shared.spools.snapshot(),
     }
 }

@@ -23,7 +23,7 @@ pub struct Snapshot {
     /// The TLS listeners' handshakes.
     pub tls: TlsSnapshot,
     /// HTTP/2 client connections and streams.
-    pub h2: crate::http2::serve::H2Snapshot,
+    pub h2: crate::client::h2::H2Snapshot,
     /// Bodies held for the slower side (response and request buffering).
     pub spool: crate::spool::SpoolSnapshot,
 }

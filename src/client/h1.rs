@@ -1,4 +1,4 @@
-//! One client connection: reads each request head, refuses what cannot be forwarded,
+//! One HTTP/1.1 client connection: reads each request head, refuses what cannot be forwarded,
 //! hands the rest to the proxy, and keeps the connection for the next request as long
 //! as both sides allow, until the server stops.
 //!
@@ -29,15 +29,12 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::net::Stream;
-use crate::tls::server::{Accepted, TlsServer};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
 use crate::http1::encode::{self, ConnectionOut, PeerText};
 use crate::http1::head::{self, HeadScan, Look};
 use crate::http1::request::{self, HeadLimits, Refusal};
-use crate::http2;
 use crate::net::{self, Deadline, InBuf, Timer, TlsFacts, TlsStream, WaitError};
 use crate::proxy::{Client, ClientLimits, H1Wire, Next, Outbound, Proxy, Site, Timeouts};
 
@@ -56,7 +53,7 @@ pub struct ClientSettings {
 
 impl ClientSettings {
     /// The client-side settings of `site`, the proxy's site at the accept.
-    fn of(proxy: Arc<Proxy>, site: &Site) -> ClientSettings {
+    pub(super) fn of(proxy: Arc<Proxy>, site: &Site) -> ClientSettings {
         ClientSettings { limits: site.limits, timeouts: site.timeouts, proxy }
     }
 }
@@ -70,111 +67,13 @@ struct Phase {
     stopping: AtomicBool,
 }
 
-/// Serves `tcp` until the client leaves, a limit closes it, or `stop` turns true. On a
-/// TLS listener (`tls`), the handshake comes first and must finish, with the first
-/// request's head, within `client_header` of the accept.
-///
-/// Until the client's first bytes arrive, the connection's task holds only its socket
-/// and a deadline: the read buffer, and the state for reading and forwarding requests
-/// (a few hundred bytes more, and a timer), are taken when there is something to read.
-/// A crowd of connections that never send anything costs little.
-pub async fn serve(
-    tcp: TcpStream,
-    addr: SocketAddr,
-    proxy: Arc<Proxy>,
-    mut open: OpenConnection,
-    tls: Option<Arc<TlsServer>>,
-) {
-    let accepted = Instant::now();
-    // Read once: the first wait's deadline and the connection's settings come from the
-    // same config. Only the `Arc` is held while the client is silent.
-    let site = proxy.site();
-    let header_limit = site.timeouts.client_header;
-    let stream = match tls {
-        None => Stream::from(tcp),
-        // Boxed: the handshake's state would otherwise size every connection's task,
-        // cleartext ones included, and the task's future is moved as it starts and ends.
-        Some(tls) => {
-            let handshake = Box::pin(tls.accept(tcp, addr, header_limit));
-            match handshake.await {
-                Some(Accepted { stream, acme_challenge: false }) => stream,
-                // A TLS-ALPN-01 validation ends with the handshake.
-                Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
-                None => return,
-            }
-        }
-    };
-    let facts = stream.tls().map(TlsStream::facts);
-    if facts.is_some_and(|f| f.alpn == "h2") {
-        drop(site);
-        let serving =
-            Box::pin(http2::serve::serve(stream, Vec::new(), addr, proxy, &mut open, facts));
-        return serving.await;
-    }
-    let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
-    else {
-        return;
-    };
-    if site.h2c && facts.is_none() && http2::starts_preface(buf.data()) {
-        drop(site);
-        let prefix = buf.data().to_vec();
-        drop(buf);
-        let serving = Box::pin(http2::serve::serve(stream, prefix, addr, proxy, &mut open, None));
-        return serving.await;
-    }
-    let settings = ClientSettings::of(proxy, &site);
-    drop(site);
-    let serving = Box::pin(serve_requests(stream, addr, settings, open, accepted, buf));
-    serving.await;
-}
-
-/// Waits for the client's first bytes and reads them; `None` when the connection
-/// should close instead: the client closed it or it failed, the first request's head
-/// did not start in time (it must be complete within `client_header` of the accept),
-/// or the server is stopping.
-///
-/// A fresh socket can be reported readable before any byte has arrived; the read then
-/// finds nothing, gives the buffer back and waits again, so no buffer is held for a
-/// connection that is still silent.
-async fn first_bytes(
-    stream: &Stream,
-    deadline: Instant,
-    open: &mut OpenConnection,
-) -> Option<InBuf> {
-    let mut sleep = pin!(tokio::time::sleep_until(deadline));
-    // Bounded by the deadline: every round waits for readiness or ends.
-    loop {
-        let mut readable = pin!(stream.readable());
-        let ready = poll_fn(|cx| {
-            if let Poll::Ready(ready) = readable.as_mut().poll(cx) {
-                return Poll::Ready(ready.is_ok());
-            }
-            if sleep.as_mut().poll(cx).is_ready() || open.poll_stop(cx) {
-                return Poll::Ready(false);
-            }
-            Poll::Pending
-        })
-        .await;
-        if !ready {
-            return None;
-        }
-        let mut buf = InBuf::new(net::CLIENT_BUF);
-        match buf.try_fill(stream) {
-            Ok(0) => return None,
-            Ok(_) => return Some(buf),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
-            Err(_) => return None,
-        }
-    }
-}
-
 /// Reads and forwards requests until the connection ends.
 ///
 /// Not an `async fn`: one keeps its arguments and the locals made from them side by
 /// side in its state, which is what an idle connection holds. The connection is built
 /// first and the future only borrows it, so each value is stored once: 1,384 bytes
 /// instead of 1,808, a smaller allocation for every connection.
-fn serve_requests(
+pub(super) fn serve_requests(
     stream: Stream,
     addr: SocketAddr,
     settings: ClientSettings,

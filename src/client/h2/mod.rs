@@ -12,6 +12,8 @@
 //! `flood` allows, which the `h2` crate would answer forever. Other connections are
 //! not touched.
 
+pub mod flood;
+
 use std::future::poll_fn;
 use std::io;
 use std::mem::MaybeUninit;
@@ -27,14 +29,14 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::convert;
-use super::flood::{ControlWatch, FloodAlarm};
 use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
 use crate::http1::request::{self, HeadLimits, Refusal};
+use crate::http2::convert;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{ClientLimits, H2Wire, Proxy};
+use flood::{ControlWatch, FloodAlarm};
 
 /// Flow-control windows granted to a client: per stream, and for the connection. The
 /// connection's bounds what one client connection can make holdfast buffer.

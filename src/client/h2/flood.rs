@@ -84,7 +84,7 @@ pub struct FrameWatch {
 impl FrameWatch {
     /// A client's bytes: the preface (`PRI * HTTP/2.0...`, RFC 9113, 3.4), then frames.
     pub fn client() -> FrameWatch {
-        let preface = u32::try_from(super::PREFACE.len()).unwrap_or(u32::MAX);
+        let preface = u32::try_from(crate::http2::PREFACE.len()).unwrap_or(u32::MAX);
         FrameWatch { at: At::Skip(preface) }
     }
 
@@ -310,7 +310,7 @@ mod tests {
     /// A client's bytes: the preface, then frames of every kind around PINGs and
     /// SETTINGS, with payloads that look like frame headers.
     fn client_bytes() -> Vec<u8> {
-        let mut bytes = super::super::PREFACE.to_vec();
+        let mut bytes = crate::http2::PREFACE.to_vec();
         bytes.extend(frame(SETTINGS, 0, &[0, 4, 0, 1, 0, 0]));
         bytes.extend(frame(SETTINGS, ACK, &[]));
         bytes.extend(frame(HEADERS, 0x5, &[0x82, 0x86, 0x84]));
@@ -399,7 +399,7 @@ mod tests {
     fn a_ping_flood_trips_the_alarm_and_answered_pings_do_not() {
         let alarm = Arc::new(FloodAlarm::default());
         let mut watch = ControlWatch::new(Arc::clone(&alarm));
-        let mut bytes = super::super::PREFACE.to_vec();
+        let mut bytes = crate::http2::PREFACE.to_vec();
         bytes.extend(frame(SETTINGS, 0, &[]));
         watch.on_read(&bytes);
         let data = frame(DATA, 0, &[b'x'; 100]);
@@ -427,7 +427,7 @@ mod tests {
     fn a_settings_flood_trips_the_alarm() {
         let alarm = Arc::new(FloodAlarm::default());
         let mut watch = ControlWatch::new(Arc::clone(&alarm));
-        let mut bytes = super::super::PREFACE.to_vec();
+        let mut bytes = crate::http2::PREFACE.to_vec();
         for _ in 0..SETTINGS_BURST {
             bytes.extend(frame(SETTINGS, 0, &[0, 4, 0, 1, 0, 0]));
             bytes.extend(frame(SETTINGS, ACK, &[]));
