@@ -64,6 +64,7 @@ mod http2;
 mod instance;
 mod listener;
 mod live;
+mod message;
 mod metrics;
 mod net;
 mod proxy;

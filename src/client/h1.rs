@@ -178,7 +178,7 @@ impl Conn {
             let mut wire = H1Wire::new(client);
             // Boxed: the exchange's state (a few kB) exists only while a request is in
             // flight, so an idle connection's task stays small.
-            let forwarding = Box::pin(settings.proxy.forward(out, &self.head, &mut wire));
+            let forwarding = Box::pin(settings.proxy.forward(out, &mut self.head, &mut wire));
             let done = forwarding.await;
             drop(wire);
             self.idle_since = done.at;
@@ -278,7 +278,8 @@ impl Conn {
             return Ok(None);
         };
         let len = req.head_len;
-        let out = settings.proxy.prepare(&req, self.addr, &self.peer, self.tls, &mut self.head);
+        let out =
+            settings.proxy.prepare(&req, self.addr, &self.peer, self.tls, None, &mut self.head);
         self.buf.consume(len);
         self.scan = HeadScan::default();
         Ok(Some(out))

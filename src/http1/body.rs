@@ -80,6 +80,8 @@ impl Relay {
         let input = match framing {
             Framing::Length(n) => Input::Length(n),
             Framing::Chunked => Input::Chunked(Box::new(Chunked::new(max_trailer_bytes))),
+            // Never read as HTTP/1.1 bytes: an HTTP/2 stream's body comes in frames.
+            Framing::Stream => Input::UntilClose,
             Framing::UntilClose => Input::UntilClose,
             Framing::Empty => Input::Length(0),
         };

@@ -141,7 +141,11 @@ pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut V
         out.push(b'/');
     }
     put(out, &[req.path.rest, b" HTTP/1.1\r\n"]);
-    copy_headers(req.raw, req.headers, |i| !req.dropped.contains(i), out);
+    if req.version == Version::Http2 {
+        h2_fields(req, out);
+    } else {
+        copy_headers(req.raw, req.headers, |i| !req.dropped.contains(i), out);
+    }
     match req.host {
         Some(host) => header(out, b"host", host),
         None => {
@@ -159,11 +163,80 @@ pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut V
     out.extend_from_slice(b"\r\n");
 }
 
+/// Writes, as HTTP/1.1 text, a request head made for an HTTP/2 origin whose backend
+/// turned out to speak HTTP/1.1 (ALPN chose it): its fields are already those the
+/// origin gets, the forwarding headers included; `host` from `:authority`, the body
+/// `framing` holdfast writes, `cookie` fields joined (RFC 9113, 8.2.3) and `te` left
+/// out (it is hop-by-hop).
+pub fn request_from_h2(
+    method: &http::Method,
+    uri: &http::Uri,
+    fields: &http::HeaderMap,
+    framing: Framing,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    let target = match uri.path_and_query() {
+        Some(pq) => pq.as_str(),
+        None => "/",
+    };
+    put(out, &[method.as_str().as_bytes(), b" ", target.as_bytes(), b" HTTP/1.1\r\n"]);
+    if let Some(authority) = uri.authority() {
+        header(out, b"host", authority.as_str().as_bytes());
+    }
+    let mut cookies = fields.get_all(http::header::COOKIE).iter();
+    if let Some(first) = cookies.next() {
+        put(out, &[b"cookie: ", first.as_bytes()]);
+        for more in cookies {
+            put(out, &[b"; ", more.as_bytes()]);
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in fields {
+        if name != http::header::COOKIE && name != http::header::TE {
+            header(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    body_framing(framing.for_http1(), out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The fields of a request that came over HTTP/2, as HTTP/1.1 lines: its `cookie`
+/// fields joined into one (RFC 9113, 8.2.3).
+fn h2_fields(req: &Request<'_, '_>, out: &mut Vec<u8>) {
+    let mut cookies = 0usize;
+    for (i, h) in req.headers.iter().enumerate() {
+        if req.dropped.contains(i) {
+            continue;
+        }
+        if h.name == "cookie" {
+            let first = cookies == 0;
+            cookies = cookies.saturating_add(1);
+            if !first {
+                continue;
+            }
+            out.extend_from_slice(b"cookie: ");
+            let all = req.headers.iter().filter(|c| c.name == "cookie").map(|c| c.value);
+            for (n, value) in all.enumerate() {
+                if n > 0 {
+                    out.extend_from_slice(b"; ");
+                }
+                out.extend_from_slice(value);
+            }
+            out.extend_from_slice(b"\r\n");
+            continue;
+        }
+        header(out, h.name.as_bytes(), h.value);
+    }
+}
+
 /// The framing header of a body framed as `framing` (never `UntilClose` here).
 fn body_framing(framing: Framing, out: &mut Vec<u8>) {
     match framing {
         Framing::Length(n) => content_length(n, out),
-        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Chunked | Framing::Stream => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n")
+        }
         Framing::Empty | Framing::UntilClose => {}
     }
 }
@@ -183,7 +256,7 @@ fn content_length(n: u64, out: &mut Vec<u8>) {
 /// view. From a trusted proxy, the lists (`X-Forwarded-For`, `Forwarded`) are extended
 /// with this hop, its `-Proto` and `-Host` are kept, and `X-Real-IP` names the client
 /// the trusted proxies name (see `proxy::forwarded`).
-fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
+pub(crate) fn forwarding_headers(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
     let peer = fwd.peer;
     if fwd.trusted {
         extended_forwarding_headers(req, fwd, out);
@@ -247,16 +320,20 @@ impl BodyOut {
     pub fn choose(upstream: Framing, version: Version) -> BodyOut {
         match (upstream, version) {
             (Framing::Empty | Framing::Length(_), _) => BodyOut::Same,
-            (Framing::Chunked, Version::Http11) => BodyOut::Same,
-            (Framing::UntilClose, Version::Http11) => BodyOut::Rechunked,
-            (Framing::Chunked | Framing::UntilClose, Version::Http10) => BodyOut::CloseDelimited,
+            (Framing::Chunked, Version::Http11 | Version::Http2) => BodyOut::Same,
+            (Framing::UntilClose | Framing::Stream, Version::Http11 | Version::Http2) => {
+                BodyOut::Rechunked
+            }
+            (Framing::Chunked | Framing::UntilClose | Framing::Stream, Version::Http10) => {
+                BodyOut::CloseDelimited
+            }
         }
     }
 
     /// Whether the client gets chunk framing.
     pub fn is_chunked(self, upstream: Framing) -> bool {
         match self {
-            BodyOut::Same => upstream == Framing::Chunked,
+            BodyOut::Same => matches!(upstream, Framing::Chunked | Framing::Stream),
             BodyOut::Rechunked => true,
             BodyOut::CloseDelimited => false,
         }
@@ -283,7 +360,7 @@ impl ConnectionOut {
         match (keep, version) {
             (false, _) => ConnectionOut::Close,
             (true, Version::Http10) => ConnectionOut::KeepAlive10,
-            (true, Version::Http11) => ConnectionOut::KeepAlive,
+            (true, Version::Http11 | Version::Http2) => ConnectionOut::KeepAlive,
         }
     }
 }
@@ -329,7 +406,7 @@ pub fn client_response(
                 content_length(n, out);
             }
         }
-        Framing::Chunked | Framing::UntilClose => {}
+        Framing::Chunked | Framing::UntilClose | Framing::Stream => {}
     }
     out.extend_from_slice(extra);
     end_head(out, !resp.has_date, connection);
@@ -400,7 +477,7 @@ pub fn client_response_from(
         // can carry them to an HTTP/1.1 client.
         if (name == http::header::CONTENT_LENGTH && !keep_length)
             || (name == http::header::TRAILER && !chunked)
-            || crate::http2::convert::is_connection_specific(name.as_str())
+            || crate::message::is_connection_specific(name.as_str())
         {
             continue;
         }

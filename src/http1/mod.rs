@@ -36,52 +36,7 @@ pub mod response;
 #[cfg(test)]
 mod tests;
 
-/// The HTTP version of a message. HTTP/0.9 and 2 never reach this code: `httparse`
-/// refuses anything but 1.0 and 1.1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Http10,
-    Http11,
-}
-
-impl Version {
-    fn from_minor(minor: u8) -> Version {
-        if minor == 0 {
-            Version::Http10
-        } else {
-            Version::Http11
-        }
-    }
-}
-
-/// How a message body is delimited on the wire (RFC 9112, section 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body, and nothing says there is one (no `Content-Length`).
-    Empty,
-    /// Exactly this many bytes (`Content-Length`, which may be 0).
-    Length(u64),
-    /// `Transfer-Encoding` ending in `chunked`.
-    Chunked,
-    /// Everything until the sender closes the connection (responses only).
-    UntilClose,
-}
-
-impl Framing {
-    /// Whether the message has no body bytes at all.
-    pub fn is_bodyless(self) -> bool {
-        matches!(self, Framing::Empty | Framing::Length(0))
-    }
-
-    /// The body's length, when the framing says it.
-    pub fn length(self) -> Option<u64> {
-        match self {
-            Framing::Length(n) => Some(n),
-            Framing::Empty => Some(0),
-            _ => None,
-        }
-    }
-}
+pub use crate::message::{Framing, Lines, Version};
 
 /// Header names the proxy path treats specially; everything else is [`Name::Other`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,40 +124,6 @@ impl Name {
         [&b"content-length"[..], b"transfer-encoding", b"host"]
             .iter()
             .any(|n| n.eq_ignore_ascii_case(name))
-    }
-}
-
-/// A set of header line indices: the lines of a head that are not copied on as they
-/// are. The first 64 live in one word, the rest in more words as needed.
-#[derive(Debug, Default, Clone)]
-pub struct Lines {
-    low: u64,
-    rest: Vec<u64>,
-}
-
-impl Lines {
-    pub(crate) fn add(&mut self, i: usize) {
-        let (word, bit) = (i / 64, i % 64);
-        match word.checked_sub(1) {
-            None => self.low |= 1 << bit,
-            Some(w) => {
-                if self.rest.len() <= w {
-                    self.rest.resize(w.saturating_add(1), 0);
-                }
-                if let Some(slot) = self.rest.get_mut(w) {
-                    *slot |= 1 << bit;
-                }
-            }
-        }
-    }
-
-    pub(crate) fn contains(&self, i: usize) -> bool {
-        let (word, bit) = (i / 64, i % 64);
-        let bits = match word.checked_sub(1) {
-            None => self.low,
-            Some(w) => self.rest.get(w).copied().unwrap_or(0),
-        };
-        bits >> bit & 1 == 1
     }
 }
 

@@ -158,69 +158,7 @@ pub struct HeadLimits {
     pub max_head_bytes: usize,
 }
 
-/// A parsed request head, borrowing from the connection's read buffer.
-pub struct Request<'h, 'b> {
-    pub method: &'b str,
-    /// The request target as sent (origin-form, absolute-form or `*`).
-    pub target: &'b str,
-    /// The target in origin-form (or `*`), as the origin gets it: an absolute-form
-    /// target without its scheme and authority.
-    pub path: OriginForm<'b>,
-    pub version: Version,
-    pub headers: &'h [httparse::Header<'b>],
-    /// The head as received, including the empty line that ends it.
-    pub raw: &'b [u8],
-    /// Bytes of the head, including the empty line that ends it.
-    pub head_len: usize,
-    /// Header lines not passed on as they are: framing, `Host`, hop-by-hop, those
-    /// `Connection` names, `Expect`, and the forwarding headers holdfast writes itself.
-    pub dropped: Lines,
-    pub framing: Framing,
-    pub connection: ConnectionHeader<'b>,
-    /// The `Upgrade` value of an HTTP/1.1 request that asks to switch protocols
-    /// (`Upgrade` plus `Connection: upgrade`).
-    pub upgrade: Option<&'b [u8]>,
-    /// `Expect: 100-continue`: the client waits for an interim response before its body.
-    pub expect_continue: bool,
-    /// The host the request is for: an absolute-form target's authority, else the
-    /// `Host` header's value (RFC 9112, 3.2.2). `None` only for HTTP/1.0 without either.
-    pub host: Option<&'b [u8]>,
-}
-
-/// A request target in origin-form: `/path?query`, or `*`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OriginForm<'b> {
-    /// An absolute-form target with no path (`http://h?q`) gets its `/` in front.
-    pub slash: bool,
-    pub rest: &'b [u8],
-}
-
-impl<'b> OriginForm<'b> {
-    /// The path without its query, for routing: `/` when there is none.
-    pub fn route_path(&self) -> &'b [u8] {
-        if self.slash {
-            b"/"
-        } else {
-            self.rest
-        }
-    }
-}
-
-impl Request<'_, '_> {
-    /// Whether the client's connection may carry another request after this one:
-    /// HTTP/1.1 unless it says `close`, HTTP/1.0 only if it says `keep-alive`.
-    pub fn keep_alive(&self) -> bool {
-        match self.version {
-            Version::Http11 => !self.connection.close,
-            Version::Http10 => self.connection.keep_alive && !self.connection.close,
-        }
-    }
-
-    /// A header's value by exact name match, case-insensitively (first line only).
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
-    }
-}
+pub use crate::message::{Connection, OriginForm, RequestHead as Request};
 
 /// Checks an incomplete head at the start of `buf` against the limits: the request
 /// line (`first_line` is its length once its end has been seen) and the whole head.
@@ -258,18 +196,53 @@ pub fn parse<'h, 'b>(
     }
     let raw = buf.get(..head_len).ok_or(Refusal::Malformed)?;
     let method = req.method.ok_or(Refusal::Malformed)?;
+    let target = req.path.ok_or(Refusal::Malformed)?;
+    let version = Version::from_minor(req.version.ok_or(Refusal::Malformed)?);
+    let line = Line { method, target, version, authority: None };
+    let mut request = check(line, req.headers, raw, head_len, limits)?;
+    if version != Version::Http11 {
+        request.upgrade = None;
+    }
+    Ok(Some(request))
+}
+
+/// The start of a request, whichever codec read it: the request line of HTTP/1.1, or
+/// an HTTP/2 stream's pseudo-header fields.
+pub struct Line<'b> {
+    pub method: &'b str,
+    /// The target as sent: origin-form, absolute-form or `*` (HTTP/2's `:path`).
+    pub target: &'b str,
+    pub version: Version,
+    /// HTTP/2's `:authority`, which stands where HTTP/1.1's absolute-form target's
+    /// authority does (RFC 9113, 8.3.1).
+    pub authority: Option<&'b [u8]>,
+}
+
+/// The checks every request head gets, whichever codec read it (RFC 9112 and 9110):
+/// the method and target, `Host`, the body framing, `Connection` and `Expect`; and
+/// which fields are not passed on as they are. `raw` is the HTTP/1.1 head the fields
+/// are slices of (empty for HTTP/2), `head_len` its length or an estimate.
+pub fn check<'h, 'b>(
+    line: Line<'b>,
+    headers: &'h [httparse::Header<'b>],
+    raw: &'b [u8],
+    head_len: usize,
+    limits: &HeadLimits,
+) -> Result<Request<'h, 'b>, Refusal> {
+    let Line { method, target, version, authority } = line;
     if method.eq_ignore_ascii_case("CONNECT") {
         return Err(Refusal::Connect);
     }
-    let target = req.path.ok_or(Refusal::Malformed)?;
     // The request line: method, target, `HTTP/1.x`, two spaces and a line end.
     let line = method.len().saturating_add(target.len()).saturating_add(10);
     if line > limits.max_line_bytes {
         return Err(Refusal::RequestLineTooLong);
     }
-    let version = Version::from_minor(req.version.ok_or(Refusal::Malformed)?);
-    let (authority, path) = split_target(method, target)?;
-    let headers: &'h [httparse::Header<'b>] = req.headers;
+    let (in_target, path) = split_target(method, target)?;
+    if authority.is_some_and(|a| !is_valid_host(a)) {
+        return Err(Refusal::Host(HostViolation::Invalid));
+    }
+    let authority = authority.or(in_target);
     let mut request = Request {
         method,
         target,
@@ -280,45 +253,48 @@ pub fn parse<'h, 'b>(
         head_len,
         dropped: Lines::default(),
         framing: Framing::Empty,
-        connection: ConnectionHeader::default(),
+        connection: Connection::default(),
         upgrade: None,
         expect_continue: false,
         host: None,
+        te_trailers: false,
     };
     let mut fields = Fields::default();
     for (i, h) in headers.iter().enumerate() {
         let name = Name::of(h.name);
-        fields.add(name, h.value, &mut request);
+        fields.add(name, h.value);
         if name.is_dropped_upstream() {
             request.dropped.add(i);
         }
     }
-    if request.connection.malformed {
+    let connection = &fields.connection;
+    if connection.malformed {
         return Err(Refusal::Malformed);
     }
     // RFC 9110, 7.6.1: the fields holdfast needs may not be made hop-by-hop.
-    if request.connection.nominates_framing() {
+    if connection.nominates_framing() {
         return Err(Refusal::NominatedField);
     }
-    if !request.connection.named.is_empty() {
+    if !connection.named.is_empty() {
         for (i, h) in headers.iter().enumerate() {
-            if request.connection.names(h.name) {
+            if connection.names(h.name) {
                 request.dropped.add(i);
             }
         }
     }
+    request.connection = Connection { close: connection.close, keep_alive: connection.keep_alive };
     request.host = fields.host(version, authority)?;
     request.framing = fields.framing(version)?;
     request.expect_continue = fields.expectation(version)?;
-    if version == Version::Http11 && request.connection.upgrade {
-        request.upgrade = fields.upgrade;
-    }
-    Ok(Some(request))
+    // An upgrade is asked by `Upgrade` with `Connection: upgrade` (RFC 9110, 7.8).
+    request.upgrade = fields.upgrade.filter(|_| fields.connection.upgrade);
+    Ok(request)
 }
 
 /// The fields of one request that decide how it is handled, collected before deciding.
 #[derive(Default)]
 struct Fields<'b> {
+    connection: ConnectionHeader<'b>,
     content_length: ContentLength,
     codings: Codings<'b>,
     hosts: usize,
@@ -330,11 +306,11 @@ struct Fields<'b> {
 }
 
 impl<'b> Fields<'b> {
-    fn add(&mut self, name: Name, value: &'b [u8], request: &mut Request<'_, 'b>) {
+    fn add(&mut self, name: Name, value: &'b [u8]) {
         match name {
             Name::ContentLength => self.content_length.add(value),
             Name::TransferEncoding => self.codings.add(value),
-            Name::Connection => request.connection.add(value),
+            Name::Connection => self.connection.add(value),
             Name::Upgrade => self.upgrade = Some(value),
             Name::Expect => self.add_expect(value),
             Name::Host => {
@@ -369,6 +345,10 @@ impl<'b> Fields<'b> {
     ) -> Result<Option<&'b [u8]>, Refusal> {
         match (self.hosts, version) {
             (0, Version::Http11) => return Err(Refusal::Host(HostViolation::Missing)),
+            // RFC 9113, 8.3.1: `:authority`, or else `Host`.
+            (0, Version::Http2) if authority.is_none() => {
+                return Err(Refusal::Host(HostViolation::Missing))
+            }
             (0 | 1, _) => {}
             _ => return Err(Refusal::Host(HostViolation::Duplicate)),
         }
@@ -415,7 +395,7 @@ impl<'b> Fields<'b> {
         if self.expect_other {
             return Err(Refusal::Expectation);
         }
-        Ok(self.expect_continue && version == Version::Http11)
+        Ok(self.expect_continue && version != Version::Http10)
     }
 }
 

@@ -9,7 +9,9 @@
 #![deny(clippy::string_slice, clippy::indexing_slicing, clippy::arithmetic_side_effects)]
 
 pub mod convert;
+pub mod encode;
 pub mod flow;
+pub mod request;
 
 /// What an HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

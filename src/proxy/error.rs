@@ -11,6 +11,7 @@ use super::body_copy::CopyLost;
 use super::retry::NotReplayed;
 use crate::http1::request::FramingViolation;
 use crate::http1::response::BadResponse;
+use crate::http2::encode::NotH2;
 use crate::spool::Full;
 use crate::upstream::{ConnectError, LeaseError};
 
@@ -65,6 +66,10 @@ pub enum ProxyErrorKind {
     /// `file_total`) or its temporary file failing.
     #[error("holdfast's request buffers are full")]
     BuffersFull,
+    /// The request has something HTTP/2 cannot carry, for an origin that speaks it:
+    /// holdfast's side of the exchange, never the origin's.
+    #[error("{0}")]
+    NotH2(NotH2),
 }
 
 /// Why the client's request body could not be read to its end.
@@ -99,6 +104,7 @@ impl ProxyErrorKind {
                 "body_too_large"
             }
             ProxyErrorKind::BuffersFull => "buffers_full",
+            ProxyErrorKind::NotH2(_) => "not_h2",
         }
     }
 }
@@ -169,7 +175,8 @@ impl ProxyError {
             | ProxyErrorKind::Closed(_)
             | ProxyErrorKind::NotReplayed { .. }
             | ProxyErrorKind::RefusedNotResent { .. }
-            | ProxyErrorKind::BadResponse(_) => 502,
+            | ProxyErrorKind::BadResponse(_)
+            | ProxyErrorKind::NotH2(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
             ProxyErrorKind::ClientTimeout => 408,
             ProxyErrorKind::BodyTooLarge(_) | ProxyErrorKind::BodyTooLargeToBuffer(_) => 413,

@@ -20,8 +20,8 @@ use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
-use super::{error, pick, record, Done, Next, Outbound, Proxy};
-use crate::http1::encode::ConnectionOut;
+use super::{error, pick, record, Done, H2Head, Next, Outbound, Proxy};
+use crate::http1::encode::{self, ConnectionOut};
 use crate::http1::Framing;
 use crate::net::WaitError;
 use crate::telemetry::failures;
@@ -129,7 +129,7 @@ impl Proxy {
     pub(crate) async fn forward<W: MuxWire>(
         &self,
         mut out: Outbound,
-        head: &[u8],
+        head: &mut Vec<u8>,
         wire: &mut W,
     ) -> Done {
         // holdfast's own answers are boxed, like every rare path here: their state
@@ -145,7 +145,7 @@ impl Proxy {
             let answer = Box::pin(self.answer_unserved(out, wire));
             return answer.await;
         }
-        if let (Framing::Length(len), Some(max)) = (out.request.framing, out.route.max_body) {
+        if let (Some(len), Some(max)) = (out.request.framing.declared(), out.route.max_body) {
             if len > max {
                 // Refused before anything reaches the origin.
                 let kind = ProxyErrorKind::BodyTooLarge(max);
@@ -156,20 +156,33 @@ impl Proxy {
             }
         }
         let mut kept = None;
-        if out.backend().speaks() != Speaks::Http1 {
-            // Boxed: only exchanges with HTTP/2 origins carry this state.
-            let sending = Box::pin(self.send_mux(&mut out, head, wire));
-            match sending.await {
-                Ok(sent) => {
-                    let responding = Box::pin(self.respond_mux(out, sent, wire));
-                    return responding.await;
+        match std::mem::replace(&mut out.h2_head, H2Head::None) {
+            H2Head::None => {}
+            H2Head::Failed(e) => {
+                let e = error(&out, ProxyErrorKind::NotH2(*e), false);
+                let answer = Box::pin(self.answer_error(out, e, wire));
+                return answer.await;
+            }
+            H2Head::Ready(h2) => {
+                // Boxed: only exchanges with HTTP/2 origins carry this state.
+                let sending = Box::pin(self.send_mux(&mut out, &h2, wire));
+                match sending.await {
+                    Ok(sent) => {
+                        let responding = Box::pin(self.respond_mux(out, sent, wire));
+                        return responding.await;
+                    }
+                    Err(MuxFailure::Failed(e)) => {
+                        let answer = Box::pin(self.answer_error(out, e, wire));
+                        return answer.await;
+                    }
+                    // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool,
+                    // and the head goes as HTTP/1.1 text.
+                    Err(MuxFailure::SpeaksHttp1(body)) => {
+                        let framing = out.request.framing;
+                        encode::request_from_h2(&h2.method, &h2.uri, &h2.headers, framing, head);
+                        kept = body;
+                    }
                 }
-                Err(MuxFailure::Failed(e)) => {
-                    let answer = Box::pin(self.answer_error(out, e, wire));
-                    return answer.await;
-                }
-                // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool.
-                Err(MuxFailure::SpeaksHttp1(body)) => kept = body,
             }
         }
         match self.send(&mut out, head, wire, kept).await {

@@ -31,7 +31,7 @@ use crate::http1::body::Relay;
 use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::response;
 use crate::http1::Framing;
-use crate::http2::convert::{self, StreamFacts};
+use crate::http2::convert;
 use crate::http2::flow;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::spool::{Full, Spool};
@@ -42,7 +42,6 @@ pub(crate) struct H2Wire {
     respond: SendResponse<Bytes>,
     /// The request body, as the client streams it.
     body: RecvStream,
-    facts: StreamFacts,
     timer: Timer,
     /// What was read from an HTTP/1.1 origin connection and not yet passed on.
     origin_buf: InBuf,
@@ -111,11 +110,10 @@ impl HeadOut for H2Head {
 }
 
 impl H2Wire {
-    pub(crate) fn new(respond: SendResponse<Bytes>, body: RecvStream, facts: StreamFacts) -> Self {
+    pub(crate) fn new(respond: SendResponse<Bytes>, body: RecvStream) -> Self {
         H2Wire {
             respond,
             body,
-            facts,
             timer: Timer::new(),
             origin_buf: InBuf::new(net::ORIGIN_BUF),
             head: H2Head::default(),
@@ -197,7 +195,7 @@ impl Wire for H2Wire {
     async fn buffer_request(&mut self, out: &mut Outbound) -> Result<(), Attempt> {
         self.answer_continue(out);
         let stall = out.route.timeouts.read;
-        let chunked = out.request.framing == Framing::Chunked;
+        let chunked = out.request.framing.for_http1() == Framing::Chunked;
         let mut spool = Box::new(out.route.site.spools.spool_for(out.request.framing.length()));
         let full = |e: Full| Attempt::Failed(e.into());
         let mut total = 0u64;
@@ -488,7 +486,7 @@ impl H2Wire {
     async fn upload_h1(&mut self, out: &Outbound, stream: &mut net::Stream) -> Result<(), Attempt> {
         let timeouts = &out.route.timeouts;
         let (client_stall, origin_stall) = (timeouts.read, timeouts.response_header);
-        let chunked = out.request.framing == Framing::Chunked;
+        let chunked = out.request.framing.for_http1() == Framing::Chunked;
         let origin_failed = |(_, e): (u64, WaitError)| h1::origin_write_failed(e, origin_stall);
         let mut total = 0u64;
         while let Some(data) =
@@ -642,18 +640,10 @@ impl MuxWire for H2Wire {
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest<Bytes>,
-        mut request: http::Request<()>,
+        request: http::Request<()>,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        // `TE` is hop-by-hop; a client's `te: trailers` (RFC 9110, 10.1.4: it accepts
-        // trailers) is said again on this hop, where holdfast passes trailers on.
-        // gRPC servers refuse calls without it.
-        if self.facts.te_trailers {
-            request
-                .headers_mut()
-                .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
-        }
         // A try after a refused one sends what was read from the copy, and all of it
         // once the client's body ended.
         self.in_hand = None;

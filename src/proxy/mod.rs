@@ -63,12 +63,14 @@ pub use settings::{Buffering, ClientLimits, Timeouts};
 use transfer::UploadLimits;
 
 use crate::http1::encode::{self, Forwarding, PeerText};
-use crate::http1::request::Request;
 use crate::http1::{Framing, Version};
+use crate::http2::encode as h2_encode;
+use crate::message::RequestHead;
 use crate::net::{self, InBuf, Stream, Timer, TlsFacts};
 use crate::route::Router;
 use crate::spool::Spools;
 use crate::telemetry::access_log::AccessLog;
+use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claimant;
 use crate::upstream::{Assigned, Backend, Upstream};
 use local::LocalAnswer;
@@ -144,8 +146,21 @@ pub struct Outbound {
     progress: Progress,
     /// Who the request is for, as the backends' shares count it.
     claimant: Claimant,
+    /// The head an HTTP/2 origin gets, when the backend speaks HTTP/2 or may.
+    h2_head: H2Head,
     /// Observes the request for metrics and the access log; decides nothing.
     record: Record,
+}
+
+/// The head of a request to a backend that speaks HTTP/2 (or may: `auto` before its
+/// first TLS handshake), written once by [`Proxy::prepare`]. Boxed: an HTTP/1.1
+/// exchange carries only the tag.
+enum H2Head {
+    /// The backend speaks HTTP/1.1: the head is HTTP/1.1 text.
+    None,
+    Ready(Box<h2_encode::OriginHead>),
+    /// The request has something HTTP/2 cannot carry: holdfast's side fails it.
+    Failed(Box<h2_encode::NotH2>),
 }
 
 /// What the request head said, as the exchange needs it.
@@ -215,14 +230,18 @@ impl Proxy {
         self.site.store(Arc::new(site));
     }
 
-    /// Starts a request: routes it, picks its backend and writes, into `head`, the head
-    /// the origin gets (see [`encode::upstream_request`]).
+    /// Starts a request: routes it, picks its backend and writes the head the origin
+    /// gets in the protocol the backend speaks: HTTP/1.1 text into `head` (see
+    /// [`encode::upstream_request`]), or an HTTP/2 head kept in the [`Outbound`] (see
+    /// [`h2_encode::origin_head`]). `source` is the header map of an HTTP/2 client's
+    /// stream, whose fields `req`'s are slices of.
     pub fn prepare(
         &self,
-        req: &Request<'_, '_>,
+        req: &RequestHead<'_, '_>,
         client: SocketAddr,
         peer: &PeerText,
         tls: Option<TlsFacts>,
+        source: Option<&http::HeaderMap>,
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();
@@ -248,6 +267,7 @@ impl Proxy {
         }
         head.clear();
         let mut claimant = Claimant { address: address_key(client.ip()), connection: 0 };
+        let mut h2_head = H2Head::None;
         if let Some(backend) = &backend {
             record.chose(backend.backend());
             let trusted = site.trusted.contains(client.ip());
@@ -263,7 +283,20 @@ impl Proxy {
             });
             let real_ip = real_ip.as_ref().map_or(peer.ip(), String::as_bytes);
             let fwd = Forwarding { peer, trusted, real_ip, backend: backend.addr };
-            encode::upstream_request(req, &fwd, head);
+            let backend = backend.backend();
+            h2_head = match backend.speaks() {
+                Speaks::Http1 => {
+                    encode::upstream_request(req, &fwd, head);
+                    H2Head::None
+                }
+                // HTTP/2, or not known yet (`auto`, before a TLS handshake told).
+                Speaks::H2 | Speaks::Either => {
+                    match h2_encode::origin_head(req, &fwd, source, backend.conns.is_tls()) {
+                        Ok(h2) => H2Head::Ready(Box::new(h2)),
+                        Err(e) => H2Head::Failed(Box::new(e)),
+                    }
+                }
+            };
         }
         Outbound {
             request: RequestFacts {
@@ -280,6 +313,7 @@ impl Proxy {
                 body_consumed: req.framing.is_bodyless(),
             },
             claimant,
+            h2_head,
             record,
         }
     }

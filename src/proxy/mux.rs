@@ -20,7 +20,7 @@ use super::transfer::{DownloadError, Upload};
 use super::wire::{Attempt, MuxWire, ResponseStart};
 use super::{error, record, Done, Outbound, Proxy};
 use crate::http1::encode::ConnectionOut;
-use crate::http2::convert;
+use crate::http2::encode::OriginHead;
 use crate::upstream::multiplex::MuxLease;
 use crate::upstream::LeaseError;
 
@@ -59,7 +59,7 @@ impl Proxy {
     pub(super) async fn send_mux<W: MuxWire>(
         &self,
         out: &mut Outbound,
-        head: &[u8],
+        head: &OriginHead,
         wire: &mut W,
     ) -> Result<SentMux, MuxFailure> {
         let (kept, _, body) = self.prelude(out, wire, None).await?;
@@ -104,10 +104,7 @@ impl Proxy {
             out.record.connected(started.elapsed());
             let reused = lease.is_reused();
             out.record.sending(reused);
-            let tls = backend.conns.is_tls();
-            let request = convert::origin_request(head, tls, false).map_err(|e| {
-                error(out, ProxyErrorKind::Closed(std::io::Error::other(e.to_string())), false)
-            })?;
+            let request = head.request();
             let sender = lease.sender();
             let attempt = wire.mux_attempt(out, sender, request, kept.as_deref(), &mut copy).await;
             let (outcome, io_error) = match attempt {

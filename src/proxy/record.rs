@@ -78,6 +78,7 @@ impl Record {
                 version: match req.version {
                     Version::Http10 => http::Version::HTTP_10,
                     Version::Http11 => http::Version::HTTP_11,
+                    Version::Http2 => http::Version::HTTP_2,
                 },
                 host: text(req.host),
                 referer: text(req.header("referer")),

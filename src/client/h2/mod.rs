@@ -16,7 +16,6 @@ pub mod flood;
 
 use std::future::poll_fn;
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -31,8 +30,9 @@ use tokio::time::Instant;
 
 use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
-use crate::http1::request::{self, HeadLimits, Refusal};
+use crate::http1::request::{HeadLimits, Refusal};
 use crate::http2::convert;
+use crate::http2::request;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{ClientLimits, H2Wire, Proxy};
@@ -193,9 +193,9 @@ async fn stopped(open: &mut OpenConnection) {
     poll_fn(|cx| if open.poll_stop(cx) { Poll::Ready(()) } else { Poll::Pending }).await
 }
 
-/// Runs one stream as an exchange: its head becomes an HTTP/1.1 head, checked, routed
-/// and rewritten like any other, then forwarded. True when the client abandoned it
-/// (reset it, or did not take the response).
+/// Runs one stream as an exchange: its head, read into the request model, is checked,
+/// routed and rewritten like any other, then forwarded. True when the client abandoned
+/// it (reset it, or did not take the response).
 async fn run_stream(
     req: http::Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
@@ -203,37 +203,27 @@ async fn run_stream(
 ) -> bool {
     let ClientSide { addr, ref proxy, ref peer, tls, limits, connection } = *client;
     let (parts, body) = req.into_parts();
-    // Both heads come from, and go back to, the thread's cache of head buffers.
-    let mut head = net::scratch();
-    let facts = convert::request_head(&parts, body.is_end_stream(), &mut head);
-    drop(parts);
     let head_limits = HeadLimits {
         max_line_bytes: limits.max_line_bytes,
         max_head_bytes: limits.max_header_bytes,
     };
-    let lines = head.iter().filter(|b| **b == b'\n').count();
-    if lines > limits.max_headers.saturating_add(2) {
-        refuse(proxy, addr, &mut respond, Refusal::TooManyHeaders);
-        return false;
-    }
-    let mut storage = vec![MaybeUninit::uninit(); lines];
+    let fields = request::fields(&parts);
+    // The HTTP/1.1 head, for an origin that speaks HTTP/1.1, comes from and goes back
+    // to the thread's cache of head buffers.
     let mut origin_head = net::scratch();
-    let mut out = match request::parse(&head, &mut storage, &head_limits) {
-        Ok(Some(req)) => proxy.prepare(&req, addr, peer, tls, &mut origin_head),
-        Ok(None) => {
-            refuse(proxy, addr, &mut respond, Refusal::Malformed);
-            return false;
-        }
+    let ends = body.is_end_stream();
+    let mut out = match request::decode(&parts, &fields, ends, limits.max_headers, &head_limits) {
+        Ok(req) => proxy.prepare(&req, addr, peer, tls, Some(&parts.headers), &mut origin_head),
         Err(refusal) => {
             refuse(proxy, addr, &mut respond, refusal);
             return false;
         }
     };
-    drop(storage);
-    net::recycle(head);
+    drop(fields);
+    drop(parts);
     out.over_http2(connection);
-    let mut wire = H2Wire::new(respond, body, facts);
-    proxy.forward(out, &origin_head, &mut wire).await;
+    let mut wire = H2Wire::new(respond, body);
+    proxy.forward(out, &mut origin_head, &mut wire).await;
     net::recycle(origin_head);
     wire.client_failed()
 }

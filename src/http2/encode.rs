@@ -1,0 +1,172 @@
+//! Writing the request model out as the HTTP/2 request an origin gets: `:method`,
+//! `:scheme`, `:authority` (the request's host, as `Host` would carry it) and `:path`,
+//! the client's fields but those holdfast writes itself or HTTP/2 does not carry, the
+//! forwarding headers, and `te: trailers` when the client asked for trailers. No
+//! HTTP/1.1 text is made or parsed: the values are those the codec read (slices of an
+//! HTTP/1.1 client's head, or the HTTP/2 client's own field values), not copies.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Uri};
+
+use crate::http1::encode::{forwarding_headers, Forwarding};
+use crate::message::{is_connection_specific, RequestHead};
+
+/// Why a request head could not become an HTTP/2 request: a field or target that
+/// HTTP/1.1 allows and HTTP/2 does not. holdfast's side of the exchange, never the
+/// origin's.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the request cannot be sent as HTTP/2: {0}")]
+pub struct NotH2(pub String);
+
+fn bad(what: impl std::fmt::Display) -> NotH2 {
+    NotH2(what.to_string())
+}
+
+/// The head of a request as an HTTP/2 origin gets it, kept whole so that a stream the
+/// origin refuses can be sent again (each try takes a [`OriginHead::request`]).
+#[derive(Debug, Clone)]
+pub struct OriginHead {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+}
+
+impl OriginHead {
+    /// The request for one try.
+    pub fn request(&self) -> Request<()> {
+        let mut request = Request::new(());
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = http::Version::HTTP_2;
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+}
+
+/// The HTTP/2 head for `req` to an origin reached over TLS or not (`tls`, for
+/// `:scheme`). `source` is the header map of an HTTP/2 client's stream, whose fields
+/// `req.headers` are slices of, in order: its names and values are passed on as they
+/// are.
+pub fn origin_head(
+    req: &RequestHead<'_, '_>,
+    fwd: &Forwarding<'_>,
+    source: Option<&HeaderMap>,
+    tls: bool,
+) -> Result<OriginHead, NotH2> {
+    // One copy of an HTTP/1.1 head: its values and target are slices of it.
+    let shared = Bytes::copy_from_slice(req.raw);
+    let method = Method::from_bytes(req.method.as_bytes()).map_err(bad)?;
+    let uri = uri(req, fwd, &shared, tls)?;
+    let mut headers = HeaderMap::with_capacity(req.headers.len().saturating_add(6));
+    match source {
+        Some(source) => pass_fields(req, source, &mut headers),
+        None => copy_fields(req, &shared, &mut headers)?,
+    }
+    forwarding(req, fwd, &mut headers)?;
+    if req.te_trailers {
+        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+    }
+    Ok(OriginHead { method, uri, headers })
+}
+
+/// `:scheme`, `:authority` and `:path`.
+fn uri(
+    req: &RequestHead<'_, '_>,
+    fwd: &Forwarding<'_>,
+    shared: &Bytes,
+    tls: bool,
+) -> Result<Uri, NotH2> {
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
+    let authority = match req.host {
+        Some(host) => http::uri::Authority::from_maybe_shared(slice_of(shared, host)),
+        None => fwd.backend.to_string().parse(),
+    };
+    uri.authority = Some(authority.map_err(bad)?);
+    // `*` (OPTIONS) stays `*` (RFC 9113, 8.3.1).
+    let path = match req.path.slash {
+        true => Bytes::from([&b"/"[..], req.path.rest].concat()),
+        false => slice_of(shared, req.path.rest),
+    };
+    uri.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?);
+    Uri::from_parts(uri).map_err(bad)
+}
+
+/// `part` as a slice of `shared` when it is one, else a copy of it.
+fn slice_of(shared: &Bytes, part: &[u8]) -> Bytes {
+    let start = (part.as_ptr() as usize).checked_sub(shared.as_ptr() as usize);
+    let end = start.and_then(|s| s.checked_add(part.len()));
+    match (start, end) {
+        (Some(start), Some(end)) if end <= shared.len() && !part.is_empty() => {
+            shared.slice(start..end)
+        }
+        _ => Bytes::copy_from_slice(part),
+    }
+}
+
+/// An HTTP/2 client's fields, passed on as they are (names and values shared, not
+/// copied), but those not passed on.
+fn pass_fields(req: &RequestHead<'_, '_>, source: &HeaderMap, headers: &mut HeaderMap) {
+    for (i, (name, value)) in source.iter().enumerate() {
+        if !req.dropped.contains(i) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// An HTTP/1.1 client's fields, as slices of its head, but those not passed on and
+/// those HTTP/2 does not carry.
+fn copy_fields(
+    req: &RequestHead<'_, '_>,
+    shared: &Bytes,
+    headers: &mut HeaderMap,
+) -> Result<(), NotH2> {
+    for (i, h) in req.headers.iter().enumerate() {
+        if req.dropped.contains(i) || is_connection_specific(h.name) {
+            continue;
+        }
+        let value = HeaderValue::from_maybe_shared(slice_of(shared, h.value)).map_err(bad)?;
+        headers.append(header_name(h.name)?, value);
+    }
+    Ok(())
+}
+
+/// The names of the fields holdfast writes itself, made once, so that they cost no
+/// allocation or parsing per request.
+static OWN_NAMES: [HeaderName; 5] = [
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("forwarded"),
+];
+
+fn header_name(name: &str) -> Result<HeaderName, NotH2> {
+    match OWN_NAMES.iter().find(|own| name.eq_ignore_ascii_case(own.as_str())) {
+        Some(own) => Ok(own.clone()),
+        None => HeaderName::from_bytes(name.as_bytes()).map_err(bad),
+    }
+}
+
+/// The forwarding headers, written as `http1::encode` writes them for any origin (one
+/// set of rules) and taken as fields.
+fn forwarding(
+    req: &RequestHead<'_, '_>,
+    fwd: &Forwarding<'_>,
+    headers: &mut HeaderMap,
+) -> Result<(), NotH2> {
+    let mut text = Vec::with_capacity(192);
+    forwarding_headers(req, fwd, &mut text);
+    let text = Bytes::from(text);
+    for line in text.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let Some((name, value)) = line.split_at_checked(colon) else { continue };
+        let value = value.get(1..).unwrap_or_default().trim_ascii();
+        let name = std::str::from_utf8(name).map_err(bad)?;
+        let value = HeaderValue::from_maybe_shared(slice_of(&text, value)).map_err(bad)?;
+        headers.append(header_name(name)?, value);
+    }
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! Reading a client's HTTP/2 request head into the request model: the stream's
+//! pseudo-header fields and fields become a [`RequestHead`] whose fields are slices of
+//! the `h2` crate's header map, checked by the same rules as an HTTP/1.1 head
+//! (`http1::request::check`). No HTTP/1.1 text is made.
+//!
+//! The `h2` crate has already refused what HTTP/2 itself forbids (RFC 9113, 8.2 and
+//! 8.3): connection-specific fields, `te` other than `trailers`, uppercase names,
+//! missing or repeated pseudo-header fields, and a `content-length` the DATA frames
+//! contradict.
+
+use crate::http1::request::{self, HeadLimits, Line, Refusal};
+use crate::message::{Framing, RequestHead, Version};
+
+/// The fields of a stream's head as the request model holds them: name and value
+/// slices of `parts`' header map, in its order.
+pub fn fields(parts: &http::request::Parts) -> Vec<httparse::Header<'_>> {
+    let mut fields = Vec::with_capacity(parts.headers.len());
+    fields.extend(
+        parts
+            .headers
+            .iter()
+            .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() }),
+    );
+    fields
+}
+
+/// The request head of a client's stream (`parts`, whose [`fields`] are `fields`),
+/// with `max_headers` fields at most; `body_ends`: the HEADERS frame ended the stream.
+pub fn decode<'h, 'b>(
+    parts: &'b http::request::Parts,
+    fields: &'h [httparse::Header<'b>],
+    body_ends: bool,
+    max_headers: usize,
+    limits: &HeadLimits,
+) -> Result<RequestHead<'h, 'b>, Refusal> {
+    if fields.len() > max_headers {
+        return Err(Refusal::TooManyHeaders);
+    }
+    let target = match parts.uri.path_and_query() {
+        Some(pq) => pq.as_str(),
+        None if parts.method == http::Method::OPTIONS => "*",
+        None => "/",
+    };
+    let line = Line {
+        method: parts.method.as_str(),
+        target,
+        version: Version::Http2,
+        authority: parts.uri.authority().map(|a| a.as_str().as_bytes()),
+    };
+    let size = fields.iter().fold(target.len(), |n, f| {
+        n.saturating_add(f.name.len()).saturating_add(f.value.len()).saturating_add(4)
+    });
+    let mut head = request::check(line, fields, b"", size, limits)?;
+    head.upgrade = None;
+    head.te_trailers =
+        fields.iter().any(|f| f.name == "te" && f.value.eq_ignore_ascii_case(b"trailers"));
+    if head.framing == Framing::Empty && !body_ends {
+        head.framing = Framing::Stream;
+    }
+    Ok(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 16384 };
+
+    fn parts(req: http::Request<()>) -> http::request::Parts {
+        req.into_parts().0
+    }
+
+    #[test]
+    fn a_stream_becomes_a_request_head_with_its_authority_as_host() {
+        let p = parts(
+            http::Request::builder()
+                .method("POST")
+                .uri("https://example.com/a?b=1")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .header("te", "trailers")
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap(),
+        );
+        let f = fields(&p);
+        let head = decode(&p, &f, false, 100, &LIMITS).unwrap();
+        assert_eq!(head.method, "POST");
+        assert_eq!(head.target, "/a?b=1");
+        assert_eq!(head.host, Some(&b"example.com"[..]));
+        assert_eq!(head.version, Version::Http2);
+        assert_eq!(head.framing, Framing::Stream);
+        assert!(head.te_trailers);
+        assert_eq!(head.headers.len(), 4);
+        // `te` is hop-by-hop: not passed on as it is.
+        assert!(head.dropped.contains(2));
+        assert!(!head.dropped.contains(0));
+    }
+
+    #[test]
+    fn a_declared_length_frames_the_body_and_an_ended_stream_has_none() {
+        let p = parts(
+            http::Request::builder()
+                .method("PUT")
+                .uri("http://app/x")
+                .header("content-length", "5")
+                .body(())
+                .unwrap(),
+        );
+        let f = fields(&p);
+        assert_eq!(decode(&p, &f, false, 100, &LIMITS).unwrap().framing, Framing::Length(5));
+        let p = parts(http::Request::builder().uri("http://app/x").body(()).unwrap());
+        let f = fields(&p);
+        assert_eq!(decode(&p, &f, true, 100, &LIMITS).unwrap().framing, Framing::Empty);
+    }
+
+    #[test]
+    fn the_checks_of_any_head_apply() {
+        let refused = |req: http::Request<()>, max: usize| {
+            let p = parts(req);
+            let f = fields(&p);
+            decode(&p, &f, true, max, &LIMITS).err()
+        };
+        let no_host = http::Request::builder().uri("/x").body(()).unwrap();
+        assert!(matches!(refused(no_host, 100), Some(Refusal::Host(_))));
+        let two_lengths = http::Request::builder()
+            .uri("http://app/x")
+            .header("content-length", "1")
+            .header("content-length", "2")
+            .body(())
+            .unwrap();
+        assert!(matches!(refused(two_lengths, 100), Some(Refusal::Framing(_))));
+        let expect = http::Request::builder()
+            .uri("http://app/x")
+            .header("expect", "something")
+            .body(())
+            .unwrap();
+        assert_eq!(refused(expect, 100), Some(Refusal::Expectation));
+        let many = http::Request::builder()
+            .uri("http://app/x")
+            .header("a", "1")
+            .header("b", "2")
+            .body(())
+            .unwrap();
+        assert_eq!(refused(many, 1), Some(Refusal::TooManyHeaders));
+        // A target the http crate takes is checked again, as an HTTP/1.1 one is.
+        let quote = http::Request::builder().uri("http://app/a\"b").body(()).unwrap();
+        assert_eq!(refused(quote, 100), Some(Refusal::InvalidTarget));
+    }
+}
