@@ -170,3 +170,81 @@ fn forwarding(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use super::*;
+    use crate::http1::encode::PeerText;
+    use crate::http1::request::{parse, HeadLimits};
+
+    const LIMITS: HeadLimits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 16384 };
+
+    fn head_of(text: &str, tls: bool) -> Result<OriginHead, NotH2> {
+        let mut storage = [MaybeUninit::uninit(); 64];
+        let req = parse(text.as_bytes(), &mut storage, &LIMITS).unwrap().unwrap();
+        let peer = PeerText::new("10.0.0.1".parse().unwrap(), false);
+        let fwd = Forwarding {
+            peer: &peer,
+            trusted: false,
+            real_ip: peer.ip(),
+            backend: "127.0.0.1:9".parse().unwrap(),
+        };
+        origin_head(&req, &fwd, None, tls)
+    }
+
+    #[test]
+    fn an_http1_head_becomes_an_http2_one_without_connection_fields() {
+        let head = head_of(
+            "GET /x?y=1 HTTP/1.1\r\nHost: app:8080\r\nConnection: close, x-hop\r\nX-Hop: 1\r\n\
+             Keep-Alive: 5\r\nCookie: a=1\r\nX-Forwarded-For: 6.6.6.6\r\nAccept: */*\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert_eq!(head.uri.to_string(), "http://app:8080/x?y=1");
+        let names: Vec<&str> = head.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "cookie",
+                "accept",
+                "x-forwarded-for",
+                "x-forwarded-proto",
+                "x-real-ip",
+                "x-forwarded-host",
+                "forwarded"
+            ]
+        );
+        // The client's X-Forwarded-For is replaced: it is not a trusted proxy.
+        assert_eq!(head.headers.get("x-forwarded-for").unwrap(), "10.0.0.1");
+        assert_eq!(
+            head.headers.get("forwarded").unwrap(),
+            "for=10.0.0.1;host=\"app:8080\";proto=http"
+        );
+        assert_eq!(head.request().version(), http::Version::HTTP_2);
+    }
+
+    #[test]
+    fn options_star_keeps_its_asterisk_and_an_absolute_target_its_path() {
+        let head = head_of("OPTIONS * HTTP/1.1\r\nHost: app\r\n\r\n", true).unwrap();
+        assert_eq!(head.uri.path(), "*");
+        assert_eq!(head.uri.scheme_str(), Some("https"));
+        let head = head_of("GET http://other?q HTTP/1.1\r\nHost: app\r\n\r\n", false).unwrap();
+        assert_eq!(head.uri.to_string(), "http://other/?q");
+    }
+
+    #[test]
+    fn what_http2_cannot_carry_is_said_and_the_rest_passes() {
+        for text in [
+            "GET /a^b{c}|d HTTP/1.1\r\nHost: app\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a_b!(c);d=e\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+        ] {
+            assert!(head_of(text, false).is_ok(), "{text:?}");
+        }
+        // A percent-encoded host is a valid HTTP/1.1 Host, not an `:authority`.
+        let e = head_of("GET / HTTP/1.1\r\nHost: a%41b\r\n\r\n", false).unwrap_err();
+        assert!(e.to_string().contains("cannot be sent as HTTP/2"), "{e}");
+    }
+}

@@ -919,3 +919,27 @@ async fn tls_origin_config_with_protocol_h2() {
     assert_each_own(client.concurrent(8, path).await, path);
     assert_eq!(origin.accepted(), 1);
 }
+
+/// A request HTTP/2 cannot carry (a percent-encoded `Host` is a valid HTTP/1.1 host
+/// and no valid `:authority`) fails on holdfast's side: 502 `not_h2`, nothing sent, and
+/// the origin's health, errors and responses untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_http2_cannot_carry_is_holdfasts_failure_not_the_origins() {
+    let origin = H2Origin::start().await;
+    let proxy = Proxy::start(h2_config("", &[format!("h2c://{}", origin.addr())], "", "")).await;
+    let mut raw = RawClient::connect(proxy.addr()).await;
+    raw.send("GET /x HTTP/1.1\r\nHost: a%41b\r\n\r\n").await;
+    let resp = raw.response().await;
+    assert_eq!(resp.status, 502, "{}", resp.body_text());
+    assert!(resp.body_text().contains("cannot be sent as HTTP/2"), "{}", resp.body_text());
+    // The same client and origin work for a request HTTP/2 can carry.
+    let mut client = HttpClient::connect(proxy.addr()).await;
+    assert_eq!(client.get("/fine").await.status, StatusCode::OK);
+    assert_eq!(origin.request_count(), 1, "only the second request reached the origin");
+    let m = proxy.metrics().await;
+    assert_eq!(m.count("holdfast_errors_total", &[("reason", "not_h2")]), 1);
+    assert_eq!(m.count_or_zero("holdfast_errors_total", &[("reason", "origin_closed")]), 0);
+    let (_, status) = crate::support::scrape::admin_get(proxy.admin(), "/status").await;
+    assert!(status.contains("\"health\":\"healthy\""), "{status}");
+    assert!(!status.contains("server_errors"), "{status}");
+}
