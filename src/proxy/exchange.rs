@@ -9,13 +9,12 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use holdfast_pool::{CloseReason, Priority};
+use holdfast_pool::CloseReason;
 use tokio::time::Instant;
 
+use super::body_copy::BodyCopy;
 use super::error::{ProxyError, ProxyErrorKind};
-use super::mux::MuxFailure;
 use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
@@ -23,12 +22,14 @@ use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, H2Head, Next, Outbound, Proxy};
 use crate::http1::encode::{self, ConnectionOut};
 use crate::http1::Framing;
+use crate::http2::encode::OriginHead;
 use crate::net::WaitError;
 use crate::telemetry::failures;
 use crate::upstream::learned::ResponseKind;
+use crate::upstream::multiplex::MuxLease;
 use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claim;
-use crate::upstream::{Backend, Lease, LeaseError};
+use crate::upstream::{Lease, LeaseError, Session, Want};
 
 /// The failure of a step before any connection was asked for (reading the body
 /// beforehand), as the client hears of it.
@@ -44,7 +45,7 @@ fn attempt_failed(out: &Outbound, e: Attempt) -> ProxyError {
 
 /// The response reached the client whole at `now`: recorded, and what the client's
 /// connection does next (`keep_client`: the response lets it stay open).
-pub(super) fn delivered(
+fn delivered(
     out: Outbound,
     status: u16,
     bytes: u64,
@@ -65,7 +66,7 @@ pub(super) fn delivered(
 
 /// Gives the client the rest of a response the origin is done with (response
 /// buffering), then records it.
-pub(super) async fn catch_up<W: Wire>(
+async fn catch_up<W: Wire>(
     out: Outbound,
     status: u16,
     keep_client: bool,
@@ -82,7 +83,7 @@ pub(super) async fn catch_up<W: Wire>(
 }
 
 /// The client left before the response ended (`bytes` of its body went out).
-pub(super) fn client_left(out: Outbound, status: u16, bytes: u64, error: &WaitError) -> Done {
+fn client_left(out: Outbound, status: u16, bytes: u64, error: &WaitError) -> Done {
     tracing::debug!(error = %error, "client left before the response ended");
     let at = out.record.started();
     out.record.finish(out.route.upstream.as_deref(), Delivery { status, bytes, ended: None });
@@ -91,12 +92,7 @@ pub(super) fn client_left(out: Outbound, status: u16, bytes: u64, error: &WaitEr
 
 /// The origin's response body failed after the head went out: counted against the
 /// backend, and the client's connection closes (the response is cut off).
-pub(super) fn origin_body_failed(
-    mut out: Outbound,
-    status: u16,
-    bytes: u64,
-    error: &std::io::Error,
-) -> Done {
+fn origin_body_failed(mut out: Outbound, status: u16, bytes: u64, error: &std::io::Error) -> Done {
     if let Some(upstream) = out.route.upstream.as_ref() {
         let backend = Some(out.backend().addr);
         let message = format!("upstream response body failed: {error}");
@@ -112,9 +108,32 @@ pub(super) fn origin_body_failed(
 /// client leaves, to keep the connection; 64 KiB is a few milliseconds on any link.
 const DRAIN_LIMIT_BYTES: u64 = 64 * 1024;
 
+/// Refused streams sent again, at most, before the request fails: an origin that
+/// refuses every stream is failing. Many, because refusals are cheap and can come in
+/// runs: an origin that sends GOAWAY after every few streams refuses the streams that
+/// crowded onto each new connection before its GOAWAY arrived.
+const MAX_REFUSED: usize = 25;
+
+/// The head of a request as the origin gets it, in the protocol of the session it goes
+/// on: HTTP/1.1 text, or an HTTP/2 head (`prepare` writes the one the backend speaks;
+/// the text is written from the HTTP/2 head when ALPN chose HTTP/1.1 instead).
+struct Heads<'a> {
+    h1: &'a mut Vec<u8>,
+    h2: Option<Box<OriginHead>>,
+}
+
+impl Heads<'_> {
+    /// Makes sure the HTTP/1.1 text is there, for a body framed `framing`.
+    fn write_h1(&mut self, framing: Framing) {
+        if let (true, Some(h2)) = (self.h1.is_empty(), self.h2.as_deref()) {
+            encode::request_from_h2(&h2.method, &h2.uri, &h2.headers, framing, self.h1);
+        }
+    }
+}
+
 /// A request that reached its origin and got a response head.
 struct Sent {
-    lease: Lease,
+    session: Session,
     /// The request's claim on the backend (see `upstream::share`), given back once the
     /// connection is settled.
     claim: Claim,
@@ -155,37 +174,17 @@ impl Proxy {
                 return answer.await;
             }
         }
-        let mut kept = None;
-        match std::mem::replace(&mut out.h2_head, H2Head::None) {
-            H2Head::None => {}
+        let h2 = match std::mem::replace(&mut out.h2_head, H2Head::None) {
+            H2Head::None => None,
+            H2Head::Ready(h2) => Some(h2),
             H2Head::Failed(e) => {
                 let e = error(&out, ProxyErrorKind::NotH2(*e), false);
                 let answer = Box::pin(self.answer_error(out, e, wire));
                 return answer.await;
             }
-            H2Head::Ready(h2) => {
-                // Boxed: only exchanges with HTTP/2 origins carry this state.
-                let sending = Box::pin(self.send_mux(&mut out, &h2, wire));
-                match sending.await {
-                    Ok(sent) => {
-                        let responding = Box::pin(self.respond_mux(out, sent, wire));
-                        return responding.await;
-                    }
-                    Err(MuxFailure::Failed(e)) => {
-                        let answer = Box::pin(self.answer_error(out, e, wire));
-                        return answer.await;
-                    }
-                    // ALPN chose HTTP/1.1: the connection waits in the HTTP/1.1 pool,
-                    // and the head goes as HTTP/1.1 text.
-                    Err(MuxFailure::SpeaksHttp1(body)) => {
-                        let framing = out.request.framing;
-                        encode::request_from_h2(&h2.method, &h2.uri, &h2.headers, framing, head);
-                        kept = body;
-                    }
-                }
-            }
-        }
-        match self.send(&mut out, head, wire, kept).await {
+        };
+        let mut heads = Heads { h1: head, h2 };
+        match self.send(&mut out, &mut heads, wire).await {
             Ok(sent) => self.respond(out, sent, wire).await,
             // Boxed, as the upgrade: a rare path's state would otherwise make every
             // exchange's (boxed per request) larger.
@@ -213,47 +212,73 @@ impl Proxy {
         self.answer(out, status, reason, &text, wire).await
     }
 
-    /// Leases a connection, sends the request and reads the response head; once more
-    /// on a new connection when a pooled one failed under the request and
-    /// [`retry::may_replay`] allows it; on another backend when a connect failed or
-    /// [`retry::may_fail_over`] allows it, up to [`retry::MAX_BACKENDS`] backends.
+    /// Checks out a session (see [`crate::upstream::Backend::checkout`]), sends the request and reads
+    /// the response head; once more on a new connection when a pooled one failed under
+    /// the request and [`retry::may_replay`] allows it; again when an HTTP/2 origin
+    /// refused the stream (up to [`MAX_REFUSED`] times, if the body can go again); on
+    /// another backend when a connect failed or [`retry::may_fail_over`] allows it, up
+    /// to [`retry::MAX_BACKENDS`] backends.
     ///
     /// # Races
     /// A pooled connection may be closing at the origin just as the request goes out on
     /// it (an idle timeout, a limit on requests per connection). The attempt then fails
     /// before any response byte. The request is sent again when not a byte of it was
     /// written, and for idempotent requests whose body is empty or kept even when it
-    /// may have arrived.
-    ///
-    /// `kept` is a body an attempt at HTTP/2 read already (see [`MuxFailure`]).
-    async fn send<W: Wire>(
+    /// may have arrived. A stream an HTTP/2 origin refused (`REFUSED_STREAM`, or above
+    /// the last stream of its graceful GOAWAY) never reached its application, so it goes
+    /// again whatever its method and wherever its body was: a body read beforehand goes
+    /// again whole, a streamed one from the copy kept as it went (`body_copy`); a body
+    /// too large to keep cannot, and the client gets a 502 that says so.
+    async fn send<W: MuxWire>(
         &self,
         out: &mut Outbound,
-        head: &[u8],
+        heads: &mut Heads<'_>,
         wire: &mut W,
-        kept: Option<Vec<u8>>,
     ) -> Result<Sent, ProxyError> {
-        let (kept, asked, body) = self.prelude(out, wire, kept).await?;
+        let (kept, asked, body) = self.prelude(out, wire).await?;
+        // A body streamed to an HTTP/2 origin as far as it went, until the response
+        // head comes.
+        let mut copy = BodyCopy::new();
         let mut tried = Vec::new();
         // After a pooled connection failed under the request: the same backend, on a new
         // connection.
         let mut fresh = false;
+        let mut refused = 0usize;
         loop {
             if self.leave_retired(out, &mut tried) {
                 fresh = false;
             }
             let backend = Arc::clone(out.backend());
-            let connecting = self.connect(out, &backend, fresh, asked);
+            let claim = backend.shares.claim(out.claimant, backend.conns.config());
+            let want = Want {
+                fresh,
+                asked,
+                priority: claim.priority,
+                h1_only: heads.h2.is_none(),
+                connect: out.route.timeouts.connect,
+            };
             // A request whose client leaves while it waits for a connection stops
             // waiting: it would take a connection, and the origin's work, for nobody.
-            let leased = tokio::select! {
+            let checked_out = tokio::select! {
                 biased;
-                leased = connecting => leased,
+                leased = backend.checkout(want) => leased,
                 () = wire.client_gone() => Err(LeaseError::ClientGone),
             };
-            let (mut lease, claim) = match leased {
-                Ok(leased) => leased,
+            let mut session = match checked_out {
+                Ok((session, took)) => {
+                    out.record.connected(took);
+                    session
+                }
                 Err(LeaseError::Connect(e)) => {
+                    // Turned away as an HTTP/2 connection opened: refused like a stream.
+                    if e.is_refusal() && refused < MAX_REFUSED {
+                        refused = refused.saturating_add(1);
+                        tracing::debug!(
+                            backend = %backend.addr, error = %e,
+                            "the origin went away as the connection opened; trying another"
+                        );
+                        continue;
+                    }
                     if e.is_backend_failure() {
                         backend.connect_failed(Instant::now());
                     }
@@ -265,21 +290,74 @@ impl Proxy {
                 }
                 Err(e) => return Err(error(out, e.into(), false)),
             };
-            let reused = lease.is_reused();
+            let reused = session.is_reused();
             out.record.sending(reused);
-            let attempt = wire.attempt(out, lease.conn(), head, kept.as_deref()).await;
-            let (outcome, io_error) = match attempt {
-                Ok((upload, start)) => return Ok(Sent { lease, claim, upload, start }),
-                Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
-                Err(Attempt::Closed { outcome, error }) => (outcome, error),
-                Err(Attempt::Refused { error, .. }) => (SendOutcome::Unsent, error),
+            let attempt = match &mut session {
+                Session::H1(lease) => {
+                    heads.write_h1(out.request.framing);
+                    wire.attempt(out, lease.conn(), heads.h1, kept.as_deref()).await
+                }
+                Session::H2(lease) => {
+                    let request = heads.h2.as_ref().map(|h2| h2.request()).unwrap_or_default();
+                    let sender = lease.sender();
+                    // Boxed: only exchanges with HTTP/2 origins carry its state.
+                    let attempt =
+                        wire.mux_attempt(out, sender, request, kept.as_deref(), &mut copy);
+                    Box::pin(attempt).await
+                }
             };
-            if reused {
-                // The origin closed a pooled connection: maybe where it always does.
-                backend.conns.closed_under_request(&lease, asked);
+            let (outcome, io_error) = match attempt {
+                Ok((upload, start)) => {
+                    if let Session::H2(lease) = &mut session {
+                        lease.answered();
+                    }
+                    return Ok(Sent { session, claim, upload, start });
+                }
+                Err(Attempt::Failed(kind)) => return Err(error(out, kind, reused)),
+                Err(Attempt::Refused { goaway, error: io_error }) => {
+                    let Session::H2(lease) = session else {
+                        return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
+                    };
+                    if goaway {
+                        lease.went_away();
+                    }
+                    if let Some(why) = copy.lost() {
+                        let method = out.request.method.clone();
+                        let kind =
+                            ProxyErrorKind::RefusedNotResent { error: io_error, method, why };
+                        return Err(error(out, kind, reused));
+                    }
+                    refused = refused.saturating_add(1);
+                    if refused <= MAX_REFUSED {
+                        lease.retried();
+                        tracing::debug!(
+                            backend = %backend.addr, method = %out.request.method, goaway,
+                            resent_bytes = copy.len(), error = %io_error,
+                            "the origin refused the stream; sending it again"
+                        );
+                        continue;
+                    }
+                    // The origin refuses stream after stream: the backend is failing,
+                    // whether the connection is new or not.
+                    drop(lease);
+                    backend.observe(502, None, Instant::now());
+                    if retry::may_fail_over(&out.request.method, SendOutcome::Unsent, body)
+                        && self.fail_over(out, &mut tried)
+                    {
+                        continue;
+                    }
+                    return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
+                }
+                Err(Attempt::Closed { outcome, error }) => (outcome, error),
+            };
+            if let Session::H1(lease) = session {
+                if reused {
+                    // The origin closed a pooled connection: maybe where it always does.
+                    backend.conns.closed_under_request(&lease, asked);
+                }
+                lease.discard(CloseReason::OriginClosed);
+                wire.forget_origin();
             }
-            lease.discard(CloseReason::OriginClosed);
-            wire.forget_origin();
             let decision = retry::may_replay(&out.request.method, outcome, reused, body);
             record(&backend, decision);
             match decision {
@@ -321,16 +399,12 @@ impl Proxy {
     /// (see [`retry::should_keep_body`]), when the request asked for a connection
     /// (one clock read serves its arrival and the pool's checkout, unless a body was
     /// read in between), and what a replay would have to send.
-    pub(super) async fn prelude<W: Wire>(
+    async fn prelude<W: Wire>(
         &self,
         out: &mut Outbound,
         wire: &mut W,
-        kept: Option<Vec<u8>>,
     ) -> Result<(Option<Vec<u8>>, Instant, BodyReplay), ProxyError> {
-        let kept = match kept {
-            Some(kept) => Some(kept),
-            None => self.kept_body(out, wire).await?,
-        };
+        let kept = self.kept_body(out, wire).await?;
         let buffer = kept.is_none()
             && out.route.buffering.requests
             && !out.progress.body_consumed
@@ -347,36 +421,6 @@ impl Proxy {
             (None, _) => BodyReplay::Streamed,
         };
         Ok((kept, asked, body))
-    }
-
-    /// A connection to `backend` for the request, with the request's claim on it: an
-    /// idle pooled one if there is one (unless `fresh`), else a new one, after the
-    /// queue if the backend is at its limit. A client over its share of a crowded
-    /// backend waits for its claim first (see `upstream::share`).
-    async fn connect(
-        &self,
-        out: &mut Outbound,
-        backend: &Backend,
-        fresh: bool,
-        asked: Instant,
-    ) -> Result<(Lease, Claim), LeaseError> {
-        let claim = backend.shares.claim(out.claimant, backend.conns.config());
-        let second = claim.priority == Priority::Second;
-        if !fresh && (!second || backend.conns.second_may_take()) {
-            if let Some(lease) = backend.conns.try_idle(asked) {
-                out.record.connected(Duration::ZERO);
-                return Ok((lease, claim));
-            }
-        }
-        let started = if fresh { Instant::now() } else { asked };
-        let connect = out.route.timeouts.connect;
-        let lease = if fresh {
-            backend.conns.connect_fresh(connect).await?
-        } else {
-            backend.conns.lease(connect, claim.priority).await?
-        };
-        out.record.connected(started.elapsed());
-        Ok((lease, claim))
     }
 
     /// Moves the request to another backend of its group, one it has not tried; false
@@ -426,12 +470,32 @@ impl Proxy {
         }
     }
 
-    /// Streams the response to the client and settles the upstream connection:
-    /// back to the pool, drained in the background, or closed.
-    async fn respond<W: Wire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
-        let Sent { mut lease, claim, upload, start } = sent;
+    /// Streams the response to the client and settles the session: an HTTP/1.1
+    /// connection goes back to the pool, is drained in the background, or is closed;
+    /// a stream's slot on its HTTP/2 connection frees when it ends.
+    async fn respond<W: MuxWire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
+        let Sent { session, claim, upload, start } = sent;
         let (header, now) = out.record.response_head(start.status);
         out.backend().observe(start.status, header, now);
+        match session {
+            Session::H1(lease) => self.respond_h1(out, lease, claim, upload, start, wire).await,
+            Session::H2(lease) => {
+                // Boxed: only exchanges with HTTP/2 origins carry its state.
+                Box::pin(respond_h2(out, lease, upload, start, wire)).await
+            }
+        }
+    }
+
+    /// [`Proxy::respond`] on an HTTP/1.1 connection.
+    async fn respond_h1<W: Wire>(
+        &self,
+        out: Outbound,
+        mut lease: Lease,
+        claim: Claim,
+        upload: Upload,
+        start: ResponseStart,
+        wire: &mut W,
+    ) -> Done {
         if start.connection == ConnectionOut::Upgrade {
             drop(claim);
             let switching = Box::pin(self.switch(out, lease, wire));
@@ -570,5 +634,30 @@ impl Proxy {
             (true, false, false) => Next::Linger,
         };
         Done { next, at }
+    }
+}
+
+/// Streams an HTTP/2 origin's response to the client; the stream's slot on its
+/// connection frees when it ends.
+async fn respond_h2<W: MuxWire>(
+    out: Outbound,
+    lease: MuxLease,
+    upload: Upload,
+    start: ResponseStart,
+    wire: &mut W,
+) -> Done {
+    let status = start.status;
+    let keep_client = start.connection != ConnectionOut::Close;
+    let downloaded = wire.mux_relay(&out, &start).await;
+    drop(lease);
+    match downloaded {
+        // The origin is done and its stream free; the client takes the rest at its own
+        // pace.
+        Ok(_) if wire.is_behind() => catch_up(out, status, keep_client, upload, wire).await,
+        Ok(done) => delivered(out, status, done.bytes, Instant::now(), keep_client, upload),
+        Err(DownloadError::Client { error, bytes, .. }) => client_left(out, status, bytes, &error),
+        Err(DownloadError::Upstream { error, bytes }) => {
+            origin_body_failed(out, status, bytes, &error)
+        }
     }
 }

@@ -34,7 +34,6 @@ mod h1;
 mod h1_mux;
 mod h2;
 pub mod local;
-mod mux;
 pub mod pace;
 pub mod record;
 pub mod retry;

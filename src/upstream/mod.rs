@@ -23,6 +23,7 @@ mod lease;
 mod load;
 mod metrics;
 pub mod multiplex;
+mod session;
 pub mod settings;
 pub mod share;
 
@@ -43,6 +44,7 @@ pub use metrics::{
     BackendMetrics, BackendSnapshot, BackendStats, UpstreamMetrics, UpstreamSnapshot,
     UpstreamsSnapshot,
 };
+pub use session::{Session, Want};
 pub use settings::{ContainerRef, Server, UpstreamConfig};
 
 use crate::balance::Balancer;
