@@ -1,5 +1,9 @@
 """Builds holdfast and the bench tools in release mode and copies the binaries for this run.
 
+holdfast is built in the root workspace, the tools in their own (bench/Cargo.toml); each
+binary is taken from its workspace's target directory (the same one unless a cargo config
+says otherwise: bench/.cargo/config.toml points the bench workspace at the root's).
+
 The copies live in the session directory, so a rebuild of the work tree during a long run
 does not change the binary halfway through.
 """
@@ -9,7 +13,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-BINARIES = ("holdfast", "bench-origin", "bench-load", "h2-floor", "floor")
+# The workspace (a folder of the repository) each binary is built in, and how.
+BINARIES = {"holdfast": ".", "bench-origin": "bench", "bench-load": "bench",
+            "h2-floor": "bench", "floor": "bench"}
+BUILDS = {".": ["cargo", "build", "--release", "-p", "holdfast"],
+          "bench": ["cargo", "build", "--release", "-p", "holdfast-bench-tools"]}
+
+
+def _how(workspace):
+    cmd = " ".join(BUILDS[workspace])
+    return cmd if workspace == "." else f"(cd {workspace} && {cmd})"
 
 
 class BuildError(RuntimeError):
@@ -28,21 +41,21 @@ def target_dir(repo):
 
 def build(repo, dest, *, compile=True, log=print):
     """Returns {name: path} of the copied release binaries."""
+    repo = Path(repo)
     if compile:
-        argv = ["cargo", "build", "--release", "-p", "holdfast", "-p", "holdfast-bench-tools"]
-        log("building: " + " ".join(argv))
-        out = subprocess.run(argv, cwd=repo, timeout=1800, check=False)
-        if out.returncode != 0:
-            raise BuildError(f"`{' '.join(argv)}` failed with status {out.returncode}")
-    release = target_dir(repo) / "release"
+        for workspace, argv in BUILDS.items():
+            log("building: " + _how(workspace))
+            out = subprocess.run(argv, cwd=repo / workspace, timeout=1800, check=False)
+            if out.returncode != 0:
+                raise BuildError(f"`{_how(workspace)}` failed with status {out.returncode}")
+    release = {workspace: target_dir(repo / workspace) / "release" for workspace in BUILDS}
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     bins = {}
-    for name in BINARIES:
-        src = release / name
+    for name, workspace in BINARIES.items():
+        src = release[workspace] / name
         if not src.exists():
-            raise BuildError(f"{src} is missing; build with `cargo build --release "
-                             f"-p holdfast -p holdfast-bench-tools`")
+            raise BuildError(f"{src} is missing; build with `{_how(workspace)}`")
         shutil.copy2(src, dest / name)
         bins[name] = str(dest / name)
     return bins
