@@ -1,12 +1,8 @@
 //! The admin listener: `/metrics` (Prometheus), `/status` (JSON per pool),
 //! `/healthz` (200 while serving, 503 while draining) and `POST /reload` (re-read the
 //! config file), on an address of its own (by default [`DEFAULT_ADMIN_ADDR`], on
-//! loopback) so that proxy traffic and its limits never reach it. `client` is the
-//! other end, for the `stats` and `reload` commands; `probe` asks `/healthz` with it,
-//! for `holdfast health`.
-
-pub mod client;
-pub mod probe;
+//! loopback) so that proxy traffic and its limits never reach it. The other end, for
+//! the `stats`, `reload` and `health` commands, is `cmd::admin_client`.
 
 use crate::acme::{AcmeSnapshot, AcmeView};
 use std::convert::Infallible;

@@ -44,26 +44,25 @@
 //! handshakes on both sides and picks a listener's certificate, from its files or from
 //! `acme`, which obtains and renews certificates from an ACME CA. Each part owns its settings types and
 //! their defaults; `config` turns the file into them (it depends on the parts, never the
-//! reverse); `instance` wires them together and applies a reloaded config; `admin`,
-//! `cli`, `live` and `demo` are the operator's side. `ARCHITECTURE.md` says how TLS
-//! works and where HTTP/2 plugs in.
+//! reverse); `instance` wires them together and applies a reloaded config; `admin`
+//! serves the operator, and `cmd` holds what the operator runs (the command line,
+//! `demo`, `stats`, `health` and the admin client); nothing outside `cmd` imports it.
+//! `ARCHITECTURE.md` says how TLS works and where HTTP/2 plugs in.
 
-// Only the binary's entry (`cli`) and what the integration tests build and read are
+// Only the binary's entry (`cmd::cli`) and what the integration tests build and read are
 // public; every module is otherwise the crate's own, so rustc reports dead code.
 mod acme;
 mod admin;
 mod balance;
-pub mod cli;
 mod client;
+pub mod cmd;
 mod config;
 mod connections;
-mod demo;
 mod docker;
 mod http1;
 mod http2;
 mod instance;
 mod listener;
-mod live;
 mod message;
 mod metrics;
 mod net;

@@ -14,8 +14,8 @@ use clap::Parser;
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> ExitCode {
-    let cli = holdfast::cli::Cli::parse();
-    match holdfast::cli::run(cli) {
+    let cli = holdfast::cmd::cli::Cli::parse();
+    match holdfast::cmd::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("holdfast: {e:#}");

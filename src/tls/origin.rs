@@ -20,10 +20,19 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 
 use super::certs::{self, CertPair};
 use super::server::{H2_ALPN, HTTP1_ALPN};
-use crate::upstream::settings::Speaks;
 
 /// TLS sessions remembered per upstream group for resumption (tickets or IDs).
 const RESUMPTION_SESSIONS: usize = 1024;
+
+/// What a backend's connections speak, as far as is known before one is open: over TLS,
+/// what the handshake offers by ALPN ([`OriginTls::config_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    Http1,
+    H2,
+    /// TLS with ALPN offering both: the first connection tells.
+    Either,
+}
 
 /// An upstream group's TLS to its servers, as configured.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]

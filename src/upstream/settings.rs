@@ -13,6 +13,9 @@ use super::check::CheckConfig;
 use super::health::PassiveHealth;
 use crate::balance::Policy;
 use crate::tls::origin::OriginTls;
+// What a backend speaks is also what its TLS offers by ALPN, so the type lives with the
+// origin's TLS (which must not import `upstream`); upstream code names it from here.
+pub use crate::tls::origin::Speaks;
 
 /// A named group of servers with one pool configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,15 +71,6 @@ impl Protocol {
             )),
         }
     }
-}
-
-/// What a backend's connections speak, as far as is known before one is open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Speaks {
-    Http1,
-    H2,
-    /// TLS with ALPN offering both: the first connection tells.
-    Either,
 }
 
 /// Default [`UpstreamConfig::resolve_interval`]. Container platforms replace a

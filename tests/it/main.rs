@@ -47,6 +47,8 @@ mod ports;
 mod shutdown;
 // The binary: check, quick mode, --config.
 mod cli;
+// The source layout: who imports whom among src/'s modules, and no cycles.
+mod layout;
 // The admin listener: /metrics matches the origin, /status, /healthz while draining.
 mod metrics;
 // Routing by host and path prefix, the default group, 404.

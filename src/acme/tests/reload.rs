@@ -13,7 +13,7 @@ use rustls_pki_types::CertificateDer;
 use super::e2e::{config_text, https_get, origin, wait_served, Ca};
 use super::responder::{presented_chain, verified_chain};
 use super::{stored_leaf, wait_until, Scratch, ORDER_DEADLINE};
-use crate::admin::client::AdminClient;
+use crate::cmd::AdminClient;
 use crate::config::Config;
 use crate::instance::{ConfigSource, Instance};
 

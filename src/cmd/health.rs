@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::Args;
 use http::StatusCode;
 
-use super::client::{AdminClient, AdminError};
+use super::admin_client::{AdminClient, AdminError};
 
 /// How long the probe waits for the whole answer, connecting included. `/healthz`
 /// answers from memory in microseconds, so 2 s means holdfast is stuck or gone; it is

@@ -1,7 +1,7 @@
 //! `holdfast stats`: a refreshing table of what each backend's pool is doing, read from
 //! a running holdfast's admin listener.
 //!
-//! Each frame reads `GET /metrics` with the admin client (`admin::client`) and parses the
+//! Each frame reads `GET /metrics` with the admin client (`cmd::admin_client`) and parses the
 //! OpenMetrics text into samples (the `scrape` submodule), then shows one row per
 //! (upstream, backend) with rates over the time since the previous scrape. A rate needs
 //! two scrapes, so the first frame appears one interval after start. Latency percentiles come from the
@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use http::StatusCode;
 use tokio::time::Instant;
 
-use crate::admin::client::{AdminClient, AdminError};
+use super::admin_client::{AdminClient, AdminError};
 use crate::admin::DEFAULT_ADMIN_ADDR;
 use scrape::{ParseError, Sample};
 

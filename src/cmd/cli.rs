@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use super::admin_client::AdminClient;
 use crate::acme::{self, AcmeConfig, AcmeNames};
-use crate::admin::client::AdminClient;
 use crate::config::Config;
 use crate::instance::signals::ShutdownSignal;
 use crate::instance::{ConfigSource, Instance};
@@ -192,16 +192,16 @@ pub enum Command {
         file: PathBuf,
     },
     /// Run an origin with holdfast in front of it and show how reuse pays off.
-    Demo(crate::demo::DemoArgs),
+    Demo(super::demo::DemoArgs),
     /// Show a live table of requests, reuse and latency per server, from a running
     /// holdfast's admin listener.
-    Stats(crate::live::StatsArgs),
+    Stats(super::stats::StatsArgs),
     /// Make a running holdfast re-read its config file (like SIGHUP), through its admin
     /// listener; prints what changed, or why the config in force stays.
     Reload(ReloadArgs),
     /// Exit 0 if a running holdfast answers 200 on its admin listener's /healthz within
     /// 2 s, 1 (with the reason on stderr) if not: a container HEALTHCHECK.
-    Health(crate::admin::probe::HealthArgs),
+    Health(super::health::HealthArgs),
 }
 
 /// Runs the parsed command line; the exit code says whether it worked. Logging starts
@@ -214,12 +214,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Check { file }) => Ok(check(&file)),
         Some(Command::Demo(args)) => {
             let runtime = runtime(None)?;
-            runtime.block_on(crate::demo::run(args))?;
+            runtime.block_on(super::demo::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
         // The admin client sends one request at a time: one thread will do.
         Some(Command::Stats(args)) => {
-            runtime(Some(1))?.block_on(crate::live::run(&args))?;
+            runtime(Some(1))?.block_on(super::stats::run(&args))?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Reload(args)) => runtime(Some(1))?.block_on(reload(&args)),
@@ -351,8 +351,8 @@ async fn reload(args: &ReloadArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `holdfast health`: exit 0 when `/healthz` answers 200, 1 with a one-line reason.
-async fn health(args: &crate::admin::probe::HealthArgs) -> anyhow::Result<ExitCode> {
-    use crate::admin::probe::{probe, PROBE_TIMEOUT};
+async fn health(args: &super::health::HealthArgs) -> anyhow::Result<ExitCode> {
+    use super::health::{probe, PROBE_TIMEOUT};
     let admin = match (&args.admin, &args.config) {
         (Some(admin), _) => *admin,
         (None, Some(path)) => Config::load(path)?.admin.with_context(|| {

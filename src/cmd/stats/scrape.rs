@@ -1,5 +1,5 @@
 //! Parses the OpenMetrics / Prometheus text of a scrape of `GET /metrics` into samples;
-//! fetching the page is `admin::client`'s job.
+//! fetching the page is `cmd::admin_client`'s job.
 //!
 //! It knows nothing of holdfast's metric names: any well-formed exposition parses.
 
