@@ -78,6 +78,10 @@ mod tls_origin;
 mod h2;
 // Streams an HTTP/2 origin refused, sent again wherever their body was; the GOAWAY drill.
 mod refused;
+// HTTP/1.1 clients to HTTP/2 origins in full duplex: echoes while the upload streams, early 413.
+mod duplex;
+// Bodies an HTTP/1.1 client sent, kept or buffered or streamed, sent again whole after a refusal.
+mod refused_bodies;
 // HTTP/2 abuse: rapid reset, CONTINUATION floods, oversized header lists, too many streams.
 mod h2_floods;
 // gRPC end to end with Python's grpcio, over h2c and over TLS.

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod fuzz;
 pub mod http2;
+pub mod incoming;
 pub mod load;
 pub mod netns;
 pub mod node;
