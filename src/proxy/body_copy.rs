@@ -62,6 +62,9 @@ pub enum CopyLost {
     TooLarge,
     /// Copies of other bodies held the whole [`BUDGET_BYTES`].
     OverBudget,
+    /// Part of the body went to an HTTP/2 origin, and the backend that takes the request
+    /// now speaks HTTP/1.1, whose connection gets the body only as the client sends it.
+    OtherProtocol,
 }
 
 impl fmt::Display for CopyLost {
@@ -78,6 +81,11 @@ impl fmt::Display for CopyLost {
                 "its body could not be kept (copies of the request bodies in flight held \
                  {} MiB, the most holdfast keeps at once)",
                 BUDGET_BYTES / (1024 * 1024)
+            ),
+            CopyLost::OtherProtocol => write!(
+                f,
+                "part of its body went out as HTTP/2, and the backend it moved to speaks \
+                 HTTP/1.1"
             ),
         }
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use holdfast_pool::CloseReason;
 use tokio::time::Instant;
 
-use super::body_copy::BodyCopy;
+use super::body_copy::{BodyCopy, CopyLost};
 use super::error::{ProxyError, ProxyErrorKind};
 use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
@@ -292,6 +292,14 @@ impl Proxy {
             };
             let reused = session.is_reused();
             out.record.sending(reused);
+            if matches!(session, Session::H1(_)) && (copy.len() > 0 || copy.lost().is_some()) {
+                // A body that went in part to an HTTP/2 origin cannot go on over HTTP/1.1.
+                let why = CopyLost::OtherProtocol;
+                let method = out.request.method.clone();
+                let refusal = std::io::Error::other("refused by an HTTP/2 origin");
+                let kind = ProxyErrorKind::RefusedNotResent { error: refusal, method, why };
+                return Err(error(out, kind, reused));
+            }
             let attempt = match &mut session {
                 Session::H1(lease) => {
                     heads.write_h1(out.request.framing);
