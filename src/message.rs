@@ -162,6 +162,62 @@ impl RequestHead<'_, '_> {
     }
 }
 
+/// An origin's response head, whichever protocol brought it: what the HTTP/1.1
+/// parser (`http1::response::parse`) and the HTTP/2 decoder (`http2::response::decode`)
+/// both produce, borrowing from what they read. `http1::encode::client_response` writes
+/// it out for an HTTP/1.1 client, `http2::encode::client_response` for an HTTP/2 one.
+pub struct ResponseHead<'h, 'b> {
+    pub status: u16,
+    pub reason: &'b str,
+    pub version: Version,
+    pub headers: &'h [httparse::Header<'b>],
+    /// The HTTP/1.1 head as received, including the empty line that ends it (empty for
+    /// HTTP/2).
+    pub raw: &'b [u8],
+    /// Bytes of the head, including the empty line that ends it.
+    pub head_len: usize,
+    /// Header lines never passed on: the framing (holdfast writes its own),
+    /// hop-by-hop ones (but `Upgrade` in a 101) and those `Connection` names.
+    pub dropped: Lines,
+    /// The `Trailer` lines: passed on only with a chunked body.
+    pub trailer_lines: Lines,
+    pub framing: Framing,
+    /// `Content-Length` as the origin sent it, also where it frames nothing (a
+    /// response to HEAD, a 304): there it describes the representation.
+    pub content_length: Option<u64>,
+    /// The transfer codings applied besides `chunked` (gzip, say), in order.
+    pub codings: Vec<&'b [u8]>,
+    /// The response says where its body ends, or for a response to HEAD where the GET
+    /// response's body would: it has `Content-Length` or `Transfer-Encoding`.
+    pub declares_length: bool,
+    /// The body ends only when the origin closes the connection (RFC 9112, 6.3, rule
+    /// 8). For a response to HEAD, it is the body of the GET response that the head
+    /// describes (RFC 9110, 9.3.2): the origin closes after this response as well.
+    pub ends_with_close: bool,
+    /// `Connection: close`.
+    pub close: bool,
+    /// The `Keep-Alive` header's value (`timeout=N, max=M`), if any.
+    pub keep_alive: Option<&'b [u8]>,
+    pub has_date: bool,
+}
+
+impl ResponseHead<'_, '_> {
+    /// An interim response (1xx) other than 101: another head follows.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+
+    /// Whether the origin lets the connection carry another request after this
+    /// response: HTTP/1.1, no `Connection: close`, not a switch of protocols, and a
+    /// body whose end is known, also for a response to HEAD (see `ends_with_close`).
+    pub fn is_reusable(&self) -> bool {
+        self.version == Version::Http11
+            && !self.close
+            && self.status != 101
+            && !self.ends_with_close
+    }
+}
+
 /// What a request's `Connection` header says of the client's connection.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Connection {

@@ -385,6 +385,12 @@ pub fn client_response(
         Some(line) if line.starts_with(b"HTTP/1.1 ") && line.ends_with(b"\r\n") => {
             out.extend_from_slice(line)
         }
+        // HTTP/2 has no reason phrase: the status's own name goes with it.
+        _ if resp.reason.is_empty() => {
+            let status = http::StatusCode::from_u16(resp.status).ok();
+            let reason = status.and_then(|s| s.canonical_reason()).unwrap_or("");
+            status_line(out, resp.status, reason)
+        }
         _ => status_line(out, resp.status, resp.reason),
     }
     let chunked = body.is_chunked(resp.framing);
@@ -450,47 +456,6 @@ pub fn local_response_with(
     content_length(text.len() as u64, out);
     end_head(out, true, connection);
     out.extend_from_slice(text.as_bytes());
-}
-
-/// The head of a response from an HTTP/2 origin (`status`, `headers`) for an
-/// HTTP/1.1 client: its fields but those HTTP/2 does not carry (`content-length` is
-/// written from `framing`, kept as it came only on a response without a body), the
-/// framing the client gets (`body`), `extra` lines and `connection`.
-#[allow(clippy::too_many_arguments)]
-pub fn client_response_from(
-    status: u16,
-    headers: &http::HeaderMap,
-    framing: Framing,
-    body: BodyOut,
-    connection: ConnectionOut,
-    extra: &[u8],
-    out: &mut Vec<u8>,
-) {
-    let reason =
-        http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
-    status_line(out, status, reason);
-    let mut has_date = false;
-    let chunked = body.is_chunked(framing);
-    for (name, value) in headers {
-        let keep_length = framing == Framing::Empty && name == http::header::CONTENT_LENGTH;
-        // `Trailer` announces trailer fields (RFC 9110, 6.6.2): only a chunked body
-        // can carry them to an HTTP/1.1 client.
-        if (name == http::header::CONTENT_LENGTH && !keep_length)
-            || (name == http::header::TRAILER && !chunked)
-            || crate::message::is_connection_specific(name.as_str())
-        {
-            continue;
-        }
-        has_date |= name == http::header::DATE;
-        header(out, name.as_str().as_bytes(), value.as_bytes());
-    }
-    match framing {
-        _ if chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        Framing::Length(n) => content_length(n, out),
-        _ => {}
-    }
-    out.extend_from_slice(extra);
-    end_head(out, !has_date, connection);
 }
 
 /// `data` as one chunk of a chunked body (RFC 9112, 7.1): its size line (written into

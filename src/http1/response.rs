@@ -40,60 +40,7 @@ pub enum BadResponse {
     UnrequestedUpgrade,
 }
 
-/// A parsed response head, borrowing from the upstream read buffer.
-pub struct Response<'h, 'b> {
-    pub status: u16,
-    pub reason: &'b str,
-    pub version: Version,
-    pub headers: &'h [httparse::Header<'b>],
-    /// The head as received, including the empty line that ends it.
-    pub raw: &'b [u8],
-    /// Bytes of the head, including the empty line that ends it.
-    pub head_len: usize,
-    /// Header lines never passed on: the framing (holdfast writes its own),
-    /// hop-by-hop ones (but `Upgrade` in a 101) and those `Connection` names.
-    pub dropped: Lines,
-    /// The `Trailer` lines: passed on only with a chunked body.
-    pub trailer_lines: Lines,
-    pub framing: Framing,
-    /// `Content-Length` as the origin sent it, also where it frames nothing (a
-    /// response to HEAD, a 304): there it describes the representation.
-    pub content_length: Option<u64>,
-    /// The transfer codings applied besides `chunked` (gzip, say), in order.
-    pub codings: Vec<&'b [u8]>,
-    /// The response says where its body ends, or for a response to HEAD where the GET
-    /// response's body would: it has `Content-Length` or `Transfer-Encoding`.
-    pub declares_length: bool,
-    /// The body ends only when the origin closes the connection (RFC 9112, 6.3, rule
-    /// 8). For a response to HEAD, it is the body of the GET response that the head
-    /// describes (RFC 9110, 9.3.2): the origin closes after this response as well.
-    pub ends_with_close: bool,
-    pub connection: ConnectionHeader<'b>,
-    /// The `Keep-Alive` header's value (`timeout=N, max=M`), if any.
-    pub keep_alive: Option<&'b [u8]>,
-    pub has_date: bool,
-}
-
-impl Response<'_, '_> {
-    /// An interim response (1xx) other than 101: another head follows.
-    pub fn is_interim(&self) -> bool {
-        is_interim(self.status)
-    }
-
-    /// Whether the origin lets the connection carry another request after this
-    /// response: HTTP/1.1, no `Connection: close`, not a switch of protocols, and a
-    /// body whose end is known, also for a response to HEAD (see `ends_with_close`).
-    pub fn is_reusable(&self) -> bool {
-        self.version == Version::Http11
-            && !self.connection.close
-            && self.status != 101
-            && !self.ends_with_close
-    }
-}
-
-fn is_interim(status: u16) -> bool {
-    (100..200).contains(&status) && status != 101
-}
+pub use crate::message::ResponseHead as Response;
 
 /// Parses the response head at the start of `buf` once `scan` says it is worth it:
 /// `Ok(None)` while it is not complete. `head_request`: the request was HEAD.
@@ -170,10 +117,34 @@ pub fn parse<'h, 'b>(
     let status = resp.code.ok_or(BadResponse::Malformed(httparse::Error::Status))?;
     let version =
         Version::from_minor(resp.version.ok_or(BadResponse::Malformed(httparse::Error::Version))?);
-    let headers: &'h [httparse::Header<'b>] = resp.headers;
+    let line = StatusLine { status, reason: resp.reason.unwrap_or(""), version };
+    check(line, resp.headers, raw, head_len, head_request).map(Some)
+}
+
+/// The start of a response, whichever codec read it: the status line of HTTP/1.1, or
+/// an HTTP/2 stream's `:status`.
+pub struct StatusLine<'b> {
+    pub status: u16,
+    /// The reason phrase (empty over HTTP/2).
+    pub reason: &'b str,
+    pub version: Version,
+}
+
+/// The checks every response head gets, whichever codec read it (RFC 9112 and 9110):
+/// the body framing, `Connection` and `Keep-Alive`; and which fields are not passed on
+/// as they are. `raw` is the HTTP/1.1 head the fields are slices of (empty for
+/// HTTP/2); `head_request`: the request was HEAD.
+pub fn check<'h, 'b>(
+    line: StatusLine<'b>,
+    headers: &'h [httparse::Header<'b>],
+    raw: &'b [u8],
+    head_len: usize,
+    head_request: bool,
+) -> Result<Response<'h, 'b>, BadResponse> {
+    let StatusLine { status, reason, version } = line;
     let mut response = Response {
         status,
-        reason: resp.reason.unwrap_or(""),
+        reason,
         version,
         headers,
         raw,
@@ -185,10 +156,11 @@ pub fn parse<'h, 'b>(
         codings: Vec::new(),
         declares_length: false,
         ends_with_close: false,
-        connection: ConnectionHeader::default(),
+        close: false,
         keep_alive: None,
         has_date: false,
     };
+    let mut connection = ConnectionHeader::default();
     let mut content_length = ContentLength::default();
     let mut codings = Codings::default();
     for (i, h) in headers.iter().enumerate() {
@@ -203,7 +175,7 @@ pub fn parse<'h, 'b>(
             }
             Name::Trailer => response.trailer_lines.add(i),
             Name::Connection => {
-                response.connection.add(h.value);
+                connection.add(h.value);
                 response.dropped.add(i);
             }
             Name::KeepAlive => {
@@ -216,13 +188,14 @@ pub fn parse<'h, 'b>(
             _ => {}
         }
     }
-    if !response.connection.named.is_empty() {
+    if !connection.named.is_empty() {
         for (i, h) in headers.iter().enumerate() {
-            if response.connection.names(h.name) {
+            if connection.names(h.name) {
                 response.dropped.add(i);
             }
         }
     }
+    response.close = connection.close;
     codings.finish();
     if content_length.invalid {
         return Err(BadResponse::InvalidContentLength);
@@ -242,7 +215,7 @@ pub fn parse<'h, 'b>(
         response.framing == Framing::UntilClose
     };
     response.codings = codings.before_chunked;
-    Ok(Some(response))
+    Ok(response)
 }
 
 /// RFC 9112, 6.3: responses to HEAD and 1xx, 204 and 304 responses have no body; then

@@ -1,6 +1,6 @@
-//! Between HTTP/2 and HTTP/1.1 messages: an HTTP/1.1 origin's response head as an
-//! HTTP/2 one ([`response_from_h1`]), and trailers from either protocol as the other
-//! carries them ([`trailers_from_h1`], [`h1_chunked_end`], [`passable_trailers`]).
+//! Between HTTP/2 and HTTP/1.1 messages: trailers from either protocol as the other
+//! carries them ([`trailers_from_h1`], [`h1_chunked_end`], [`passable_trailers`]), and
+//! the fields of holdfast's own responses.
 //!
 //! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the `h2` crate
 //! refuses them from peers, and they are left out of what holdfast sends.
@@ -10,8 +10,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::http1::chunked::is_forbidden_trailer;
 use crate::http1::encode::LAST_CHUNK;
-use crate::http1::response::Response;
-use crate::http1::Framing;
 use crate::message::is_connection_specific;
 
 fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -19,39 +17,6 @@ fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// The fields of an HTTP/1.1 origin's response as an HTTP/2 client gets them: those
-/// holdfast passes on (not the hop-by-hop ones), `content-length` when the body has
-/// one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS). `Trailer`, which
-/// announces trailer fields (RFC 9110, 6.6.2), stays only on a chunked body: no other
-/// HTTP/1.1 body can have trailers.
-pub fn response_from_h1(resp: &Response<'_, '_>, extra: &[u8]) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
-    // One copy of the head: the values are slices of it.
-    let shared = Bytes::copy_from_slice(resp.raw);
-    let chunked = resp.framing == Framing::Chunked;
-    for (i, h) in resp.headers.iter().enumerate() {
-        if resp.dropped.contains(i)
-            || (!chunked && resp.trailer_lines.contains(i))
-            || is_connection_specific(h.name)
-            || h.name.eq_ignore_ascii_case("content-length")
-        {
-            continue;
-        }
-        let value = match within(resp.raw, h.value) {
-            Some(at) => HeaderValue::from_maybe_shared(shared.slice(at)),
-            None => HeaderValue::from_bytes(h.value),
-        };
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
-            map.append(name, value);
-        }
-    }
-    if let Some(n) = resp.content_length {
-        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
-    }
-    add_lines(&mut map, extra);
-    map
 }
 
 /// Whether a trailer field named `name` may be passed on. RFC 9110, 6.5.1: fields that
@@ -125,13 +90,6 @@ pub fn passable_trailers(mut trailers: HeaderMap) -> HeaderMap {
         trailers.remove(name);
     }
     trailers
-}
-
-/// Where `part`, a slice of `whole`, lies in it.
-fn within(whole: &[u8], part: &[u8]) -> Option<std::ops::Range<usize>> {
-    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
-    let end = start.checked_add(part.len())?;
-    (end <= whole.len()).then_some(start..end)
 }
 
 /// Adds header lines (`Name: value\r\n`) to `map`.

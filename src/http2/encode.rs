@@ -9,8 +9,9 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 
+use super::convert::add_lines;
 use crate::http1::encode::{forwarding_headers, Forwarding};
-use crate::message::{is_connection_specific, RequestHead};
+use crate::message::{is_connection_specific, Framing, RequestHead, ResponseHead};
 
 /// Why a request head could not become an HTTP/2 request: a field or target that
 /// HTTP/1.1 allows and HTTP/2 does not. holdfast's side of the exchange, never the
@@ -169,6 +170,36 @@ fn forwarding(
         headers.append(header_name(name)?, value);
     }
     Ok(())
+}
+
+/// The fields of an origin's response as an HTTP/2 client gets them, from its head in
+/// the response model (an HTTP/1.1 origin's; an HTTP/2 origin's head goes on as it
+/// came): those holdfast passes on (not the hop-by-hop ones), `content-length` when the
+/// body has one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS). `Trailer`,
+/// which announces trailer fields (RFC 9110, 6.6.2), stays only on a chunked body: no
+/// other HTTP/1.1 body can have trailers.
+pub fn client_response(resp: &ResponseHead<'_, '_>, extra: &[u8]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
+    // One copy of the head: the values are slices of it.
+    let shared = Bytes::copy_from_slice(resp.raw);
+    let chunked = resp.framing == Framing::Chunked;
+    for (i, h) in resp.headers.iter().enumerate() {
+        if resp.dropped.contains(i)
+            || (!chunked && resp.trailer_lines.contains(i))
+            || is_connection_specific(h.name)
+        {
+            continue;
+        }
+        let value = HeaderValue::from_maybe_shared(slice_of(&shared, h.value));
+        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
+            map.append(name, value);
+        }
+    }
+    if let Some(n) = resp.content_length {
+        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    add_lines(&mut map, extra);
+    map
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod convert;
 pub mod encode;
 pub mod flow;
 pub mod request;
+pub mod response;
 
 /// What an HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -21,4 +22,16 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 pub fn starts_preface(data: &[u8]) -> bool {
     data.len() >= 3
         && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
+}
+
+/// The fields of a header map as the message models hold them: name and value slices
+/// of `headers`, in its order.
+pub fn fields_of(headers: &http::HeaderMap) -> Vec<httparse::Header<'_>> {
+    let mut fields = Vec::with_capacity(headers.len());
+    fields.extend(
+        headers
+            .iter()
+            .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() }),
+    );
+    fields
 }

@@ -11,20 +11,8 @@
 use crate::http1::request::{self, HeadLimits, Line, Refusal};
 use crate::message::{Framing, RequestHead, Version};
 
-/// The fields of a stream's head as the request model holds them: name and value
-/// slices of `parts`' header map, in its order.
-pub fn fields(parts: &http::request::Parts) -> Vec<httparse::Header<'_>> {
-    let mut fields = Vec::with_capacity(parts.headers.len());
-    fields.extend(
-        parts
-            .headers
-            .iter()
-            .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() }),
-    );
-    fields
-}
-
-/// The request head of a client's stream (`parts`, whose [`fields`] are `fields`),
+/// The request head of a client's stream (`parts`, whose fields, by
+/// [`super::fields_of`], are `fields`),
 /// with `max_headers` fields at most; `body_ends`: the HEADERS frame ended the stream.
 pub fn decode<'h, 'b>(
     parts: &'b http::request::Parts,
@@ -83,7 +71,7 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = fields(&p);
+        let f = super::super::fields_of(&p.headers);
         let head = decode(&p, &f, false, 100, &LIMITS).unwrap();
         assert_eq!(head.method, "POST");
         assert_eq!(head.target, "/a?b=1");
@@ -107,10 +95,10 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = fields(&p);
+        let f = super::super::fields_of(&p.headers);
         assert_eq!(decode(&p, &f, false, 100, &LIMITS).unwrap().framing, Framing::Length(5));
         let p = parts(http::Request::builder().uri("http://app/x").body(()).unwrap());
-        let f = fields(&p);
+        let f = super::super::fields_of(&p.headers);
         assert_eq!(decode(&p, &f, true, 100, &LIMITS).unwrap().framing, Framing::Empty);
     }
 
@@ -118,7 +106,7 @@ mod tests {
     fn the_checks_of_any_head_apply() {
         let refused = |req: http::Request<()>, max: usize| {
             let p = parts(req);
-            let f = fields(&p);
+            let f = super::super::fields_of(&p.headers);
             decode(&p, &f, true, max, &LIMITS).err()
         };
         let no_host = http::Request::builder().uri("/x").body(()).unwrap();

@@ -34,7 +34,7 @@ use super::backlog::{while_serving, Backlog, ServeH1};
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::H1Wire;
-use super::h2::{start_of, stream_failed, upload_failed};
+use super::h2::{start_from, stream_failed, upload_failed};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
@@ -44,7 +44,7 @@ use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
-use crate::http2::{convert, flow};
+use crate::http2::{self, convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
 
 /// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
@@ -52,7 +52,7 @@ pub(super) struct H1Mux {
     /// The client's body on its way to the origin, kept from one try to the next.
     body: Body,
     /// The origin's response, for [`MuxWire::mux_relay`].
-    response: Option<(http::response::Parts, RecvStream)>,
+    response: Option<RecvStream>,
     /// The stream's sending side, when the body still goes up after the response head
     /// came: [`MuxWire::mux_relay`] goes on with it.
     upload: Option<SendStream<Bytes>>,
@@ -210,14 +210,14 @@ impl MuxWire for H1Wire<'_> {
             // unless the body was read to its end.
             First::Pumped(Err(Attempt::Closed { error, .. })) => {
                 let answered = upload_failed(response, limit, error).await?;
-                return Ok(self.start_mux(out, answered, upload_so_far, None));
+                return self.start_mux(out, answered, upload_so_far, None);
             }
             First::Pumped(Err(failed)) => return Err(failed),
             // The response came first (or the origin refused the stream mid-body): the
             // body goes on streaming while the response is relayed.
             First::Answered(answered) => {
                 let answered = answered.map_err(stream_failed)?;
-                return Ok(self.start_mux(out, answered, upload_so_far, Some(upload)));
+                return self.start_mux(out, answered, upload_so_far, Some(upload));
             }
         }
         out.progress.body_consumed = true;
@@ -234,24 +234,13 @@ impl MuxWire for H1Wire<'_> {
         let Some(mux) = self.mux.as_deref_mut() else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
-        let Some((parts, mut body)) = mux.response.take() else {
+        let Some(mut body) = mux.response.take() else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
         let upload = mux.upload.take();
-        let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
-        let hsts = out.hsts(|| has_hsts);
-        let head = &mut self.response_head;
-        head.clear();
-        let (status, framing, body_out) = (start.status, start.framing, start.body_out);
-        encode::client_response_from(
-            status,
-            &parts.headers,
-            framing,
-            body_out,
-            start.connection,
-            hsts,
-            head,
-        );
+        // The head as the client gets it, written when the response started.
+        let head = &self.response_head;
+        let (framing, body_out) = (start.framing, start.body_out);
         let stream = &*self.client.stream;
         let spools = start.buffer.then(|| Arc::clone(&site.spools));
         let pace = Pace::new(pace_config(site), stall);
@@ -430,32 +419,47 @@ impl H1Wire<'_> {
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e)),
-            Ok(Ok(answered)) => Ok(self.start_mux(out, answered, Upload::Complete, None)),
+            Ok(Ok(answered)) => self.start_mux(out, answered, Upload::Complete, None),
         }
     }
 
-    /// Keeps an HTTP/2 origin's response for [`MuxWire::mux_relay`], with the stream's
-    /// sending side when the body still goes up (`upload`); when the client's body was
-    /// not read to its end (an interrupted upload), its connection closes after the
-    /// response.
+    /// Reads an HTTP/2 origin's response head into the response model, writes it as
+    /// the client gets it, and keeps the body for [`MuxWire::mux_relay`], with the
+    /// stream's sending side when the body still goes up (`sending`); when the client's
+    /// body was not read to its end (an interrupted upload), its connection closes
+    /// after the response.
     fn start_mux(
         &mut self,
         out: &Outbound,
         answered: http::Response<RecvStream>,
         upload: Upload,
         sending: Option<SendStream<Bytes>>,
-    ) -> (Upload, ResponseStart) {
+    ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
-        let mut start = start_of(out, &parts, body.is_end_stream());
+        let fields = http2::fields_of(&parts.headers);
+        let head_request = out.request.method == http::Method::HEAD;
+        let head = http2::response::decode(&parts, &fields, body.is_end_stream(), head_request)
+            .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
+        let mut start = start_from(out, &head);
         if upload == Upload::Interrupted {
             start.connection = ConnectionOut::for_client(false, out.request.version);
         }
+        let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
+        let hsts = out.hsts(|| has_hsts);
+        self.response_head.clear();
+        encode::client_response(
+            &head,
+            start.body_out,
+            start.connection,
+            hsts,
+            &mut self.response_head,
+        );
         // The mux exists: `mux_attempt` made it before the request went.
         if let Some(mux) = self.mux.as_deref_mut() {
-            mux.response = Some((parts, body));
+            mux.response = Some(body);
             mux.upload = sending;
         }
-        (upload, start)
+        Ok((upload, start))
     }
 }
 

@@ -33,6 +33,8 @@ use crate::http1::response;
 use crate::http1::Framing;
 use crate::http2::convert;
 use crate::http2::flow;
+use crate::http2::response as h2_response;
+use crate::message::ResponseHead;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::spool::{Full, Spool};
 use crate::upstream::{Lease, OriginConn};
@@ -105,7 +107,7 @@ impl HeadOut for H2Head {
         extra: &[u8],
     ) {
         self.status = resp.status;
-        self.headers = convert::response_from_h1(resp, extra);
+        self.headers = crate::http2::encode::client_response(resp, extra);
     }
 }
 
@@ -666,7 +668,7 @@ impl MuxWire for H2Wire {
         };
         if let Err(error) = sent {
             let answered = upload_failed(response, limit, error).await?;
-            return Ok(self.start_mux(out, answered, None));
+            return self.start_mux(out, answered, None);
         }
         if streaming {
             self.answer_continue(out);
@@ -685,14 +687,14 @@ impl MuxWire for H2Wire {
                 First::Pumped(Ok(())) => {}
                 First::Pumped(Err(Attempt::Closed { error, .. })) => {
                     let answered = upload_failed(response, limit, error).await?;
-                    return Ok(self.start_mux(out, answered, None));
+                    return self.start_mux(out, answered, None);
                 }
                 First::Pumped(Err(failed)) => return Err(failed),
                 // The response came first: the body goes on streaming while it is
                 // relayed. Or the origin refused the stream mid-body.
                 First::Answered(answered) => {
                     let answered = answered.map_err(stream_failed)?;
-                    return Ok(self.start_mux(out, answered, Some(upload)));
+                    return self.start_mux(out, answered, Some(upload));
                 }
             }
             out.progress.body_consumed = true;
@@ -707,7 +709,7 @@ impl MuxWire for H2Wire {
         match waited {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e)),
-            Ok(Ok(answered)) => Ok(self.start_mux(out, answered, None)),
+            Ok(Ok(answered)) => self.start_mux(out, answered, None),
         }
     }
 
@@ -754,49 +756,43 @@ impl H2Wire {
         out: &Outbound,
         answered: Response<RecvStream>,
         upload: Option<SendStream<Bytes>>,
-    ) -> (Upload, ResponseStart) {
+    ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
-        let start = start_of(out, &parts, body.is_end_stream());
+        let start = {
+            let fields = crate::http2::fields_of(&parts.headers);
+            let head_request = out.request.method == Method::HEAD;
+            let head = h2_response::decode(&parts, &fields, body.is_end_stream(), head_request)
+                .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
+            start_from(out, &head)
+        };
+        // An HTTP/2 head goes on to an HTTP/2 client as it came (its only field not
+        // passed on, `content-length`, is one the framing keeps as it is), with HSTS.
         let mut headers = parts.headers;
         let has_hsts = headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
         convert::add_lines(&mut headers, out.hsts(|| has_hsts));
         self.head = H2Head { status: start.status, headers };
         self.origin_body = Some(body);
         self.upload = upload;
-        (Upload::Complete, start)
+        Ok((Upload::Complete, start))
     }
 }
 
-/// How an HTTP/2 origin's response starts, for the exchange and an HTTP/1.1 client.
-pub(super) fn start_of(
-    out: &Outbound,
-    parts: &http::response::Parts,
-    ended: bool,
-) -> ResponseStart {
-    let length = parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let status = parts.status.as_u16();
-    let bodyless = out.request.method == Method::HEAD || status == 204 || status == 304;
-    let framing = match length {
-        _ if bodyless => Framing::Empty,
-        Some(n) => Framing::Length(n),
-        None if ended => Framing::Empty,
-        None => Framing::Chunked,
-    };
-    let body_out = BodyOut::choose(framing, out.request.version);
+/// How an origin's response starts over HTTP/2, for the exchange and the client: from
+/// its head in the response model.
+pub(super) fn start_from(out: &Outbound, head: &ResponseHead<'_, '_>) -> ResponseStart {
+    let body_out = BodyOut::choose(head.framing, out.request.version);
     let keep = out.request.keep_alive && body_out != BodyOut::CloseDelimited;
-    let value = |name: &str| parts.headers.get(name).map(http::HeaderValue::as_bytes);
+    let value = |name: &str| {
+        head.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    };
     let buffer = out.route.buffering.responses
         && !backlog::must_stream(value("content-type"), value("x-accel-buffering"));
     ResponseStart {
-        status,
-        framing,
+        status: head.status,
+        framing: head.framing,
         body_out,
         reusable: true,
-        declares_length: length.is_some(),
+        declares_length: head.declares_length,
         limits: holdfast_pool::OriginLimits::default(),
         connection: ConnectionOut::for_client(keep, out.request.version),
         buffer,

@@ -207,7 +207,7 @@ async fn run_stream(
         max_line_bytes: limits.max_line_bytes,
         max_head_bytes: limits.max_header_bytes,
     };
-    let fields = request::fields(&parts);
+    let fields = crate::http2::fields_of(&parts.headers);
     // The HTTP/1.1 head, for an origin that speaks HTTP/1.1, comes from and goes back
     // to the thread's cache of head buffers.
     let mut origin_head = net::scratch();
