@@ -1,7 +1,7 @@
-//! A server's smoothed response latency, kept in atomics, fading when no samples come.
+//! A backend's smoothed response latency, kept in atomics, fading when no samples come.
 //!
 //! The proxy records each response time here and reports the value through
-//! [`Candidate::latency`](super::Candidate::latency); `p2c` weighs servers by it.
+//! [`Candidate::latency`](super::Candidate::latency); `p2c` weighs backends by it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -10,26 +10,26 @@ use tokio::time::Instant;
 
 /// Without samples the value halves every `HALF_LIFE`.
 ///
-/// A server that answered slowly once is avoided, so it gets no requests that could show
+/// A backend that answered slowly once is avoided, so it gets no requests that could show
 /// it has recovered; the decay makes it look fast again after a while, it gets a request,
-/// and that measures it afresh. 5 s keeps a busy server's value steady (between requests
-/// a few milliseconds apart it loses well under 1%) while a server left alone after one
+/// and that measures it afresh. 5 s keeps a busy backend's value steady (between requests
+/// a few milliseconds apart it loses well under 1%) while a backend left alone after one
 /// slow answer is back in play within some tens of seconds.
 pub const HALF_LIFE: Duration = Duration::from_secs(5);
 
 /// After this long without a sample the value is forgotten: [`Ewma::get`] returns `None`.
 ///
 /// By then the value is a sixteenth of the last one, too little to say anything about the
-/// server. Reporting a near-zero latency instead would let the server win every
+/// backend. Reporting a near-zero latency instead would let the backend win every
 /// comparison of latency times load until its next answer came back; reported as
-/// unmeasured, it is compared by requests in flight like any unmeasured server.
+/// unmeasured, it is compared by requests in flight like any unmeasured backend.
 pub const FORGET_AFTER: Duration = HALF_LIFE.saturating_mul(4);
 
 /// How far one sample below the value moves it towards that sample.
 ///
 /// One fast answer says little while slower ones are still coming, so a drop needs
 /// several samples (seven eighths of the gap remains after one, a third after eight);
-/// the time decay covers servers that get few samples.
+/// the time decay covers backends that get few samples.
 const TOWARDS_LOWER: f64 = 1.0 / 8.0;
 
 /// The stored value before the first sample. No arithmetic on durations yields it: its
@@ -38,7 +38,7 @@ const EMPTY: u64 = u64::MAX;
 
 /// A smoothed latency that fits in atomics and forgets with time.
 ///
-/// Peak-sensitive: a sample above the current value replaces it at once, so a server that
+/// Peak-sensitive: a sample above the current value replaces it at once, so a backend that
 /// turns slow is avoided from its first slow answer; a sample below moves the value an
 /// eighth of the way down. Between samples the value decays towards zero with a
 /// half-life of [`HALF_LIFE`], and after [`FORGET_AFTER`] without samples it is gone.
@@ -46,7 +46,7 @@ const EMPTY: u64 = u64::MAX;
 /// # Races
 /// `observe` reads the value, then writes the new one and its time as two separate
 /// stores, with no lock around them. Two concurrent samples may both start from the same
-/// old value, and then one of them is lost: on a server busy enough for that to happen,
+/// old value, and then one of them is lost: on a backend busy enough for that to happen,
 /// the next samples follow within moments. A `get` that runs between the two stores may
 /// pair the new value with the previous sample's time, or the reverse, and see the value
 /// decayed by the time between the two samples too much or too little; the next read

@@ -1,12 +1,12 @@
-//! Picks which server of an upstream group gets the next request.
+//! Picks which backend of an upstream group gets the next request.
 //!
-//! Pure: the balancer reads each server through [`Candidate`] and takes the time as an
-//! argument; it opens no sockets and keeps no per-server state. A pick runs on every
+//! Pure: the balancer reads each backend through [`Candidate`] and takes the time as an
+//! argument; it opens no sockets and keeps no per-backend state. A pick runs on every
 //! request, so it allocates nothing, takes no lock, and touches at most one shared atomic
 //! (the round-robin cursor) besides what the candidates read.
 //!
 //! Each policy lives in its own file: `round_robin`, `least_outstanding`, `p2c`.
-//! `ewma` holds the smoothed latency a server reports through [`Candidate::latency`].
+//! `ewma` holds the smoothed latency a backend reports through [`Candidate::latency`].
 
 pub mod ewma;
 mod least_outstanding;
@@ -22,14 +22,14 @@ use tokio::time::Instant;
 
 pub use ewma::Ewma;
 
-/// Which rule picks a server.
+/// Which rule picks a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
-    /// Each server in turn.
+    /// Each backend in turn.
     RoundRobin,
-    /// The server with the fewest requests in flight.
+    /// The backend with the fewest requests in flight.
     LeastOutstanding,
-    /// The better of two servers drawn at random, by latency and requests in flight.
+    /// The better of two backends drawn at random, by latency and requests in flight.
     #[default]
     PowerOfTwoChoices,
 }
@@ -58,10 +58,10 @@ impl Policy {
     }
 }
 
-/// Full weight: a server in normal service.
+/// Full weight: a backend in normal service.
 ///
-/// Weights below it come from servers being re-admitted after an ejection (slow start):
-/// a server with weight w gets about w/`FULL_WEIGHT` of the share a full-weight server
+/// Weights below it come from backends being re-admitted after an ejection (slow start):
+/// a backend with weight w gets about w/`FULL_WEIGHT` of the share a full-weight backend
 /// gets. Round robin gives it exactly that on average. Least outstanding and p2c divide
 /// its load by w/`FULL_WEIGHT` instead, so it follows the load: it gets no requests while
 /// its peers carry fewer than about `FULL_WEIGHT`/w each, and nears its share as they
@@ -69,11 +69,11 @@ impl Policy {
 /// Weight 0: never picked.
 pub const FULL_WEIGHT: u32 = 100;
 
-/// What the balancer reads about each server (implemented by the proxy's `Backend`).
+/// What the balancer reads about each backend (implemented by the proxy's `Backend`).
 pub trait Candidate {
     /// 0 (down: never picked) ..= [`FULL_WEIGHT`]. Larger values count as `FULL_WEIGHT`.
     fn weight(&self, now: Instant) -> u32;
-    /// Requests in flight on this server now.
+    /// Requests in flight on this backend now.
     fn outstanding(&self) -> usize;
     /// Smoothed response latency, `None` when nothing was measured recently.
     fn latency(&self, now: Instant) -> Option<Duration>;
@@ -96,14 +96,14 @@ impl Balancer {
     /// A balancer for one upstream group.
     ///
     /// The cursor starts at a random position, so proxies started together do not all send
-    /// their first requests to the same server.
+    /// their first requests to the same backend.
     pub fn new(policy: Policy) -> Balancer {
         Balancer { policy, cursor: AtomicUsize::new(random::below(usize::MAX)) }
     }
 
-    /// The index in `candidates` of the server for the next request, skipping the indices
-    /// in `exclude` (servers that already failed this request) and servers of weight 0;
-    /// `None` when no server may be picked.
+    /// The index in `candidates` of the backend for the next request, skipping the indices
+    /// in `exclude` (backends that already failed this request) and backends of weight 0;
+    /// `None` when no backend may be picked.
     pub fn pick<C: Candidate>(
         &self,
         candidates: &[C],
@@ -119,9 +119,9 @@ impl Balancer {
         }
     }
 
-    /// The next of `len` servers in turn, skipping the indices in `exclude`, whatever
+    /// The next of `len` backends in turn, skipping the indices in `exclude`, whatever
     /// their health: for a group in panic (see `upstream::UpstreamState::choose`), where health
-    /// no longer decides; `None` when every server is excluded.
+    /// no longer decides; `None` when every backend is excluded.
     pub fn pick_ignoring_health(&self, len: usize, exclude: &[usize]) -> Option<usize> {
         let open = (0..len).filter(|i| !exclude.contains(i)).count();
         if open == 0 {
@@ -132,9 +132,9 @@ impl Balancer {
     }
 }
 
-/// Every index of `len` servers once, starting at the cursor's next position and
-/// wrapping around, so that successive picks start their scans at successive servers;
-/// `None` when there are no servers.
+/// Every index of `len` backends once, starting at the cursor's next position and
+/// wrapping around, so that successive picks start their scans at successive backends;
+/// `None` when there are no backends.
 fn rotation(cursor: &AtomicUsize, len: usize) -> Option<impl Iterator<Item = usize>> {
     if len == 0 {
         return None;
@@ -143,7 +143,7 @@ fn rotation(cursor: &AtomicUsize, len: usize) -> Option<impl Iterator<Item = usi
     Some((start..len).chain(0..start))
 }
 
-/// The weight of the server at `index` when it may take this request: not in `exclude`
+/// The weight of the backend at `index` when it may take this request: not in `exclude`
 /// and weight above 0. Weights above [`FULL_WEIGHT`] are capped, so the policies' share
 /// arithmetic holds whatever a `Candidate` reports.
 fn eligible_weight<C: Candidate>(
@@ -152,7 +152,7 @@ fn eligible_weight<C: Candidate>(
     exclude: &[usize],
     now: Instant,
 ) -> Option<u32> {
-    // `exclude` holds the one or two servers that failed this request, so a linear
+    // `exclude` holds the one or two backends that failed this request, so a linear
     // search is the cheapest test.
     if exclude.contains(&index) {
         return None;
@@ -163,8 +163,8 @@ fn eligible_weight<C: Candidate>(
     }
 }
 
-/// What sending one more request to a server costs, as compared between servers: `cost`
-/// divided by `weight`, so a server at a tenth of full weight looks ten times as loaded.
+/// What sending one more request to a backend costs, as compared between backends: `cost`
+/// divided by `weight`, so a backend at a tenth of full weight looks ten times as loaded.
 #[derive(Debug, Clone, Copy)]
 struct Load {
     cost: u128,
@@ -174,7 +174,7 @@ struct Load {
 
 impl Load {
     /// Requests in flight, counting the one being placed: `outstanding + 1`. The `+ 1`
-    /// makes weight count on an idle server too.
+    /// makes weight count on an idle backend too.
     fn in_flight(outstanding: usize, weight: u32) -> Load {
         Load { cost: outstanding as u128 + 1, weight }
     }
@@ -196,7 +196,7 @@ impl Load {
     }
 }
 
-/// A server the tests control: every field is what the balancer will read.
+/// A backend the tests control: every field is what the balancer will read.
 #[cfg(test)]
 mod fake {
     use std::cell::Cell;
@@ -226,15 +226,15 @@ mod fake {
         }
 
         pub fn with_weight(weight: u32) -> FakeBackend {
-            let server = FakeBackend::up();
-            server.weight.set(weight);
-            server
+            let backend = FakeBackend::up();
+            backend.weight.set(weight);
+            backend
         }
 
         pub fn with_outstanding(outstanding: usize) -> FakeBackend {
-            let server = FakeBackend::up();
-            server.outstanding.set(outstanding);
-            server
+            let backend = FakeBackend::up();
+            backend.outstanding.set(outstanding);
+            backend
         }
     }
 
@@ -253,17 +253,17 @@ mod fake {
         }
     }
 
-    pub fn servers(count: usize) -> Vec<FakeBackend> {
+    pub fn backends(count: usize) -> Vec<FakeBackend> {
         (0..count).map(|_| FakeBackend::up()).collect()
     }
 
-    /// How many of `picks` picks each server got, with nothing excluded and no server's
+    /// How many of `picks` picks each backend got, with nothing excluded and no backend's
     /// state changing between picks.
-    pub fn count_picks(balancer: &Balancer, servers: &[FakeBackend], picks: usize) -> Vec<usize> {
+    pub fn count_picks(balancer: &Balancer, backends: &[FakeBackend], picks: usize) -> Vec<usize> {
         let now = Instant::now();
-        let mut counts = vec![0; servers.len()];
+        let mut counts = vec![0; backends.len()];
         for _ in 0..picks {
-            let index = balancer.pick(servers, &[], now).expect("a server is eligible");
+            let index = balancer.pick(backends, &[], now).expect("a backend is eligible");
             counts[index] += 1;
         }
         counts
@@ -272,7 +272,7 @@ mod fake {
 
 #[cfg(test)]
 mod tests {
-    use super::fake::{servers, FakeBackend};
+    use super::fake::{backends, FakeBackend};
     use super::*;
 
     #[test]
@@ -297,10 +297,10 @@ mod tests {
     }
 
     #[test]
-    fn excluded_and_down_servers_are_never_picked() {
+    fn excluded_and_down_backends_are_never_picked() {
         for policy in Policy::ALL {
             let balancer = Balancer::new(policy);
-            let group = servers(6);
+            let group = backends(6);
             group[4].weight.set(0);
             let exclude = [1, 3];
             let now = Instant::now();
@@ -321,14 +321,14 @@ mod tests {
         for policy in Policy::ALL {
             let balancer = Balancer::new(policy);
             assert_eq!(balancer.pick::<FakeBackend>(&[], &[], now), None, "{policy:?}: empty");
-            assert_eq!(balancer.pick(&servers(2), &[0, 1], now), None, "{policy:?}: excluded");
+            assert_eq!(balancer.pick(&backends(2), &[0, 1], now), None, "{policy:?}: excluded");
             assert_eq!(balancer.pick(&down, &[], now), None, "{policy:?}: down");
             assert_eq!(balancer.pick(&mixed, &[0, 2], now), None, "{policy:?}: mixed");
         }
     }
 
     #[test]
-    fn only_eligible_server_among_thousands_is_always_picked() {
+    fn only_eligible_backend_among_thousands_is_always_picked() {
         let now = Instant::now();
         let group: Vec<FakeBackend> = (0..3000).map(|_| FakeBackend::with_weight(0)).collect();
         group[1234].weight.set(FULL_WEIGHT);
@@ -342,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn ignoring_health_takes_turns_over_servers_not_excluded() {
+    fn ignoring_health_takes_turns_over_backends_not_excluded() {
         let balancer = Balancer::new(Policy::RoundRobin);
         let picks: Vec<_> =
             (0..6).map(|_| balancer.pick_ignoring_health(3, &[1]).unwrap()).collect();

@@ -1,10 +1,10 @@
-//! Power of two choices: draw two eligible servers at random and send the request to the
+//! Power of two choices: draw two eligible backends at random and send the request to the
 //! less loaded one.
 //!
 //! Two looks per pick, whatever the size of the group, and the balancer keeps no state
-//! for it: picks on different threads write nothing in common. Comparing two random servers steers
-//! requests away from slow or busy servers almost as well as scanning them all, and
-//! unlike always taking the single best server, it does not send every concurrent pick
+//! for it: picks on different threads write nothing in common. Comparing two random backends steers
+//! requests away from slow or busy backends almost as well as scanning them all, and
+//! unlike always taking the single best backend, it does not send every concurrent pick
 //! to the same one.
 
 use std::cmp::Ordering;
@@ -14,19 +14,19 @@ use tokio::time::Instant;
 use super::{eligible_weight, random, Candidate, Load};
 
 /// Random draws a slot gets before falling back to a scan of the whole group. Each draw
-/// lands on an eligible server with the eligible fraction of the group as probability,
-/// so four draws almost always succeed when most servers are up; the scan covers groups
+/// lands on an eligible backend with the eligible fraction of the group as probability,
+/// so four draws almost always succeed when most backends are up; the scan covers groups
 /// that are mostly down or excluded.
 const DRAW_ATTEMPTS: usize = 4;
 
-/// The better of two distinct eligible servers drawn at random; with one eligible
-/// server, that one.
+/// The better of two distinct eligible backends drawn at random; with one eligible
+/// backend, that one.
 ///
-/// Each server's load is `latency * (outstanding + 1) / weight` when both servers have a
+/// Each backend's load is `latency * (outstanding + 1) / weight` when both backends have a
 /// measured latency, and `(outstanding + 1) / weight` when either has none (see [`Load`]):
-/// a server nobody has measured yet, or not for a while, is compared by requests in
+/// a backend nobody has measured yet, or not for a while, is compared by requests in
 /// flight alone, so it gets traffic and a fresh measurement. The lower load wins. Ties go
-/// to the server with an idle connection, then to either at random.
+/// to the backend with an idle connection, then to either at random.
 pub(super) fn pick<C: Candidate>(
     candidates: &[C],
     exclude: &[usize],
@@ -39,25 +39,25 @@ pub(super) fn pick<C: Candidate>(
     Some(better(candidates, first, second, now))
 }
 
-/// A server drawn for comparison, with the weight read while checking it is eligible.
+/// A backend drawn for comparison, with the weight read while checking it is eligible.
 #[derive(Debug, Clone, Copy)]
 struct Drawn {
     index: usize,
     weight: u32,
 }
 
-/// An eligible server other than `taken`, each equally likely; `None` when there is none.
+/// An eligible backend other than `taken`, each equally likely; `None` when there is none.
 ///
 /// Tries a few uniform draws over the group and keeps the first eligible one, which is
-/// uniform over the eligible servers; after [`DRAW_ATTEMPTS`] misses, scans the group.
+/// uniform over the eligible backends; after [`DRAW_ATTEMPTS`] misses, scans the group.
 fn draw<C: Candidate>(
     candidates: &[C],
     exclude: &[usize],
     now: Instant,
     taken: Option<usize>,
 ) -> Option<Drawn> {
-    // Drawing from one position fewer and stepping over `taken` makes the second server
-    // distinct without a retry; in a group of two it is the other server at once.
+    // Drawing from one position fewer and stepping over `taken` makes the second backend
+    // distinct without a retry; in a group of two it is the other backend at once.
     let positions = candidates.len().checked_sub(usize::from(taken.is_some()))?;
     if positions == 0 {
         return None;
@@ -74,9 +74,9 @@ fn draw<C: Candidate>(
     draw_by_scan(candidates, exclude, now, taken)
 }
 
-/// An eligible server other than `taken`, each equally likely, found in one pass.
+/// An eligible backend other than `taken`, each equally likely, found in one pass.
 ///
-/// Keeps the k-th eligible server seen with probability 1/k (reservoir sampling), so it
+/// Keeps the k-th eligible backend seen with probability 1/k (reservoir sampling), so it
 /// needs no count first and cannot disagree with itself when a weight changes mid-scan.
 fn draw_by_scan<C: Candidate>(
     candidates: &[C],
@@ -104,9 +104,9 @@ fn draw_by_scan<C: Candidate>(
 /// The index of whichever of `a` and `b` has the lower load; ties go to the one with an
 /// idle connection, then to either at random.
 fn better<C: Candidate>(candidates: &[C], a: Drawn, b: Drawn, now: Instant) -> usize {
-    let (server_a, server_b) = (&candidates[a.index], &candidates[b.index]);
-    let (outstanding_a, outstanding_b) = (server_a.outstanding(), server_b.outstanding());
-    let latencies = server_a.latency(now).zip(server_b.latency(now));
+    let (backend_a, backend_b) = (&candidates[a.index], &candidates[b.index]);
+    let (outstanding_a, outstanding_b) = (backend_a.outstanding(), backend_b.outstanding());
+    let latencies = backend_a.latency(now).zip(backend_b.latency(now));
     let (load_a, load_b) = match latencies {
         Some((latency_a, latency_b)) => (
             Load::timed(latency_a, outstanding_a, a.weight),
@@ -121,7 +121,7 @@ fn better<C: Candidate>(candidates: &[C], a: Drawn, b: Drawn, now: Instant) -> u
         Ordering::Greater => b.index,
         // The two were drawn in random order, so when neither or both have an idle
         // connection, taking the second is as fair as tossing a coin.
-        Ordering::Equal if server_a.has_idle() && !server_b.has_idle() => a.index,
+        Ordering::Equal if backend_a.has_idle() && !backend_b.has_idle() => a.index,
         Ordering::Equal => b.index,
     }
 }
@@ -131,13 +131,13 @@ mod tests {
     use std::collections::VecDeque;
     use std::time::Duration;
 
-    use super::super::fake::{count_picks, servers, FakeBackend};
+    use super::super::fake::{backends, count_picks, FakeBackend};
     use super::super::{Balancer, Policy, FULL_WEIGHT};
     use super::*;
 
     /// Runs `ticks` ticks of load: each tick, requests that have been in flight for their
-    /// server's service time (in ticks) finish, then `per_tick` new ones are picked and
-    /// stay in flight. Returns the picks per server.
+    /// backend's service time (in ticks) finish, then `per_tick` new ones are picked and
+    /// stay in flight. Returns the picks per backend.
     fn simulate(
         group: &[FakeBackend],
         service_ticks: &[usize],
@@ -147,13 +147,13 @@ mod tests {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         let now = Instant::now();
         let mut picks = vec![0; group.len()];
-        // Per server, the ticks at which its requests in flight finish, earliest first.
+        // Per backend, the ticks at which its requests in flight finish, earliest first.
         let mut finishing: Vec<VecDeque<usize>> = vec![VecDeque::new(); group.len()];
         for tick in 0..ticks {
-            for (server, queue) in group.iter().zip(&mut finishing) {
+            for (backend, queue) in group.iter().zip(&mut finishing) {
                 while queue.front().is_some_and(|&done| done <= tick) {
                     queue.pop_front();
-                    server.outstanding.set(server.outstanding.get() - 1);
+                    backend.outstanding.set(backend.outstanding.get() - 1);
                 }
             }
             for _ in 0..per_tick {
@@ -171,17 +171,17 @@ mod tests {
     }
 
     #[test]
-    fn slow_server_gets_few_picks_under_load() {
+    fn slow_backend_gets_few_picks_under_load() {
         random::reseed(21);
-        let group = servers(5);
+        let group = backends(5);
         let mut service_ticks = [10; 5];
         service_ticks[2] = 100;
-        for (server, &ticks) in group.iter().zip(&service_ticks) {
-            server.latency.set(Some(Duration::from_millis(ticks as u64)));
+        for (backend, &ticks) in group.iter().zip(&service_ticks) {
+            backend.latency.set(Some(Duration::from_millis(ticks as u64)));
         }
         let picks = simulate(&group, &service_ticks, 4, 5000);
         // A fair share is 20%; comparing counts alone already cuts it to about 3%, because
-        // the slow server's requests stay in flight ten times as long.
+        // the slow backend's requests stay in flight ten times as long.
         assert!(share(&picks, 2) < 0.02, "{picks:?}");
         let fast_mean = (picks.iter().sum::<usize>() - picks[2]) as f64 / 4.0;
         for index in [0, 1, 3, 4] {
@@ -191,32 +191,32 @@ mod tests {
     }
 
     #[test]
-    fn latency_steers_away_from_a_slow_server_that_load_alone_would_not() {
+    fn latency_steers_away_from_a_slow_backend_that_load_alone_would_not() {
         random::reseed(28);
-        // One request per tick: the fast servers finish theirs within the tick, so their
+        // One request per tick: the fast backends finish theirs within the tick, so their
         // counts sit at 0 and the slow one's at 0 or 1. Comparing counts alone would give it
         // about 7% of the picks (half of the pairs it is in while idle).
-        let group = servers(5);
+        let group = backends(5);
         let mut service_ticks = [1; 5];
         service_ticks[0] = 10;
-        for (server, &ticks) in group.iter().zip(&service_ticks) {
-            server.latency.set(Some(Duration::from_millis(ticks as u64)));
+        for (backend, &ticks) in group.iter().zip(&service_ticks) {
+            backend.latency.set(Some(Duration::from_millis(ticks as u64)));
         }
         let picks = simulate(&group, &service_ticks, 1, 10_000);
         assert!(share(&picks, 0) < 0.01, "{picks:?}");
     }
 
     #[test]
-    fn unmeasured_servers_share_picks_about_evenly() {
+    fn unmeasured_backends_share_picks_about_evenly() {
         random::reseed(22);
-        let picks = count_picks(&Balancer::new(Policy::PowerOfTwoChoices), &servers(5), 10_000);
+        let picks = count_picks(&Balancer::new(Policy::PowerOfTwoChoices), &backends(5), 10_000);
         assert!(picks.iter().all(|&count| (1700..2300).contains(&count)), "{picks:?}");
     }
 
     #[test]
-    fn slow_start_server_gets_its_weight_share_under_load() {
+    fn slow_start_backend_gets_its_weight_share_under_load() {
         random::reseed(23);
-        let group = servers(4);
+        let group = backends(4);
         group[1].weight.set(FULL_WEIGHT / 10);
         let picks = simulate(&group, &[10; 4], 40, 2000);
         let full = (picks[0] + picks[2] + picks[3]) as f64 / 3.0;
@@ -225,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn pair_is_both_servers_in_a_group_of_two() {
+    fn pair_is_both_backends_in_a_group_of_two() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         let group = [FakeBackend::with_outstanding(3), FakeBackend::with_outstanding(2)];
         assert_eq!(count_picks(&balancer, &group, 100), [0, 100]);
@@ -244,16 +244,16 @@ mod tests {
     }
 
     #[test]
-    fn unmeasured_server_is_compared_by_outstanding_alone() {
+    fn unmeasured_backend_is_compared_by_outstanding_alone() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         let group = [FakeBackend::with_outstanding(1), FakeBackend::with_outstanding(2)];
-        // FakeBackend 1's tiny latency would win a latency comparison; server 0 has none.
+        // FakeBackend 1's tiny latency would win a latency comparison; backend 0 has none.
         group[1].latency.set(Some(Duration::from_nanos(1)));
         assert_eq!(count_picks(&balancer, &group, 100), [100, 0]);
     }
 
     #[test]
-    fn tie_goes_to_server_with_idle_connection() {
+    fn tie_goes_to_backend_with_idle_connection() {
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         let group = [FakeBackend::with_outstanding(1), FakeBackend::with_outstanding(1)];
         group[0].idle.set(true);
@@ -264,7 +264,7 @@ mod tests {
     fn idle_connection_wins_every_tied_pair_it_is_in() {
         random::reseed(24);
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group = servers(5);
+        let group = backends(5);
         group[4].idle.set(true);
         let picks = count_picks(&balancer, &group, 10_000);
         // In 2 of 5 pairs, and it wins each: 40%, against 15% for each of the others.
@@ -275,7 +275,7 @@ mod tests {
     fn tie_without_idle_goes_either_way() {
         random::reseed(25);
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let picks = count_picks(&balancer, &servers(2), 1000);
+        let picks = count_picks(&balancer, &backends(2), 1000);
         assert!(picks.iter().all(|&count| (400..600).contains(&count)), "{picks:?}");
     }
 
@@ -283,19 +283,19 @@ mod tests {
     fn draws_reach_the_whole_of_a_large_group() {
         random::reseed(26);
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
-        let group = servers(4000);
+        let group = backends(4000);
         let now = Instant::now();
         let mut picked = vec![false; group.len()];
         for _ in 0..100_000 {
             picked[balancer.pick(&group, &[0, 3999], now).expect("all up")] = true;
         }
         assert!(!picked[0] && !picked[3999]);
-        // Each other server is in some pair with near certainty over 100,000 picks.
+        // Each other backend is in some pair with near certainty over 100,000 picks.
         assert!(picked[1..3999].iter().filter(|&&was| was).count() > 3950);
     }
 
     #[test]
-    fn scan_draws_evenly_when_most_servers_are_down() {
+    fn scan_draws_evenly_when_most_backends_are_down() {
         random::reseed(27);
         let balancer = Balancer::new(Policy::PowerOfTwoChoices);
         let group: Vec<FakeBackend> = (0..1000).map(|_| FakeBackend::with_weight(0)).collect();

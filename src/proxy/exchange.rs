@@ -25,8 +25,8 @@ use crate::http1::Framing;
 use crate::http2::encode::OriginHead;
 use crate::net::WaitError;
 use crate::telemetry::failures;
+use crate::upstream::h2::StreamLease;
 use crate::upstream::learned::ResponseKind;
-use crate::upstream::multiplex::MuxLease;
 use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claim;
 use crate::upstream::{Lease, LeaseError, Session, Want};
@@ -649,7 +649,7 @@ impl Proxy {
 /// connection frees when it ends.
 async fn respond_h2<W: MuxWire>(
     out: Outbound,
-    lease: MuxLease,
+    lease: StreamLease,
     upload: Upload,
     start: ResponseStart,
     wire: &mut W,

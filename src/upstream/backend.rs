@@ -20,10 +20,10 @@ use tokio::time::Instant;
 use super::backend_health::BackendHealth;
 use super::connect::Dial;
 use super::discovery::Target;
+use super::h2::{H2Conns, Leased, StreamLease, ASSUMED_STREAMS};
 use super::lease::OriginPool;
 use super::load::Load;
 use super::metrics::BackendMetrics;
-use super::multiplex::{Leased, Multiplexed, MuxLease};
 use super::settings::{ContainerRef, Speaks};
 use super::share::Shares;
 use super::{LeaseError, UpstreamConfig};
@@ -36,10 +36,12 @@ pub struct Backend {
     /// The container at `addr`, when Docker discovery found it: part of who the
     /// backend is, with the address.
     pub container: Option<ContainerRef>,
-    /// Idle connections to it, and the connects that open new ones.
+    /// Its HTTP/1.1 connections, idle and busy, and the connects that open new ones;
+    /// its pool's bound and counters cover its HTTP/2 connections too.
     pub conns: OriginPool,
-    /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
-    pub mux: Option<Multiplexed>,
+    /// Its HTTP/2 connections, when it speaks or may speak HTTP/2: in the same pool,
+    /// under the same `max_connections`.
+    pub h2: Option<H2Conns>,
     /// What it speaks: HTTP/1.1, HTTP/2, or not known until the first TLS handshake.
     speaks: AtomicU8,
     /// Requests in flight and latency, for the balancer.
@@ -66,15 +68,16 @@ impl Backend {
     ) -> Arc<Self> {
         let dial = Dial::new(addr, host, config);
         let speaks = dial.speaks;
-        let mux = (speaks != Speaks::Http1)
-            .then(|| Multiplexed::new(dial.clone(), config.pool.clone(), config.h2_ping_interval));
         // The HTTP/1.1 pool offers only HTTP/1.1, whatever the group may speak.
-        let dial = dial.speaking(Speaks::Http1);
+        let h1_dial = dial.speaking(Speaks::Http1);
+        let conns = OriginPool::new(h1_dial, &config.name, config.pool.clone(), budget);
+        let h2 = (speaks != Speaks::Http1)
+            .then(|| H2Conns::new(dial, config.h2_ping_interval, conns.shared(ASSUMED_STREAMS)));
         Arc::new(Backend {
             addr,
             container,
-            conns: OriginPool::new(dial, &config.name, config.pool.clone(), budget),
-            mux,
+            conns,
+            h2,
             speaks: AtomicU8::new(speaks as u8),
             load: Load::new(Instant::now()),
             health: BackendHealth::new(config.health.clone()),
@@ -100,8 +103,8 @@ impl Backend {
     /// TLS settings and name), keeping its pool, health and latency.
     pub(super) fn fits(&self, config: &UpstreamConfig, host: &str) -> bool {
         let dial = Dial::new(self.addr, host, config);
-        self.mux.is_some() == (dial.speaks != Speaks::Http1)
-            && self.mux.as_ref().is_none_or(|m| m.fits(&dial, config))
+        self.h2.is_some() == (dial.speaks != Speaks::Http1)
+            && self.h2.as_ref().is_none_or(|h2| h2.fits(&dial, config))
             && self.conns.fits(&config.pool, &dial.speaking(Speaks::Http1))
     }
 
@@ -110,8 +113,8 @@ impl Backend {
     /// one is given.
     pub(super) fn retire(&self, drain: Option<Duration>) {
         self.conns.retire();
-        if let Some(mux) = &self.mux {
-            mux.retire();
+        if let Some(h2) = &self.h2 {
+            h2.retire();
         }
         if let Some(drain) = drain {
             let cut = Arc::clone(&self.cut);
@@ -152,20 +155,20 @@ impl Backend {
     pub async fn lease_stream(
         &self,
         connect_timeout: Duration,
-    ) -> Result<Option<MuxLease>, LeaseError> {
-        let Some(mux) = self.mux.as_ref().filter(|_| self.speaks() != Speaks::Http1) else {
+    ) -> Result<Option<StreamLease>, LeaseError> {
+        let Some(h2) = self.h2.as_ref().filter(|_| self.speaks() != Speaks::Http1) else {
             return Ok(None);
         };
-        match mux.lease(connect_timeout, self.conns.tls_counts()).await? {
+        match h2.lease(connect_timeout, self.conns.tls_counts()).await? {
             Leased::Stream(lease) => {
                 if self.speaks() == Speaks::Either {
                     self.learned(Speaks::H2);
                 }
                 Ok(Some(lease))
             }
-            Leased::Http1(conn) => {
+            Leased::Http1(conn, opening) => {
                 self.learned(Speaks::Http1);
-                self.conns.offer(conn).await;
+                self.conns.keep(conn, opening);
                 Ok(None)
             }
         }
@@ -188,6 +191,6 @@ impl Candidate for Arc<Backend> {
     }
 
     fn has_idle(&self) -> bool {
-        self.conns.has_idle() || self.mux.as_ref().is_some_and(Multiplexed::has_idle)
+        self.conns.has_idle() || self.h2.as_ref().is_some_and(H2Conns::has_idle)
     }
 }

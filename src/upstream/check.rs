@@ -17,8 +17,8 @@ use holdfast_pool::CloseReason;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::h2::StreamLease;
 use super::health::CheckThresholds;
-use super::multiplex::MuxLease;
 use super::{Backend, Lease, Upstream};
 use crate::http1::head::HeadScan;
 use crate::http1::response;
@@ -183,7 +183,7 @@ async fn ask(
 /// The check over HTTP/2: a GET on a stream of a pooled connection, and its status.
 async fn probe_h2(
     backend: &Backend,
-    stream: MuxLease,
+    stream: StreamLease,
     check: &CheckConfig,
 ) -> Result<(), CheckError> {
     let host = check.host_for(backend.addr);

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use holdfast_pool::{
-    Checkout, CloseReason, ClosedWhileIdle, ConnectPermit, Exhausted, IdleBudget, Pool, PoolConfig,
-    PoolStats, Pooled, Priority,
+    Checkout, CloseReason, ClosedWhileIdle, ConnectPermit, Exhausted, IdleBudget, Opening, Pool,
+    PoolConfig, PoolStats, Pooled, Priority, Shareable, SharedPool,
 };
 use tokio::time::Instant;
 
@@ -210,13 +210,19 @@ impl OriginPool {
         self.open(permit, connect_timeout).await
     }
 
-    /// Keeps `conn`, opened elsewhere (a TLS handshake that chose HTTP/1.1 by ALPN), as
-    /// an idle connection; closes it when the pool is at its limit.
-    pub async fn offer(&self, conn: OriginConn) {
-        if let Ok(permit) = self.pool.acquire_fresh().await {
+    /// Keeps `conn`, opened in `opening`'s slot for an HTTP/2 connection (a TLS
+    /// handshake that chose HTTP/1.1 by ALPN), as an idle connection in that slot.
+    pub fn keep<S: Shareable>(&self, conn: OriginConn, opening: Opening<S>) {
+        if let Some(permit) = opening.into_permit(&self.pool) {
             let now = Instant::now();
             self.pool.adopt(conn, permit, now).release(now);
         }
+    }
+
+    /// Shared connections to the same backend, under the same `max_connections` and
+    /// counted in the same stats (its HTTP/2 connections).
+    pub(super) fn shared<S: Shareable>(&self, assumed_capacity: usize) -> SharedPool<S> {
+        self.pool.shared(assumed_capacity)
     }
 
     /// Whether a connection to the backend opens within `timeout`; the connection is

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use holdfast_pool::{CloseReason, PoolStatsSnapshot};
 use tokio::time::Instant;
 
+use super::h2::{H2Conns, H2Snapshot};
 use super::learned::{CloseRule, RuleSnapshot};
-use super::multiplex::{Multiplexed, MuxSnapshot};
 use super::{Backend, ContainerRef, Upstream};
 use crate::metrics::{
     ClassCounts, Family, Histogram, HistogramSnapshot, ReasonCounts, Report, Writer, STATUS_CLASSES,
@@ -185,7 +185,7 @@ pub struct BackendSnapshot {
     /// Share of traffic health allows now (0 to 100).
     pub weight: u32,
     /// Its HTTP/2 connections, when it speaks or may speak HTTP/2.
-    pub h2: Option<MuxSnapshot>,
+    pub h2: Option<H2Snapshot>,
     /// Rules learned from its origin's unannounced closes, in force now.
     pub learned: Vec<RuleSnapshot>,
 }
@@ -215,7 +215,7 @@ impl BackendSnapshot {
             header: m.header.snapshot(),
             response: m.response.snapshot(),
             weight: backend.health.weight(now),
-            h2: backend.mux.as_ref().map(Multiplexed::snapshot),
+            h2: backend.h2.as_ref().map(H2Conns::snapshot),
             learned: backend.conns.learned().snapshot(now),
         }
     }
@@ -254,7 +254,7 @@ impl Report for UpstreamsSnapshot {
         let rows: Vec<Row<'_>> = self.backends.iter().map(Row::new).collect();
         traffic(out, &rows)?;
         connections(out, &rows)?;
-        multiplexed(out, &rows)?;
+        h2(out, &rows)?;
         failures(out, &rows)?;
         durations(out, &rows)?;
         health(out, &rows)?;
@@ -287,7 +287,7 @@ impl<'a> Row<'a> {
 }
 
 /// HTTP/2 connections and streams, for backends that speak or may speak HTTP/2.
-fn multiplexed(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
+fn h2(out: &mut Writer<'_>, rows: &[Row<'_>]) -> std::fmt::Result {
     let h2 = || rows.iter().filter_map(|r| r.snapshot.h2.map(|h| (r, h)));
     out.gauge(&H2_CONNECTIONS, h2().map(|(r, h)| (r.labels(), h.open as u64)))?;
     out.gauge(&H2_ACTIVE_STREAMS, h2().map(|(r, h)| (r.labels(), h.active_streams as u64)))?;

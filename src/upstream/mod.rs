@@ -16,13 +16,13 @@ mod backend_health;
 pub mod check;
 pub mod connect;
 pub mod discovery;
+pub mod h2;
 pub mod health;
 pub mod keepalive;
 pub mod learned;
 mod lease;
 mod load;
 mod metrics;
-pub mod multiplex;
 mod session;
 pub mod settings;
 pub mod share;
@@ -252,8 +252,9 @@ impl Upstream {
     pub fn shut_down(&self) {
         for b in &self.state.load().backends {
             b.conns.clear_for(CloseReason::Shutdown);
-            if let Some(mux) = &b.mux {
-                mux.retire();
+            if let Some(h2) = &b.h2 {
+                h2.clear_for(CloseReason::Shutdown);
+                h2.retire();
             }
         }
         self.remove();
@@ -267,8 +268,8 @@ impl Upstream {
     pub fn evict_expired(&self, now: Instant) {
         for b in &self.state.load().backends {
             b.conns.evict_expired(now);
-            if let Some(mux) = &b.mux {
-                mux.evict_expired(now);
+            if let Some(h2) = &b.h2 {
+                h2.evict_expired(now);
             }
         }
     }

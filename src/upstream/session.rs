@@ -9,7 +9,7 @@ use std::time::Duration;
 use holdfast_pool::Priority;
 use tokio::time::Instant;
 
-use super::multiplex::MuxLease;
+use super::h2::StreamLease;
 use super::settings::Speaks;
 use super::{Backend, Lease, LeaseError};
 
@@ -18,7 +18,7 @@ pub enum Session {
     /// An HTTP/1.1 connection, the request's alone until it is settled.
     H1(Lease),
     /// A stream on an HTTP/2 connection that other requests share.
-    H2(MuxLease),
+    H2(StreamLease),
 }
 
 impl Session {

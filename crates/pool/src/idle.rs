@@ -1,13 +1,13 @@
 //! The idle stack: checkout takes the most recently used connection, release puts it
 //! back, unless demand, limits or the global budget say it should close.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::bound::Bound;
 use crate::budget::IdleBudget;
 use crate::queue::ConnectPermit;
 use crate::{CloseReason, PoolConfig, PoolStats, Poolable};
@@ -32,20 +32,11 @@ impl<C: Poolable> Clone for Pool<C> {
 }
 
 pub(crate) struct Inner<C> {
-    pub(crate) config: PoolConfig,
+    /// The limits, counters and slots under `max_connections`, shared with the
+    /// backend's shared connections ([`crate::SharedPool`]) when it has any.
+    pub(crate) bound: Arc<Bound>,
     state: Mutex<State<C>>,
-    pub(crate) stats: PoolStats,
     budget: Option<Arc<IdleBudget>>,
-    /// Connections open or being opened (checked out, idle, or connecting).
-    pub(crate) open: AtomicUsize,
-    /// Connections being opened (permits granted, not yet adopted).
-    pub(crate) connecting: AtomicUsize,
-    /// Wakes one queued request when a connection is released or closed.
-    pub(crate) wake: Notify,
-    /// Wakes one queued request of the second class, when none of the first waits.
-    pub(crate) wake_second: Notify,
-    /// Requests of the second class waiting now (counted in `stats.waiting` too).
-    pub(crate) waiting_second: AtomicUsize,
     /// Set by [`Pool::retire`]: connections coming back close instead of idling.
     retired: AtomicBool,
     /// Hears of idle connections found not open.
@@ -111,10 +102,10 @@ struct Life {
     /// Requests sent on it so far, the one in flight included.
     requests: u64,
     /// The origin's idle limit, when it advertised one (`Keep-Alive: timeout`).
-    server_idle: Option<Duration>,
+    origin_idle: Option<Duration>,
     /// Further requests the origin accepts, when it said (`Keep-Alive: max`);
     /// `u64::MAX` when it did not.
-    server_remaining: u64,
+    origin_remaining: u64,
     /// The caller's mark ([`Pooled::set_mark`]).
     mark: u32,
 }
@@ -209,8 +200,8 @@ impl<C: Poolable> Pooled<C> {
     /// Records limits the origin advertised in its latest response. They replace
     /// earlier ones (an origin counts `max` down as requests go by).
     pub fn limit_by_origin(&mut self, limits: OriginLimits) {
-        self.life.server_idle = limits.idle;
-        self.life.server_remaining = limits.remaining_requests.unwrap_or(u64::MAX);
+        self.life.origin_idle = limits.idle;
+        self.life.origin_remaining = limits.remaining_requests.unwrap_or(u64::MAX);
     }
 
     /// Takes the connection out for good (for example after an upgrade).
@@ -272,15 +263,9 @@ impl<C: Poolable> Pool<C> {
         let state = State { idle: Vec::new(), demand: Demand::new(Instant::now()) };
         Pool {
             inner: Arc::new(Inner {
-                config,
+                bound: Arc::new(Bound::new(config)),
                 state: Mutex::new(state),
-                stats: PoolStats::default(),
                 budget,
-                open: AtomicUsize::new(0),
-                connecting: AtomicUsize::new(0),
-                wake: Notify::new(),
-                wake_second: Notify::new(),
-                waiting_second: AtomicUsize::new(0),
                 retired: AtomicBool::new(false),
                 closed_hook,
             }),
@@ -289,12 +274,12 @@ impl<C: Poolable> Pool<C> {
 
     /// The limits this pool enforces.
     pub fn config(&self) -> &PoolConfig {
-        &self.inner.config
+        &self.inner.bound.config
     }
 
     /// Live counters.
     pub fn stats(&self) -> &PoolStats {
-        &self.inner.stats
+        &self.inner.bound.stats
     }
 
     /// Returns the most recently used idle connection that is still open and within
@@ -320,7 +305,7 @@ impl<C: Poolable> Pool<C> {
                 }
             }
             if found.is_some() {
-                self.inner.stats.on_reuse();
+                self.inner.bound.stats.on_reuse();
                 state.demand.observe(self.in_flight(), now);
             }
             found
@@ -336,17 +321,17 @@ impl<C: Poolable> Pool<C> {
     /// Wraps a freshly opened connection for its first request. The permit (from
     /// [`Pool::acquire`]) is its slot under `max_connections`.
     pub fn adopt(&self, conn: C, permit: ConnectPermit<C>, opened_at: Instant) -> Pooled<C> {
-        self.inner.stats.on_open();
+        self.inner.bound.stats.on_open();
         permit.consume();
         let in_flight = self.in_flight();
         self.lock().demand.observe(in_flight, opened_at);
-        let lifetime = self.inner.config.max_lifetime;
+        let lifetime = self.inner.bound.config.max_lifetime;
         let expires_at = (!lifetime.is_zero()).then(|| opened_at + lifetime);
         let life = Life {
             expires_at,
             requests: 1,
-            server_idle: None,
-            server_remaining: u64::MAX,
+            origin_idle: None,
+            origin_remaining: u64::MAX,
             mark: 0,
         };
         Pooled {
@@ -369,7 +354,7 @@ impl<C: Poolable> Pool<C> {
             return;
         }
         if !self.take_budget() {
-            if self.inner.stats.waiting() == 0 {
+            if self.inner.bound.stats.waiting() == 0 {
                 self.closed_active(None, CloseReason::BudgetSpent);
                 return;
             }
@@ -388,7 +373,7 @@ impl<C: Poolable> Pool<C> {
             self.closed_active(None, CloseReason::AboveDemand);
             return;
         }
-        self.inner.stats.on_release();
+        self.inner.bound.stats.on_release();
         state.idle.push(entry);
         // Over the bound: the least recently used connection makes room.
         let evicted = (state.idle.len() > bound).then(|| state.idle.remove(0));
@@ -402,9 +387,9 @@ impl<C: Poolable> Pool<C> {
     /// Why a connection coming back from a request must close instead of idling.
     fn release_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
         let life = &entry.life;
-        if self.inner.config.is_spent(life.requests) || life.server_remaining == 0 {
+        if self.inner.bound.config.is_spent(life.requests) || life.origin_remaining == 0 {
             Some(CloseReason::MaxRequests)
-        } else if life.server_idle == Some(Duration::ZERO) {
+        } else if life.origin_idle == Some(Duration::ZERO) {
             Some(CloseReason::IdleTimeout)
         } else {
             self.retire_reason(entry, now)
@@ -421,11 +406,11 @@ impl<C: Poolable> Pool<C> {
     /// would only make a request open another. A queued request overrides the ceiling
     /// too: it takes the connection the moment it is back.
     fn idle_bound(&self, demand: &Demand, idle: usize, busy: usize) -> usize {
-        if self.inner.stats.waiting() > 0 {
+        if self.inner.bound.stats.waiting() > 0 {
             return usize::MAX;
         }
         let by_demand = if busy > idle { usize::MAX } else { demand.recent_peak() };
-        self.inner.config.max_idle.map_or(by_demand, |cap| by_demand.min(cap))
+        self.inner.bound.config.max_idle.map_or(by_demand, |cap| by_demand.min(cap))
     }
 
     /// Closes idle connections that have expired, been closed by the origin, or are
@@ -477,13 +462,13 @@ impl<C: Poolable> Pool<C> {
 
     /// Connections open now: idle, busy, or being opened.
     pub fn open_connections(&self) -> usize {
-        self.inner.open.load(Ordering::SeqCst)
+        self.inner.bound.open.load(Ordering::SeqCst)
     }
 
     /// Whether an idle connection is waiting now (a hint: it may be gone by the time a
     /// request asks for it).
     pub fn has_idle(&self) -> bool {
-        self.inner.stats.idle() > 0
+        self.inner.bound.stats.idle() > 0
     }
 
     /// How long until the first idle connection expires, if any is idle.
@@ -510,12 +495,12 @@ impl<C: Poolable> Pool<C> {
 
     /// Requests holding a connection or opening one now.
     pub(crate) fn in_flight(&self) -> usize {
-        self.inner.stats.active() + self.inner.connecting.load(Ordering::Acquire)
+        self.inner.bound.stats.active() + self.inner.bound.connecting.load(Ordering::Acquire)
     }
 
     fn idle_limit(&self, life: &Life) -> Duration {
-        let own = self.inner.config.idle_timeout;
-        life.server_idle.map_or(own, |server| server.min(own))
+        let own = self.inner.bound.config.idle_timeout;
+        life.origin_idle.map_or(own, |origin| origin.min(own))
     }
 
     fn retire_reason(&self, entry: &Idle<C>, now: Instant) -> Option<CloseReason> {
@@ -551,7 +536,7 @@ impl<C: Poolable> Pool<C> {
                 hook(&entry.conn, closed);
             }
             // Counted before the socket closes, so whoever sees the close sees it counted.
-            self.inner.stats.on_close_idle(reason);
+            self.inner.bound.stats.on_close_idle(reason);
             drop(entry);
             self.closed_one();
         }
@@ -562,38 +547,19 @@ impl<C: Poolable> Pool<C> {
     /// whoever sees the close sees it counted. (`None`: the caller drops it afterwards,
     /// or keeps it, as an upgrade does.)
     fn closed_active(&self, conn: Option<C>, reason: CloseReason) {
-        self.inner.stats.on_close_active(reason);
+        self.inner.bound.stats.on_close_active(reason);
         drop(conn);
         self.closed_one();
     }
 
     /// A connection is gone: its slot under `max_connections` frees up.
     fn closed_one(&self) {
-        self.inner.open.fetch_sub(1, Ordering::SeqCst);
-        self.wake_waiter();
+        self.inner.bound.free_slot();
     }
 
-    /// Wakes one queued request, if any waits.
-    ///
-    /// # Races
-    /// A request counts itself in `waiting` before it looks for a connection one last
-    /// time; this side frees a connection before it reads `waiting` (both SeqCst). So
-    /// either the request finds the connection, or this side sees the request and wakes
-    /// it. Skipping the wake when nobody waits keeps `Notify`'s lock off the hot path.
-    ///
-    /// A request of the first class goes first (see [`crate::Priority`]); a request
-    /// counts its class before it counts itself waiting, so a total above the second
-    /// class's count means one of the first waits.
+    /// Wakes one queued request, if any waits (see [`Bound::wake_waiter`]).
     pub(crate) fn wake_waiter(&self) {
-        let waiting = self.inner.stats.waiting();
-        if waiting == 0 {
-            return;
-        }
-        if waiting > self.inner.waiting_second.load(Ordering::SeqCst) {
-            self.inner.wake.notify_one();
-        } else {
-            self.inner.wake_second.notify_one();
-        }
+        self.inner.bound.wake_waiter();
     }
 
     fn take_budget(&self) -> bool {

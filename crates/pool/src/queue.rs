@@ -23,10 +23,15 @@ pub struct ConnectPermit<C: Poolable> {
 }
 
 impl<C: Poolable> ConnectPermit<C> {
+    /// A permit for a slot already claimed, and counted as connecting, in `pool`.
+    pub(crate) fn new(pool: Pool<C>) -> Self {
+        ConnectPermit { pool: Some(pool) }
+    }
+
     /// The slot now belongs to the adopted connection, which frees it when it closes.
     pub(crate) fn consume(mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.inner.connecting.fetch_sub(1, Ordering::AcqRel);
+            pool.inner.bound.connecting.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -34,9 +39,8 @@ impl<C: Poolable> ConnectPermit<C> {
 impl<C: Poolable> Drop for ConnectPermit<C> {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.inner.connecting.fetch_sub(1, Ordering::AcqRel);
-            pool.inner.open.fetch_sub(1, Ordering::SeqCst);
-            pool.wake_waiter();
+            pool.inner.bound.connecting.fetch_sub(1, Ordering::AcqRel);
+            pool.inner.bound.free_slot();
         }
     }
 }
@@ -91,9 +95,9 @@ struct QueueSlot<'a, C: Poolable> {
 
 impl<C: Poolable> Drop for QueueSlot<'_, C> {
     fn drop(&mut self) {
-        self.pool.inner.stats.on_dequeue();
+        self.pool.inner.bound.stats.on_dequeue();
         if self.priority == Priority::Second {
-            self.pool.inner.waiting_second.fetch_sub(1, Ordering::SeqCst);
+            self.pool.inner.bound.waiting_second.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -125,9 +129,9 @@ impl<C: Poolable> Pool<C> {
     /// none of the first waits, and fewer than `max_connections` less the reserve are
     /// busy.
     pub fn second_may_take(&self) -> bool {
-        let second = self.inner.waiting_second.load(Ordering::SeqCst);
-        let first_waiting = self.inner.stats.waiting() > second;
-        let max = self.inner.config.max_connections;
+        let second = self.inner.bound.waiting_second.load(Ordering::SeqCst);
+        let first_waiting = self.inner.bound.stats.waiting() > second;
+        let max = self.inner.bound.config.max_connections;
         let reserve = max.saturating_mul(RESERVE_PERCENT) / 100;
         !first_waiting && (max == 0 || self.in_flight() < max.saturating_sub(reserve))
     }
@@ -144,27 +148,27 @@ impl<C: Poolable> Pool<C> {
                 return Ok(found);
             }
         }
-        let config = &self.inner.config;
-        let waiting = self.inner.stats.waiting();
-        let second_waiting = self.inner.waiting_second.load(Ordering::SeqCst);
+        let config = &self.inner.bound.config;
+        let waiting = self.inner.bound.stats.waiting();
+        let second_waiting = self.inner.bound.waiting_second.load(Ordering::SeqCst);
         if waiting >= config.queue_size {
-            self.inner.stats.on_queue_full();
+            self.inner.bound.stats.on_queue_full();
             return Err(Exhausted::QueueFull { waiting });
         }
         if second && second_waiting >= (config.queue_size / 2).max(1) {
-            self.inner.stats.on_queue_full();
+            self.inner.bound.stats.on_queue_full();
             return Err(Exhausted::SecondClassFull { waiting: second_waiting });
         }
         // The class is counted before the total, so whoever sees this request waiting
         // sees its class too (see `Pool::wake_waiter`).
         if second {
-            self.inner.waiting_second.fetch_add(1, Ordering::SeqCst);
+            self.inner.bound.waiting_second.fetch_add(1, Ordering::SeqCst);
         }
-        self.inner.stats.on_enqueue();
+        self.inner.bound.stats.on_enqueue();
         let _slot = QueueSlot { pool: self, priority };
         let started = Instant::now();
         let deadline = started + config.queue_timeout;
-        let wake = if second { &self.inner.wake_second } else { &self.inner.wake };
+        let wake = if second { &self.inner.bound.wake_second } else { &self.inner.bound.wake };
         loop {
             let notified = wake.notified();
             tokio::pin!(notified);
@@ -176,7 +180,7 @@ impl<C: Poolable> Pool<C> {
                 }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                self.inner.stats.on_queue_timeout();
+                self.inner.bound.stats.on_queue_timeout();
                 return Err(Exhausted::QueueTimeout { waited: started.elapsed() });
             }
         }
@@ -193,17 +197,11 @@ impl<C: Poolable> Pool<C> {
 
     /// Claims a slot under `max_connections` (always, when it is 0).
     fn try_permit(&self) -> Option<ConnectPermit<C>> {
-        let max = self.inner.config.max_connections;
-        self.inner
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (max == 0 || n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| {
-                self.inner.connecting.fetch_add(1, Ordering::AcqRel);
-                self.observe_connect(Instant::now());
-                ConnectPermit { pool: Some(self.clone()) }
-            })
+        if !self.inner.bound.try_slot() {
+            return None;
+        }
+        self.inner.bound.connecting.fetch_add(1, Ordering::AcqRel);
+        self.observe_connect(Instant::now());
+        Some(ConnectPermit::new(self.clone()))
     }
 }

@@ -27,9 +27,9 @@ pub enum CloseReason {
     Upgraded,
     /// The proxy is shutting down.
     Shutdown,
-    /// Its server left the upstream group (a reload or a DNS change removed it).
+    /// Its backend left the upstream group (a reload or a DNS change removed it).
     Retired,
-    /// Its server was taken out of service by a health check or passive detection.
+    /// Its backend was taken out of service by a health check or passive detection.
     Ejected,
     /// Its origin was seen to close connections at this point without saying so (after
     /// so many requests, or after a kind of response), so it was not kept.
@@ -92,21 +92,25 @@ pub struct PoolStats {
 /// A copy of [`PoolStats`] at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolStatsSnapshot {
-    /// Connections opened to the backend.
+    /// Connections opened to the backend, exclusive and shared.
     pub opened: u64,
-    /// Requests that went out on a connection taken from the idle pool.
+    /// Requests that went out on a connection that had carried one before: an
+    /// exclusive one taken from the idle pool, or a shared one.
     pub reused: u64,
-    /// Connections handed out and not yet returned or closed.
+    /// Connections carrying a request now: exclusive ones handed out and not yet
+    /// returned or closed, shared ones with at least one request on them.
     pub active: u64,
-    /// Connections idle in the pool now.
+    /// Connections carrying no request now: exclusive ones idle in the pool, shared
+    /// ones with no request on them.
     pub idle: u64,
     /// Connections closed, per reason, in the order of [`CloseReason::ALL`].
     pub closed: [u64; CloseReason::ALL.len()],
-    /// Requests waiting for a connection now (`max_connections` busy).
+    /// Requests waiting for an exclusive connection now (`max_connections` busy).
     pub waiting: u64,
-    /// Requests refused because the queue was full.
+    /// Requests refused because the queue was full (for a shared connection: as many
+    /// requests as `queue_size` already looked for one).
     pub queue_full: u64,
-    /// Requests that waited the whole `queue_timeout` in vain.
+    /// Requests that waited the whole `queue_timeout` in vain, for either kind.
     pub queue_timeouts: u64,
 }
 
@@ -147,6 +151,29 @@ impl PoolStats {
     pub(crate) fn on_close_active(&self, reason: CloseReason) {
         self.checked_out.fetch_sub(1, Relaxed);
         self.closed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    /// A shared connection opened; it carries no request yet.
+    pub(crate) fn on_open_shared(&self) {
+        self.opened.fetch_add(1, Relaxed);
+        self.idle.fetch_add(1, Relaxed);
+    }
+
+    /// A shared connection took its first request of a busy spell.
+    pub(crate) fn on_busy(&self) {
+        self.idle.fetch_sub(1, Relaxed);
+        self.checked_out.fetch_add(1, Relaxed);
+    }
+
+    /// A shared connection's last request ended.
+    pub(crate) fn on_quiet(&self) {
+        self.checked_out.fetch_sub(1, Relaxed);
+        self.idle.fetch_add(1, Relaxed);
+    }
+
+    /// A request went out on a shared connection that carried one before.
+    pub(crate) fn on_reuse_shared(&self) {
+        self.reused.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn idle(&self) -> u64 {
