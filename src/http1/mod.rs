@@ -32,6 +32,7 @@ pub mod encode;
 pub mod head;
 pub mod request;
 pub mod response;
+pub mod websocket;
 
 #[cfg(test)]
 mod tests;

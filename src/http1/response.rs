@@ -38,6 +38,13 @@ pub enum BadResponse {
     TransferEncodingInHttp10,
     #[error("upstream switched protocols (101) for a request that did not ask to")]
     UnrequestedUpgrade,
+    /// The origin switched to WebSocket without the `Sec-WebSocket-Accept` that answers
+    /// holdfast's key (RFC 6455, 4.1: the connection must fail).
+    #[error(
+        "upstream switched to WebSocket with a Sec-WebSocket-Accept that does not answer \
+         holdfast's Sec-WebSocket-Key (or none)"
+    )]
+    WebSocketAccept,
 }
 
 pub use crate::message::ResponseHead as Response;

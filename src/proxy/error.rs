@@ -70,6 +70,18 @@ pub enum ProxyErrorKind {
     /// holdfast's side of the exchange, never the origin's.
     #[error("{0}")]
     NotH2(NotH2),
+    /// A WebSocket from an HTTP/2 client (extended CONNECT, RFC 8441) for an HTTP/2
+    /// origin that did not send `SETTINGS_ENABLE_CONNECT_PROTOCOL`.
+    #[error(
+        "the HTTP/2 origin does not accept WebSockets over HTTP/2 (it did not send \
+         SETTINGS_ENABLE_CONNECT_PROTOCOL)"
+    )]
+    NoWebSocketOverH2,
+    /// An HTTP/1.1 origin answered an HTTP/2 client's WebSocket with this 2xx instead
+    /// of switching protocols: passed on, it would tell the client its WebSocket is
+    /// open (RFC 8441, 5).
+    #[error("the origin answered {0} to a WebSocket upgrade instead of switching protocols (101)")]
+    WebSocketNotSwitched(u16),
 }
 
 /// Why the client's request body could not be read to its end.
@@ -105,6 +117,8 @@ impl ProxyErrorKind {
             }
             ProxyErrorKind::BuffersFull => "buffers_full",
             ProxyErrorKind::NotH2(_) => "not_h2",
+            ProxyErrorKind::NoWebSocketOverH2 => "no_websocket_over_h2",
+            ProxyErrorKind::WebSocketNotSwitched(_) => "websocket_not_switched",
         }
     }
 }
@@ -166,7 +180,7 @@ impl ProxyErrorKind {
 }
 
 impl ProxyError {
-    /// The status the client gets: 400, 408, 413, 502, 503 or 504.
+    /// The status the client gets: 400, 408, 413, 501, 502, 503 or 504.
     pub fn status(&self) -> u16 {
         match &self.kind {
             ProxyErrorKind::Connect(ConnectError::Timeout(_))
@@ -176,10 +190,12 @@ impl ProxyError {
             | ProxyErrorKind::NotReplayed { .. }
             | ProxyErrorKind::RefusedNotResent { .. }
             | ProxyErrorKind::BadResponse(_)
-            | ProxyErrorKind::NotH2(_) => 502,
+            | ProxyErrorKind::NotH2(_)
+            | ProxyErrorKind::WebSocketNotSwitched(_) => 502,
             ProxyErrorKind::ClientBody(_) => 400,
             ProxyErrorKind::ClientTimeout => 408,
             ProxyErrorKind::BodyTooLarge(_) | ProxyErrorKind::BodyTooLargeToBuffer(_) => 413,
+            ProxyErrorKind::NoWebSocketOverH2 => 501,
             ProxyErrorKind::Queue(_) | ProxyErrorKind::BuffersFull => 503,
         }
     }

@@ -3,7 +3,12 @@
 //! To an HTTP/1.1 origin it writes the head `prepare` wrote and the body in holdfast's
 //! framing, and reads the response as `h1` does; to an HTTP/2 origin it sends the
 //! request as a stream, the body both ways at once (gRPC streams in both directions).
-//! It decides nothing: `exchange` and `mux` do, from what this reports.
+//! A stream that is a WebSocket (extended CONNECT) takes the paths in [`connect`], its
+//! bytes moved by [`tunnel`]. It decides nothing: `exchange` and `mux` do, from what
+//! this reports.
+
+mod connect;
+mod tunnel;
 
 use std::io;
 use std::sync::Arc;
@@ -71,6 +76,8 @@ pub(crate) struct H2Wire {
     /// The trailers that ended the client's body, kept with its copy: a stream the
     /// origin refused sends them again after it.
     trailers_sent: Option<HeaderMap>,
+    /// The stream is a WebSocket (extended CONNECT, see [`connect`]). Boxed: rare.
+    websocket: Option<Box<connect::WebSocket>>,
 }
 
 /// How far a client's body was read.
@@ -128,6 +135,7 @@ impl H2Wire {
             read: BodyRead::default(),
             in_hand: None,
             trailers_sent: None,
+            websocket: None,
         }
     }
 
@@ -283,6 +291,7 @@ impl Wire for H2Wire {
             start = head => start?,
             () = client_reset(&mut self.respond) => return Err(abandoned()),
         };
+        self.check_switch(&start)?;
         Ok((Upload::Complete, start))
     }
 
@@ -327,11 +336,13 @@ impl Wire for H2Wire {
     }
 
     async fn switch(&mut self, _out: &Outbound) -> bool {
-        // An HTTP/2 stream never asks to switch protocols (`Upgrade` is not HTTP/2).
-        false
+        // Only a WebSocket asks an origin to switch protocols (`Upgrade` is not HTTP/2).
+        self.answer_switch()
     }
 
-    async fn tunnel(&mut self, _conn: OriginConn, _stall: Duration) {}
+    async fn tunnel(&mut self, conn: OriginConn, stall: Duration) {
+        self.tunnel_h1(conn, stall).await;
+    }
 
     fn drain_later(&self, lease: Lease, remaining: u64) {
         h1::drain_later(lease, remaining);
@@ -646,6 +657,10 @@ impl MuxWire for H2Wire {
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
+        if self.websocket.is_some() {
+            // Boxed, as every rare path.
+            return Box::pin(self.websocket_attempt(out, send, request)).await;
+        }
         // A try after a refused one sends what was read from the copy, and all of it
         // once the client's body ended.
         self.in_hand = None;
@@ -718,6 +733,11 @@ impl MuxWire for H2Wire {
         out: &Outbound,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
+        if self.websocket.is_some() {
+            if let Some(tunnelled) = Box::pin(self.websocket_relay(out, start)).await {
+                return tunnelled;
+            }
+        }
         let stall = out.route.timeouts.read;
         let Some(mut origin) = self.origin_body.take() else {
             return Ok(Downloaded { bytes: 0, extra: false });

@@ -289,7 +289,12 @@ impl Proxy {
                     H2Head::None
                 }
                 // HTTP/2, or not known yet (`auto`, before a TLS handshake told).
-                Speaks::H2 | Speaks::Either => {
+                speaks @ (Speaks::H2 | Speaks::Either) => {
+                    // An upgrade has no HTTP/2 form to make the HTTP/1.1 head from, should
+                    // ALPN pick HTTP/1.1: that head is written now.
+                    if speaks == Speaks::Either && req.upgrade.is_some() {
+                        encode::upstream_request(req, &fwd, head);
+                    }
                     match h2_encode::origin_head(req, &fwd, source, backend.conns.is_tls()) {
                         Ok(h2) => H2Head::Ready(Box::new(h2)),
                         Err(e) => H2Head::Failed(Box::new(e)),

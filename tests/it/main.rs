@@ -88,3 +88,5 @@ mod h2_floods;
 mod grpc;
 // Trailers both ways in every pairing of HTTP/1.1 and HTTP/2 client and origin, gRPC's too.
 mod trailers;
+// WebSockets over HTTP/2 (extended CONNECT) to HTTP/1.1 and HTTP/2 origins, Python's h2 too.
+mod h2_websocket;

@@ -1,6 +1,8 @@
 //! One HTTP/2 client connection: the `h2` session (its settings are holdfast's limits),
 //! a task per stream that runs the stream as an exchange, GOAWAY when the server stops
-//! or the connection idles, and the count of connections cut off for misbehaving.
+//! or the connection idles, and the count of connections cut off for misbehaving. A
+//! stream that opens a WebSocket (extended CONNECT) is made an upgrade first, in
+//! [`connect`].
 //!
 //! Protection is the session's settings and the `h2` crate's enforcement of them:
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` (streams beyond it are refused), the header list
@@ -12,6 +14,7 @@
 //! `flood` allows, which the `h2` crate would answer forever. Other connections are
 //! not touched.
 
+mod connect;
 pub mod flood;
 
 use std::future::poll_fn;
@@ -36,6 +39,7 @@ use crate::http2::request;
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{ClientLimits, H2Wire, Proxy};
+use connect::Extended;
 use flood::{ControlWatch, FloodAlarm};
 
 /// Flow-control windows granted to a client: per stream, and for the connection. The
@@ -76,6 +80,8 @@ pub async fn serve(
         .max_send_buffer_size(SEND_BUFFER)
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
         .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+        // WebSockets over HTTP/2 (RFC 8441): see `connect`.
+        .enable_connect_protocol()
         .handshake::<_, Bytes>(io);
     let mut conn = match tokio::time::timeout(timeouts.client_header, handshake).await {
         Ok(Ok(conn)) => conn,
@@ -202,7 +208,15 @@ async fn run_stream(
     client: Arc<ClientSide>,
 ) -> bool {
     let ClientSide { addr, ref proxy, ref peer, tls, limits, connection } = *client;
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let websocket = match connect::extended(&mut parts) {
+        Extended::No => None,
+        Extended::WebSocket(key) => Some(key),
+        Extended::Refused(refused) => {
+            connect::refuse(proxy, addr, &mut respond, refused);
+            return false;
+        }
+    };
     let head_limits = HeadLimits {
         max_line_bytes: limits.max_line_bytes,
         max_head_bytes: limits.max_header_bytes,
@@ -211,9 +225,15 @@ async fn run_stream(
     // The HTTP/1.1 head, for an origin that speaks HTTP/1.1, comes from and goes back
     // to the thread's cache of head buffers.
     let mut origin_head = net::scratch();
-    let ends = body.is_end_stream();
+    // A WebSocket's DATA frames are its tunnel, not a request body.
+    let ends = websocket.is_some() || body.is_end_stream();
     let mut out = match request::decode(&parts, &fields, ends, limits.max_headers, &head_limits) {
-        Ok(req) => proxy.prepare(&req, addr, peer, tls, Some(&parts.headers), &mut origin_head),
+        Ok(mut req) => {
+            if websocket.is_some() {
+                connect::upgrade(&mut req);
+            }
+            proxy.prepare(&req, addr, peer, tls, Some(&parts.headers), &mut origin_head)
+        }
         Err(refusal) => {
             refuse(proxy, addr, &mut respond, refusal);
             return false;
@@ -223,6 +243,9 @@ async fn run_stream(
     drop(parts);
     out.over_http2(connection);
     let mut wire = H2Wire::new(respond, body);
+    if let Some(key) = websocket {
+        wire.open_websocket(key);
+    }
     proxy.forward(out, &mut origin_head, &mut wire).await;
     net::recycle(origin_head);
     wire.client_failed()
