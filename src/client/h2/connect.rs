@@ -155,7 +155,7 @@ mod tests {
         assert_eq!(p.headers["sec-websocket-version"], "13");
         assert!(p.headers.get("content-length").is_none());
         // Decoded and upgraded, it is what an HTTP/1.1 WebSocket client sends.
-        let f = crate::http2::request::fields(&p);
+        let f = crate::http2::fields_of(&p.headers);
         let limits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 16384 };
         let mut req = crate::http2::request::decode(&p, &f, true, 100, &limits).unwrap();
         upgrade(&mut req);

@@ -142,7 +142,7 @@ impl H2Wire {
         };
         // RFC 8441, 5: a 2xx opens the tunnel; anything else is a response.
         let accepted = answered.status().is_success();
-        let start = self.start_mux(out, answered, None);
+        let start = self.start_mux(out, answered, None)?;
         if let (true, Some(ws)) = (accepted, self.websocket.as_deref_mut()) {
             ws.upload = Some(upload);
         }
