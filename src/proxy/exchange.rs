@@ -18,7 +18,7 @@ use super::error::{ProxyError, ProxyErrorKind};
 use super::record::Delivery;
 use super::retry::{self, BodyReplay, Decision, SendOutcome};
 use super::transfer::{DownloadError, Upload};
-use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
+use super::wire::{Attempt, H2OriginWire, ResponseStart, Wire};
 use super::{error, pick, record, Done, H2Head, Next, Outbound, Proxy};
 use crate::http1::encode::{self, ConnectionOut};
 use crate::http1::Framing;
@@ -145,7 +145,7 @@ impl Proxy {
     /// Carries one request to its backend and the response back to the client, over
     /// `wire` (the client side's protocol picks it: [`super::H1Wire`] for an HTTP/1.1
     /// client connection).
-    pub(crate) async fn forward<W: MuxWire>(
+    pub(crate) async fn forward<W: H2OriginWire>(
         &self,
         mut out: Outbound,
         head: &mut Vec<u8>,
@@ -229,7 +229,7 @@ impl Proxy {
     /// again whatever its method and wherever its body was: a body read beforehand goes
     /// again whole, a streamed one from the copy kept as it went (`body_copy`); a body
     /// too large to keep cannot, and the client gets a 502 that says so.
-    async fn send<W: MuxWire>(
+    async fn send<W: H2OriginWire>(
         &self,
         out: &mut Outbound,
         heads: &mut Heads<'_>,
@@ -309,8 +309,7 @@ impl Proxy {
                     let request = heads.h2.as_ref().map(|h2| h2.request()).unwrap_or_default();
                     let sender = lease.sender();
                     // Boxed: only exchanges with HTTP/2 origins carry its state.
-                    let attempt =
-                        wire.mux_attempt(out, sender, request, kept.as_deref(), &mut copy);
+                    let attempt = wire.attempt_h2(out, sender, request, kept.as_deref(), &mut copy);
                     Box::pin(attempt).await
                 }
             };
@@ -481,7 +480,7 @@ impl Proxy {
     /// Streams the response to the client and settles the session: an HTTP/1.1
     /// connection goes back to the pool, is drained in the background, or is closed;
     /// a stream's slot on its HTTP/2 connection frees when it ends.
-    async fn respond<W: MuxWire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
+    async fn respond<W: H2OriginWire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
         let Sent { session, claim, upload, start } = sent;
         let (header, now) = out.record.response_head(start.status);
         out.backend().observe(start.status, header, now);
@@ -647,7 +646,7 @@ impl Proxy {
 
 /// Streams an HTTP/2 origin's response to the client; the stream's slot on its
 /// connection frees when it ends.
-async fn respond_h2<W: MuxWire>(
+async fn respond_h2<W: H2OriginWire>(
     out: Outbound,
     lease: StreamLease,
     upload: Upload,
@@ -656,7 +655,7 @@ async fn respond_h2<W: MuxWire>(
 ) -> Done {
     let status = start.status;
     let keep_client = start.connection != ConnectionOut::Close;
-    let downloaded = wire.mux_relay(&out, &start).await;
+    let downloaded = wire.relay_h2(&out, &start).await;
     drop(lease);
     match downloaded {
         // The origin is done and its stream free; the client takes the rest at its own

@@ -40,8 +40,8 @@ pub(crate) struct H1Wire<'a> {
     /// The response head as the client gets it.
     pub(super) response_head: Vec<u8>,
     /// An exchange with an HTTP/2 origin: its response, and where the client's body
-    /// is (see `h1_mux`). Boxed: rare.
-    pub(super) mux: Option<Box<super::h1_mux::H1Mux>>,
+    /// is (see `h1_to_h2`). Boxed: rare.
+    pub(super) to_h2: Option<Box<super::h1_to_h2::H1ToH2>>,
     /// Response bytes that wait for the client after the origin is done. Boxed: only
     /// responses to clients that fell behind have one.
     pub(super) behind: Option<Box<Backlog>>,
@@ -55,7 +55,7 @@ impl<'a> H1Wire<'a> {
             client,
             origin_buf: InBuf::new(net::ORIGIN_BUF),
             response_head: net::scratch(),
-            mux: None,
+            to_h2: None,
             behind: None,
             request_body: None,
         }

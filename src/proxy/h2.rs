@@ -4,7 +4,7 @@
 //! framing, and reads the response as `h1` does; to an HTTP/2 origin it sends the
 //! request as a stream, the body both ways at once (gRPC streams in both directions).
 //! A stream that is a WebSocket (extended CONNECT) takes the paths in [`connect`], its
-//! bytes moved by [`tunnel`]. It decides nothing: `exchange` and `mux` do, from what
+//! bytes moved by [`tunnel`]. It decides nothing: `exchange` does, from what
 //! this reports.
 
 mod connect;
@@ -30,7 +30,7 @@ use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::stream_backlog::{self, Behind, Ending, ServeH2, StreamBacklog};
 use super::transfer::{DownloadError, Downloaded, Upload};
-use super::wire::{Attempt, MuxWire, ResponseStart, Wire};
+use super::wire::{Attempt, H2OriginWire, ResponseStart, Wire};
 use super::{pace_config, Outbound};
 use crate::http1::body::Relay;
 use crate::http1::encode::{self, BodyOut, ConnectionOut};
@@ -648,8 +648,8 @@ async fn pump(
     end.map_err(|e| closed(flow::to_io(e)))
 }
 
-impl MuxWire for H2Wire {
-    async fn mux_attempt(
+impl H2OriginWire for H2Wire {
+    async fn attempt_h2(
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest<Bytes>,
@@ -683,7 +683,7 @@ impl MuxWire for H2Wire {
         };
         if let Err(error) = sent {
             let answered = upload_failed(response, limit, error).await?;
-            return self.start_mux(out, answered, None);
+            return self.start_h2(out, answered, None);
         }
         if streaming {
             self.answer_continue(out);
@@ -702,14 +702,14 @@ impl MuxWire for H2Wire {
                 First::Pumped(Ok(())) => {}
                 First::Pumped(Err(Attempt::Closed { error, .. })) => {
                     let answered = upload_failed(response, limit, error).await?;
-                    return self.start_mux(out, answered, None);
+                    return self.start_h2(out, answered, None);
                 }
                 First::Pumped(Err(failed)) => return Err(failed),
                 // The response came first: the body goes on streaming while it is
                 // relayed. Or the origin refused the stream mid-body.
                 First::Answered(answered) => {
                     let answered = answered.map_err(stream_failed)?;
-                    return self.start_mux(out, answered, Some(upload));
+                    return self.start_h2(out, answered, Some(upload));
                 }
             }
             out.progress.body_consumed = true;
@@ -724,11 +724,11 @@ impl MuxWire for H2Wire {
         match waited {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e)),
-            Ok(Ok(answered)) => self.start_mux(out, answered, None),
+            Ok(Ok(answered)) => self.start_h2(out, answered, None),
         }
     }
 
-    async fn mux_relay(
+    async fn relay_h2(
         &mut self,
         out: &Outbound,
         start: &ResponseStart,
@@ -769,9 +769,9 @@ impl MuxWire for H2Wire {
 }
 
 impl H2Wire {
-    /// Keeps an HTTP/2 origin's response for [`MuxWire::mux_relay`] and says how it
+    /// Keeps an HTTP/2 origin's response for [`H2OriginWire::relay_h2`] and says how it
     /// starts.
-    fn start_mux(
+    fn start_h2(
         &mut self,
         out: &Outbound,
         answered: Response<RecvStream>,

@@ -31,7 +31,7 @@ pub mod error;
 mod exchange;
 pub mod forwarded;
 mod h1;
-mod h1_mux;
+mod h1_to_h2;
 mod h2;
 pub mod local;
 pub mod pace;

@@ -9,7 +9,7 @@
 //! is empty or was read in full beforehand ([`should_keep_body`]).
 //!
 //! A stream an HTTP/2 origin refused is another matter: it never reached the origin's
-//! application, so `mux` sends it again whatever its method, from a copy of its body
+//! application, so `exchange` sends it again whatever its method, from a copy of its body
 //! kept as it streamed (`body_copy`).
 //!
 //! A failure on a connection that was new is not this race but the backend failing: it

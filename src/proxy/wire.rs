@@ -122,17 +122,17 @@ pub(crate) trait Wire {
 
 /// An exchange whose origin speaks HTTP/2: the request goes out as a stream on a
 /// shared connection instead of bytes on a connection of its own.
-pub(crate) trait MuxWire: Wire {
+pub(crate) trait H2OriginWire: Wire {
     /// One try on one stream: the request head (`request`), then the `kept` body or
     /// the body as it streams from the client, and the final response head back. A
     /// body may still be streaming when the response head comes (gRPC streams both
-    /// ways); [`MuxWire::mux_relay`] finishes it.
+    /// ways); [`H2OriginWire::relay_h2`] finishes it.
     ///
     /// A streamed body goes into `copy` as it goes out, until the response head
     /// comes; a try after a refused one sends what `copy` holds first, then the rest
     /// of the body as it streams. A refusal is [`Attempt::Refused`] wherever the body
     /// was when it came; whether the request goes again is the caller's to decide.
-    fn mux_attempt(
+    fn attempt_h2(
         &mut self,
         out: &mut Outbound,
         send: SendRequest<Bytes>,
@@ -142,7 +142,7 @@ pub(crate) trait MuxWire: Wire {
     ) -> impl Future<Output = Result<(Upload, ResponseStart), Attempt>> + Send;
 
     /// Streams the response body and trailers to the client, after the head.
-    fn mux_relay(
+    fn relay_h2(
         &mut self,
         out: &Outbound,
         start: &ResponseStart,

@@ -112,7 +112,7 @@ impl H2Wire {
         log_end(&tunnelled);
     }
 
-    /// [`crate::proxy::wire::MuxWire::mux_attempt`] for a WebSocket: the request as an
+    /// [`crate::proxy::wire::H2OriginWire::attempt_h2`] for a WebSocket: the request as an
     /// extended CONNECT, if the origin takes them, and its response head.
     pub(super) async fn websocket_attempt(
         &mut self,
@@ -121,7 +121,7 @@ impl H2Wire {
         request: Request<()>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         // Known once the connection's first SETTINGS are in, which they are before a
-        // stream is leased (`upstream::multiplex`).
+        // stream is leased (`upstream::h2`).
         if !send.is_extended_connect_protocol_enabled() {
             return Err(Attempt::Failed(ProxyErrorKind::NoWebSocketOverH2));
         }
@@ -142,14 +142,14 @@ impl H2Wire {
         };
         // RFC 8441, 5: a 2xx opens the tunnel; anything else is a response.
         let accepted = answered.status().is_success();
-        let start = self.start_mux(out, answered, None)?;
+        let start = self.start_h2(out, answered, None)?;
         if let (true, Some(ws)) = (accepted, self.websocket.as_deref_mut()) {
             ws.upload = Some(upload);
         }
         Ok(start)
     }
 
-    /// [`crate::proxy::wire::MuxWire::mux_relay`] for a WebSocket an HTTP/2 origin
+    /// [`crate::proxy::wire::H2OriginWire::relay_h2`] for a WebSocket an HTTP/2 origin
     /// accepted: the response head, then the tunnel until either side ends it or the
     /// backend is cut off. `None` when the origin did not accept it: its response is
     /// relayed as any other.

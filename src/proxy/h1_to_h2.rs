@@ -38,7 +38,7 @@ use super::h2::{start_from, stream_failed, upload_failed};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
-use super::wire::{Attempt, MuxWire, ResponseStart};
+use super::wire::{Attempt, H2OriginWire, ResponseStart};
 use super::{pace_config, Outbound};
 use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
@@ -48,13 +48,13 @@ use crate::http2::{self, convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
 
 /// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
-pub(super) struct H1Mux {
+pub(super) struct H1ToH2 {
     /// The client's body on its way to the origin, kept from one try to the next.
     body: Body,
-    /// The origin's response, for [`MuxWire::mux_relay`].
+    /// The origin's response, for [`H2OriginWire::relay_h2`].
     response: Option<RecvStream>,
     /// The stream's sending side, when the body still goes up after the response head
-    /// came: [`MuxWire::mux_relay`] goes on with it.
+    /// came: [`H2OriginWire::relay_h2`] goes on with it.
     upload: Option<SendStream<Bytes>>,
 }
 
@@ -88,17 +88,17 @@ enum End {
     Trailers(HeaderMap),
 }
 
-impl H1Mux {
+impl H1ToH2 {
     /// Before the first try: the client's body framed `framing`, its trailer section
     /// bounded by `max_trailer_bytes`.
-    fn new(framing: Framing, max_trailer_bytes: usize) -> H1Mux {
+    fn new(framing: Framing, max_trailer_bytes: usize) -> H1ToH2 {
         let body = Body {
             relay: Relay::new(framing, false, max_trailer_bytes),
             ended: false,
             trailers: None,
             pending: Pending::default(),
         };
-        H1Mux { body, response: None, upload: None }
+        H1ToH2 { body, response: None, upload: None }
     }
 }
 
@@ -145,8 +145,8 @@ enum First {
     Answered(Result<http::Response<RecvStream>, h2::Error>),
 }
 
-impl MuxWire for H1Wire<'_> {
-    async fn mux_attempt(
+impl H2OriginWire for H1Wire<'_> {
+    async fn attempt_h2(
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest<Bytes>,
@@ -159,8 +159,9 @@ impl MuxWire for H1Wire<'_> {
         // The client's trailer section is bounded as its head is (RFC 9112, 7.1.2).
         let max_trailer_bytes = out.route.site.limits.max_header_bytes;
         let framing = out.request.framing;
-        let mux = self.mux.get_or_insert_with(|| Box::new(H1Mux::new(framing, max_trailer_bytes)));
-        let body = &mut mux.body;
+        let to_h2 =
+            self.to_h2.get_or_insert_with(|| Box::new(H1ToH2::new(framing, max_trailer_bytes)));
+        let body = &mut to_h2.body;
         body.ended |= out.progress.body_consumed;
         // A body read beforehand goes whole; after a refused try, what went on it goes
         // first, and all of it once the client's body ended.
@@ -189,7 +190,7 @@ impl MuxWire for H1Wire<'_> {
         let mut response = pin!(response);
         let first = {
             let (client, buf) = (&*self.client.stream, &mut *self.client.buf);
-            let pump = pump(client, buf, &mut mux.body, &mut upload, Some(copy), limits);
+            let pump = pump(client, buf, &mut to_h2.body, &mut upload, Some(copy), limits);
             // The pump first: a body that can go at once goes before a response that
             // came meanwhile is taken.
             tokio::select! {
@@ -198,7 +199,7 @@ impl MuxWire for H1Wire<'_> {
                 answered = &mut response => First::Answered(answered),
             }
         };
-        out.progress.body_consumed |= mux.body.ended;
+        out.progress.body_consumed |= to_h2.body.ended;
         let upload_so_far = match out.progress.body_consumed {
             true => Upload::Complete,
             false => Upload::Interrupted,
@@ -210,34 +211,34 @@ impl MuxWire for H1Wire<'_> {
             // unless the body was read to its end.
             First::Pumped(Err(Attempt::Closed { error, .. })) => {
                 let answered = upload_failed(response, limit, error).await?;
-                return self.start_mux(out, answered, upload_so_far, None);
+                return self.start_h2(out, answered, upload_so_far, None);
             }
             First::Pumped(Err(failed)) => return Err(failed),
             // The response came first (or the origin refused the stream mid-body): the
             // body goes on streaming while the response is relayed.
             First::Answered(answered) => {
                 let answered = answered.map_err(stream_failed)?;
-                return self.start_mux(out, answered, upload_so_far, Some(upload));
+                return self.start_h2(out, answered, upload_so_far, Some(upload));
             }
         }
         out.progress.body_consumed = true;
         self.await_head(out, response).await
     }
 
-    async fn mux_relay(
+    async fn relay_h2(
         &mut self,
         out: &Outbound,
         start: &ResponseStart,
     ) -> Result<Downloaded, DownloadError> {
         let site = &out.route.site;
         let stall = out.route.timeouts.read;
-        let Some(mux) = self.mux.as_deref_mut() else {
+        let Some(to_h2) = self.to_h2.as_deref_mut() else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
-        let Some(mut body) = mux.response.take() else {
+        let Some(mut body) = to_h2.response.take() else {
             return Ok(Downloaded { bytes: 0, extra: false });
         };
-        let upload = mux.upload.take();
+        let upload = to_h2.upload.take();
         // The head as the client gets it, written when the response started.
         let head = &self.response_head;
         let (framing, body_out) = (start.framing, start.body_out);
@@ -252,7 +253,7 @@ impl MuxWire for H1Wire<'_> {
                 let limits = PumpLimits { stall, max_body: out.route.max_body };
                 let buf = &mut *self.client.buf;
                 let relayed = {
-                    let pumping = pump(stream, buf, &mut mux.body, &mut upload, None, limits);
+                    let pumping = pump(stream, buf, &mut to_h2.body, &mut upload, None, limits);
                     both_ways(download(stream, &mut to, response, &mut body), pumping).await
                 };
                 match relayed {
@@ -419,16 +420,16 @@ impl H1Wire<'_> {
         match tokio::time::timeout(limit, response).await {
             Err(_) => Err(Attempt::Failed(ProxyErrorKind::HeaderTimeout(limit))),
             Ok(Err(e)) => Err(stream_failed(e)),
-            Ok(Ok(answered)) => self.start_mux(out, answered, Upload::Complete, None),
+            Ok(Ok(answered)) => self.start_h2(out, answered, Upload::Complete, None),
         }
     }
 
     /// Reads an HTTP/2 origin's response head into the response model, writes it as
-    /// the client gets it, and keeps the body for [`MuxWire::mux_relay`], with the
+    /// the client gets it, and keeps the body for [`H2OriginWire::relay_h2`], with the
     /// stream's sending side when the body still goes up (`sending`); when the client's
     /// body was not read to its end (an interrupted upload), its connection closes
     /// after the response.
-    fn start_mux(
+    fn start_h2(
         &mut self,
         out: &Outbound,
         answered: http::Response<RecvStream>,
@@ -454,10 +455,10 @@ impl H1Wire<'_> {
             hsts,
             &mut self.response_head,
         );
-        // The mux exists: `mux_attempt` made it before the request went.
-        if let Some(mux) = self.mux.as_deref_mut() {
-            mux.response = Some(body);
-            mux.upload = sending;
+        // The state exists: `attempt_h2` made it before the request went.
+        if let Some(to_h2) = self.to_h2.as_deref_mut() {
+            to_h2.response = Some(body);
+            to_h2.upload = sending;
         }
         Ok((upload, start))
     }
