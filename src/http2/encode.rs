@@ -46,22 +46,28 @@ impl OriginHead {
 }
 
 /// The HTTP/2 head for `req` to an origin reached over TLS or not (`tls`, for
-/// `:scheme`). `source` is the header map of an HTTP/2 client's stream, whose fields
-/// `req.headers` are slices of, in order: its names and values are passed on as they
-/// are.
+/// `:scheme`). `source` is the head of an HTTP/2 client's stream, whose fields
+/// `req.headers` are slices of, in order: its method, `:authority`, `:path`, names and
+/// values are passed on as they are (shared, not copied).
 pub fn origin_head(
     req: &RequestHead<'_, '_>,
     fwd: &Forwarding<'_>,
-    source: Option<&HeaderMap>,
+    source: Option<&http::request::Parts>,
     tls: bool,
 ) -> Result<OriginHead, NotH2> {
     // One copy of an HTTP/1.1 head: its values and target are slices of it.
     let shared = Bytes::copy_from_slice(req.raw);
-    let method = Method::from_bytes(req.method.as_bytes()).map_err(bad)?;
-    let uri = uri(req, fwd, &shared, tls)?;
+    let (method, uri) = match source {
+        Some(parts) if req.method == parts.method.as_str() => {
+            (parts.method.clone(), passed_uri(req, parts, fwd, tls)?)
+        }
+        _ => {
+            (Method::from_bytes(req.method.as_bytes()).map_err(bad)?, uri(req, fwd, &shared, tls)?)
+        }
+    };
     let mut headers = HeaderMap::with_capacity(req.headers.len().saturating_add(6));
     match source {
-        Some(source) => pass_fields(req, source, &mut headers),
+        Some(parts) => pass_fields(req, &parts.headers, &mut headers),
         None => copy_fields(req, &shared, &mut headers)?,
     }
     forwarding(req, fwd, &mut headers)?;
@@ -91,6 +97,27 @@ fn uri(
         false => slice_of(shared, req.path.rest),
     };
     uri.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?);
+    Uri::from_parts(uri).map_err(bad)
+}
+
+/// `:scheme`, and an HTTP/2 client's own `:authority` and `:path` when the request
+/// model kept them (it may have changed the target: an extended CONNECT's).
+fn passed_uri(
+    req: &RequestHead<'_, '_>,
+    parts: &http::request::Parts,
+    fwd: &Forwarding<'_>,
+    tls: bool,
+) -> Result<Uri, NotH2> {
+    let (Some(authority), Some(path)) = (parts.uri.authority(), parts.uri.path_and_query()) else {
+        return uri(req, fwd, &Bytes::new(), tls);
+    };
+    if req.host != Some(authority.as_str().as_bytes()) || req.target != path.as_str() {
+        return uri(req, fwd, &Bytes::new(), tls);
+    }
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
+    uri.authority = Some(authority.clone());
+    uri.path_and_query = Some(path.clone());
     Uri::from_parts(uri).map_err(bad)
 }
 
@@ -144,14 +171,16 @@ static OWN_NAMES: [HeaderName; 5] = [
 ];
 
 fn header_name(name: &str) -> Result<HeaderName, NotH2> {
-    match OWN_NAMES.iter().find(|own| name.eq_ignore_ascii_case(own.as_str())) {
-        Some(own) => Ok(own.clone()),
-        None => HeaderName::from_bytes(name.as_bytes()).map_err(bad),
-    }
+    HeaderName::from_bytes(name.as_bytes()).map_err(bad)
+}
+
+/// The name of a forwarding header as `http1::encode` writes it (lowercase).
+fn own_name(name: &[u8]) -> Option<&'static HeaderName> {
+    OWN_NAMES.iter().find(|own| own.as_str().as_bytes() == name)
 }
 
 /// The forwarding headers, written as `http1::encode` writes them for any origin (one
-/// set of rules) and taken as fields.
+/// set of rules) and taken as fields: each value a slice of that one text.
 fn forwarding(
     req: &RequestHead<'_, '_>,
     fwd: &Forwarding<'_>,
@@ -160,14 +189,17 @@ fn forwarding(
     let mut text = Vec::with_capacity(192);
     forwarding_headers(req, fwd, &mut text);
     let text = Bytes::from(text);
-    for line in text.split(|b| *b == b'\n') {
+    let mut rest = &text[..];
+    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        let (line, after) = rest.split_at(end);
+        rest = after.get(1..).unwrap_or_default();
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
-        let Some((name, value)) = line.split_at_checked(colon) else { continue };
+        let (name, value) = line.split_at(colon);
+        let name = own_name(name).ok_or_else(|| bad("a forwarding header of no known name"))?;
         let value = value.get(1..).unwrap_or_default().trim_ascii();
-        let name = std::str::from_utf8(name).map_err(bad)?;
         let value = HeaderValue::from_maybe_shared(slice_of(&text, value)).map_err(bad)?;
-        headers.append(header_name(name)?, value);
+        headers.append(name.clone(), value);
     }
     Ok(())
 }

@@ -184,13 +184,27 @@ impl Proxy {
             }
         };
         let mut heads = Heads { h1: head, h2 };
-        match self.send(&mut out, &mut heads, wire).await {
-            Ok(sent) => self.respond(out, sent, wire).await,
+        let sent = match self.send(&mut out, &mut heads, wire).await {
+            Ok(sent) => sent,
             // Boxed, as the upgrade: a rare path's state would otherwise make every
             // exchange's (boxed per request) larger.
             Err(e) => {
                 let answer = Box::pin(self.answer_error(out, e, wire));
-                answer.await
+                return answer.await;
+            }
+        };
+        // The response streams to the client and the session is settled: an HTTP/1.1
+        // connection goes back to the pool, is drained in the background, or is
+        // closed; a stream's slot on its HTTP/2 connection frees when it ends. (Awaited
+        // here, not in a function of its own: each level of nesting would add the
+        // request's state again to every exchange's future.)
+        let Sent { session, claim, upload, start } = sent;
+        response_head(&mut out, &start);
+        match session {
+            Session::H1(lease) => self.respond_h1(out, lease, claim, upload, start, wire).await,
+            Session::H2(lease) => {
+                // Boxed: only exchanges with HTTP/2 origins carry its state.
+                Box::pin(respond_h2(out, lease, upload, start, wire)).await
             }
         }
     }
@@ -477,23 +491,8 @@ impl Proxy {
         }
     }
 
-    /// Streams the response to the client and settles the session: an HTTP/1.1
-    /// connection goes back to the pool, is drained in the background, or is closed;
-    /// a stream's slot on its HTTP/2 connection frees when it ends.
-    async fn respond<W: H2OriginWire>(&self, mut out: Outbound, sent: Sent, wire: &mut W) -> Done {
-        let Sent { session, claim, upload, start } = sent;
-        let (header, now) = out.record.response_head(start.status);
-        out.backend().observe(start.status, header, now);
-        match session {
-            Session::H1(lease) => self.respond_h1(out, lease, claim, upload, start, wire).await,
-            Session::H2(lease) => {
-                // Boxed: only exchanges with HTTP/2 origins carry its state.
-                Box::pin(respond_h2(out, lease, upload, start, wire)).await
-            }
-        }
-    }
-
-    /// [`Proxy::respond`] on an HTTP/1.1 connection.
+    /// Streams the response to the client and settles the HTTP/1.1 connection: back
+    /// to the pool, drained in the background, or closed.
     async fn respond_h1<W: Wire>(
         &self,
         out: Outbound,
@@ -642,6 +641,12 @@ impl Proxy {
         };
         Done { next, at }
     }
+}
+
+/// Records the response head's arrival, and tells the backend's health its status.
+fn response_head(out: &mut Outbound, start: &ResponseStart) {
+    let (header, now) = out.record.response_head(start.status);
+    out.backend().observe(start.status, header, now);
 }
 
 /// Streams an HTTP/2 origin's response to the client; the stream's slot on its

@@ -232,15 +232,15 @@ impl Proxy {
     /// Starts a request: routes it, picks its backend and writes the head the origin
     /// gets in the protocol the backend speaks: HTTP/1.1 text into `head` (see
     /// [`encode::upstream_request`]), or an HTTP/2 head kept in the [`Outbound`] (see
-    /// [`h2_encode::origin_head`]). `source` is the header map of an HTTP/2 client's
-    /// stream, whose fields `req`'s are slices of.
+    /// [`h2_encode::origin_head`]). `source` is the head of an HTTP/2 client's stream,
+    /// whose fields `req`'s are slices of.
     pub fn prepare(
         &self,
         req: &RequestHead<'_, '_>,
         client: SocketAddr,
         peer: &PeerText,
         tls: Option<TlsFacts>,
-        source: Option<&http::HeaderMap>,
+        source: Option<&http::request::Parts>,
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();

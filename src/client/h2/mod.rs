@@ -232,7 +232,7 @@ async fn run_stream(
             if websocket.is_some() {
                 connect::upgrade(&mut req);
             }
-            proxy.prepare(&req, addr, peer, tls, Some(&parts.headers), &mut origin_head)
+            proxy.prepare(&req, addr, peer, tls, Some(&parts), &mut origin_head)
         }
         Err(refusal) => {
             refuse(proxy, addr, &mut respond, refusal);
