@@ -45,6 +45,9 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
     let stats = proxy.stats();
     let killed =
         stats.iter().find(|s| s.backend == b_addr).expect("the server is still in its group");
+    // Killing it closes its connections whatever health does: what shows the ejection is
+    // health's own count, which only connect failures past the limit raise.
+    assert!(killed.ejections >= 1, "the killed server was never ejected: {killed:?}");
     assert!(
         killed.pool.closed(CloseReason::Ejected) + killed.pool.closed(CloseReason::OriginClosed)
             > 0
