@@ -71,6 +71,11 @@ pub fn origin_head(
         None => copy_fields(req, &shared, &mut headers)?,
     }
     forwarding(req, fwd, &mut headers)?;
+    // The declared length, as holdfast writes it (the client's line is not passed on
+    // as it came): HTTP/2 frames the body itself, but an origin may use it.
+    if let Framing::Length(n) = req.framing {
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
     if req.te_trailers {
         headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     }
@@ -286,6 +291,19 @@ mod tests {
             "for=10.0.0.1;host=\"app:8080\";proto=http"
         );
         assert_eq!(head.request().version(), http::Version::HTTP_2);
+    }
+
+    #[test]
+    fn a_declared_length_goes_on_as_holdfast_writes_it() {
+        let head =
+            head_of("POST /up HTTP/1.1\r\nHost: app\r\nContent-Length:  5\r\n\r\n", false).unwrap();
+        assert_eq!(head.headers.get_all("content-length").iter().count(), 1);
+        assert_eq!(head.headers.get("content-length").unwrap(), "5");
+        let chunked =
+            head_of("POST /up HTTP/1.1\r\nHost: app\r\nTransfer-Encoding: chunked\r\n\r\n", false)
+                .unwrap();
+        assert!(chunked.headers.get("content-length").is_none());
+        assert!(chunked.headers.get("transfer-encoding").is_none());
     }
 
     #[test]

@@ -450,6 +450,10 @@ async fn http1_clients_through_to_an_h2c_origin_share_one_connection() {
     assert_eq!(resp.header("x-received-bytes"), Some("5"));
     let seen = origin.requests().pop().expect("a request");
     assert!(seen.headers.get("x-hop").is_none(), "{:?}", seen.headers);
+    // A declared length goes on as holdfast writes it, a chunked body without one.
+    let post = origin.requests().into_iter().find(|r| r.path == "/post").expect("the POST");
+    assert_eq!(post.headers.get("content-length").map(|v| v.as_bytes()), Some(&b"100000"[..]));
+    assert!(seen.headers.get("content-length").is_none(), "{:?}", seen.headers);
     // Twenty HTTP/1.1 clients at once: streams on the one origin connection.
     let tasks: Vec<_> = (0..20)
         .map(|i| {
