@@ -184,14 +184,7 @@ pub fn request_from_h2(
     if let Some(authority) = uri.authority() {
         header(out, b"host", authority.as_str().as_bytes());
     }
-    let mut cookies = fields.get_all(http::header::COOKIE).iter();
-    if let Some(first) = cookies.next() {
-        put(out, &[b"cookie: ", first.as_bytes()]);
-        for more in cookies {
-            put(out, &[b"; ", more.as_bytes()]);
-        }
-        out.extend_from_slice(b"\r\n");
-    }
+    cookie_line(fields.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()), out);
     for (name, value) in fields {
         if name != http::header::COOKIE && name != http::header::TE {
             header(out, name.as_str().as_bytes(), value.as_bytes());
@@ -204,30 +197,29 @@ pub fn request_from_h2(
 /// The fields of a request that came over HTTP/2, as HTTP/1.1 lines: its `cookie`
 /// fields joined into one (RFC 9113, 8.2.3).
 fn h2_fields(req: &Request<'_, '_>, out: &mut Vec<u8>) {
-    let mut cookies = 0usize;
+    let mut cookies_written = false;
     for (i, h) in req.headers.iter().enumerate() {
         if req.dropped.contains(i) {
             continue;
         }
-        if h.name == "cookie" {
-            let first = cookies == 0;
-            cookies = cookies.saturating_add(1);
-            if !first {
-                continue;
-            }
-            out.extend_from_slice(b"cookie: ");
+        if h.name != "cookie" {
+            header(out, h.name.as_bytes(), h.value);
+        } else if !std::mem::replace(&mut cookies_written, true) {
+            // All of them, where the first was.
             let all = req.headers.iter().filter(|c| c.name == "cookie").map(|c| c.value);
-            for (n, value) in all.enumerate() {
-                if n > 0 {
-                    out.extend_from_slice(b"; ");
-                }
-                out.extend_from_slice(value);
-            }
-            out.extend_from_slice(b"\r\n");
-            continue;
+            cookie_line(all, out);
         }
-        header(out, h.name.as_bytes(), h.value);
     }
+}
+
+/// One `cookie` line of `values` joined by `; ` (RFC 9113, 8.2.3), if there are any.
+fn cookie_line<'v>(mut values: impl Iterator<Item = &'v [u8]>, out: &mut Vec<u8>) {
+    let Some(first) = values.next() else { return };
+    put(out, &[b"cookie: ", first]);
+    for more in values {
+        put(out, &[b"; ", more]);
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The framing header of a body framed as `framing` (never `UntilClose` here).

@@ -39,11 +39,7 @@ pub fn may_pass_trailer(name: &str) -> bool {
 /// that starts with `:` is not a valid field name.
 pub fn trailers_from_h1(lines: &[u8]) -> HeaderMap {
     let mut map = HeaderMap::new();
-    for l in lines.split(|b| *b == b'\n') {
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
-        let Some(colon) = l.iter().position(|b| *b == b':') else { continue };
-        let Some((name, value)) = l.split_at_checked(colon) else { continue };
-        let value = value.get(1..).unwrap_or_default().trim_ascii();
+    for (name, value) in header_lines(lines) {
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
         else {
             continue;
@@ -55,6 +51,18 @@ pub fn trailers_from_h1(lines: &[u8]) -> HeaderMap {
         }
     }
     map
+}
+
+/// The `Name: value` lines of `text` (each ending in LF or CRLF) as name and value, the
+/// value without the whitespace around it (RFC 9112, 5); lines without a colon are
+/// skipped. Both are slices of `text`.
+pub fn header_lines(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    text.split(|b| *b == b'\n').filter_map(|l| {
+        let l = l.strip_suffix(b"\r").unwrap_or(l);
+        let colon = l.iter().position(|b| *b == b':')?;
+        let (name, value) = l.split_at_checked(colon)?;
+        Some((name, value.get(1..).unwrap_or_default().trim_ascii()))
+    })
 }
 
 /// Writes HTTP/2 trailers as the trailer section of a chunked body for an HTTP/1.1
@@ -94,11 +102,7 @@ pub fn passable_trailers(mut trailers: HeaderMap) -> HeaderMap {
 
 /// Adds header lines (`Name: value\r\n`) to `map`.
 pub fn add_lines(map: &mut HeaderMap, lines: &[u8]) {
-    for l in lines.split(|b| *b == b'\n') {
-        let l = l.strip_suffix(b"\r").unwrap_or(l);
-        let Some(colon) = l.iter().position(|b| *b == b':') else { continue };
-        let (name, value) = l.split_at(colon);
-        let value = value.get(1..).unwrap_or_default().trim_ascii();
+    for (name, value) in header_lines(lines) {
         if let (Ok(name), Ok(value)) =
             (HeaderName::from_bytes(name.trim_ascii()), HeaderValue::from_bytes(value))
         {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Uri};
 
-use super::convert::add_lines;
+use super::convert::{add_lines, header_lines};
 use crate::http1::encode::{forwarding_headers, Forwarding};
 use crate::message::{is_connection_specific, Framing, RequestHead, ResponseHead};
 
@@ -89,20 +89,18 @@ fn uri(
     shared: &Bytes,
     tls: bool,
 ) -> Result<Uri, NotH2> {
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
     let authority = match req.host {
         Some(host) => http::uri::Authority::from_maybe_shared(slice_of(shared, host)),
         None => fwd.backend.to_string().parse(),
-    };
-    uri.authority = Some(authority.map_err(bad)?);
+    }
+    .map_err(bad)?;
     // `*` (OPTIONS) stays `*` (RFC 9113, 8.3.1).
     let path = match req.path.slash {
         true => Bytes::from([&b"/"[..], req.path.rest].concat()),
         false => slice_of(shared, req.path.rest),
     };
-    uri.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?);
-    Uri::from_parts(uri).map_err(bad)
+    let path = http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?;
+    uri_of(tls, authority, path)
 }
 
 /// `:scheme`, and an HTTP/2 client's own `:authority` and `:path` when the request
@@ -119,10 +117,19 @@ fn passed_uri(
     if req.host != Some(authority.as_str().as_bytes()) || req.target != path.as_str() {
         return uri(req, fwd, &Bytes::new(), tls);
     }
+    uri_of(tls, authority.clone(), path.clone())
+}
+
+/// The URI of `authority` and `path` over TLS or not (`tls`).
+fn uri_of(
+    tls: bool,
+    authority: http::uri::Authority,
+    path: http::uri::PathAndQuery,
+) -> Result<Uri, NotH2> {
     let mut uri = http::uri::Parts::default();
     uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
-    uri.authority = Some(authority.clone());
-    uri.path_and_query = Some(path.clone());
+    uri.authority = Some(authority);
+    uri.path_and_query = Some(path);
     Uri::from_parts(uri).map_err(bad)
 }
 
@@ -160,7 +167,7 @@ fn copy_fields(
             continue;
         }
         let value = HeaderValue::from_maybe_shared(slice_of(shared, h.value)).map_err(bad)?;
-        headers.append(header_name(h.name)?, value);
+        headers.append(HeaderName::from_bytes(h.name.as_bytes()).map_err(bad)?, value);
     }
     Ok(())
 }
@@ -174,10 +181,6 @@ static OWN_NAMES: [HeaderName; 5] = [
     HeaderName::from_static("x-real-ip"),
     HeaderName::from_static("forwarded"),
 ];
-
-fn header_name(name: &str) -> Result<HeaderName, NotH2> {
-    HeaderName::from_bytes(name.as_bytes()).map_err(bad)
-}
 
 /// The name of a forwarding header as `http1::encode` writes it (lowercase).
 fn own_name(name: &[u8]) -> Option<&'static HeaderName> {
@@ -194,15 +197,8 @@ fn forwarding(
     let mut text = Vec::with_capacity(192);
     forwarding_headers(req, fwd, &mut text);
     let text = Bytes::from(text);
-    let mut rest = &text[..];
-    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-        let (line, after) = rest.split_at(end);
-        rest = after.get(1..).unwrap_or_default();
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
-        let (name, value) = line.split_at(colon);
+    for (name, value) in header_lines(&text) {
         let name = own_name(name).ok_or_else(|| bad("a forwarding header of no known name"))?;
-        let value = value.get(1..).unwrap_or_default().trim_ascii();
         let value = HeaderValue::from_maybe_shared(slice_of(&text, value)).map_err(bad)?;
         headers.append(name.clone(), value);
     }

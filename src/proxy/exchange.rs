@@ -29,7 +29,7 @@ use crate::upstream::h2::StreamLease;
 use crate::upstream::learned::ResponseKind;
 use crate::upstream::settings::Speaks;
 use crate::upstream::share::Claim;
-use crate::upstream::{Lease, LeaseError, Session, Want};
+use crate::upstream::{Backend, Lease, LeaseError, Session, Want};
 
 /// The failure of a step before any connection was asked for (reading the body
 /// beforehand), as the client hears of it.
@@ -361,10 +361,7 @@ impl Proxy {
                     // The origin refuses stream after stream: the backend is failing,
                     // whether the connection is new or not.
                     drop(lease);
-                    backend.observe(502, None, Instant::now());
-                    if retry::may_fail_over(&out.request.method, SendOutcome::Unsent, body)
-                        && self.fail_over(out, &mut tried)
-                    {
+                    if self.backend_failed(out, &backend, SendOutcome::Unsent, body, &mut tried) {
                         continue;
                     }
                     return Err(error(out, ProxyErrorKind::Closed(io_error), reused));
@@ -401,10 +398,7 @@ impl Proxy {
                 Decision::Fail => {}
             }
             // A new connection failed before any response byte: the backend is failing.
-            backend.observe(502, None, Instant::now());
-            if retry::may_fail_over(&out.request.method, outcome, body)
-                && self.fail_over(out, &mut tried)
-            {
+            if self.backend_failed(out, &backend, outcome, body, &mut tried) {
                 tracing::debug!(
                     backend = %backend.addr, method = %out.request.method, error = %io_error,
                     "backend failed the request before answering; sending it to another"
@@ -460,6 +454,21 @@ impl Proxy {
         out.record.chose(next.backend());
         out.backend = Some(next);
         true
+    }
+
+    /// The backend failed the request before answering (`outcome` says how far it got):
+    /// its health counts a 502, and the request moves to another backend when
+    /// [`retry::may_fail_over`] allows it and there is one (true).
+    fn backend_failed(
+        &self,
+        out: &mut Outbound,
+        backend: &Arc<Backend>,
+        outcome: SendOutcome,
+        body: BodyReplay,
+        tried: &mut Vec<SocketAddr>,
+    ) -> bool {
+        backend.observe(502, None, Instant::now());
+        retry::may_fail_over(&out.request.method, outcome, body) && self.fail_over(out, tried)
     }
 
     /// Moves the request to another backend of its group when the one it was given

@@ -34,7 +34,7 @@ use super::backlog::{while_serving, Backlog, ServeH1};
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::H1Wire;
-use super::h2::{start_from, stream_failed, upload_failed};
+use super::h2::{read_h2_head, stream_failed, upload_failed};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
@@ -44,7 +44,7 @@ use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
-use crate::http2::{self, convert, flow};
+use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
 
 /// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
@@ -437,24 +437,17 @@ impl H1Wire<'_> {
         sending: Option<SendStream<Bytes>>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
-        let fields = http2::fields_of(&parts.headers);
-        let head_request = out.request.method == http::Method::HEAD;
-        let head = http2::response::decode(&parts, &fields, body.is_end_stream(), head_request)
-            .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
-        let mut start = start_from(out, &head);
-        if upload == Upload::Interrupted {
-            start.connection = ConnectionOut::for_client(false, out.request.version);
-        }
         let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
-        let hsts = out.hsts(|| has_hsts);
-        self.response_head.clear();
-        encode::client_response(
-            &head,
-            start.body_out,
-            start.connection,
-            hsts,
-            &mut self.response_head,
-        );
+        let response_head = &mut self.response_head;
+        let start = read_h2_head(out, &parts, body.is_end_stream(), |head, mut start| {
+            if upload == Upload::Interrupted {
+                start.connection = ConnectionOut::for_client(false, out.request.version);
+            }
+            let hsts = out.hsts(|| has_hsts);
+            response_head.clear();
+            encode::client_response(head, start.body_out, start.connection, hsts, response_head);
+            start
+        })?;
         // The state exists: `attempt_h2` made it before the request went.
         if let Some(to_h2) = self.to_h2.as_deref_mut() {
             to_h2.response = Some(body);

@@ -778,13 +778,7 @@ impl H2Wire {
         upload: Option<SendStream<Bytes>>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
-        let start = {
-            let fields = crate::http2::fields_of(&parts.headers);
-            let head_request = out.request.method == Method::HEAD;
-            let head = h2_response::decode(&parts, &fields, body.is_end_stream(), head_request)
-                .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
-            start_from(out, &head)
-        };
+        let start = read_h2_head(out, &parts, body.is_end_stream(), |_, start| start)?;
         // An HTTP/2 head goes on to an HTTP/2 client as it came (its only field not
         // passed on, `content-length`, is one the framing keeps as it is), with HSTS.
         let mut headers = parts.headers;
@@ -795,6 +789,23 @@ impl H2Wire {
         self.upload = upload;
         Ok((Upload::Complete, start))
     }
+}
+
+/// Reads an HTTP/2 origin's response head (`parts`; `ended`: its HEADERS ended the
+/// stream) into the response model, checked as any response head is, and gives it to
+/// `then` with how the response starts ([`start_from`]).
+pub(super) fn read_h2_head<T>(
+    out: &Outbound,
+    parts: &http::response::Parts,
+    ended: bool,
+    then: impl FnOnce(&ResponseHead<'_, '_>, ResponseStart) -> T,
+) -> Result<T, Attempt> {
+    let fields = crate::http2::fields_of(&parts.headers);
+    let head_request = out.request.method == Method::HEAD;
+    let head = h2_response::decode(parts, &fields, ended, head_request)
+        .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
+    let start = start_from(out, &head);
+    Ok(then(&head, start))
 }
 
 /// How an origin's response starts over HTTP/2, for the exchange and the client: from
