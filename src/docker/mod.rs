@@ -51,6 +51,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The first pause before connecting again; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How far before a listing the events subscription after it starts: the events
+/// are stamped by the daemon's clock, which may be a little behind this one (a remote
+/// Engine).
+const SINCE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The container events that may change what a container asks or whether it is in
 /// service; `health_status` matches each `health_status: STATE`. A paused container
@@ -223,17 +227,22 @@ impl Provider {
         }
     }
 
-    /// One connection to the Engine: subscribe to events, read every container, then
-    /// follow events (and resync every `resync`) until the stream breaks.
+    /// One connection to the Engine: read every container, then follow events from
+    /// just before that reading (and resync every `resync`) until the stream breaks.
     async fn session(&mut self) -> Result<(), SessionError> {
         let docker = connect(&self.settings).await?;
         let mut filters = HashMap::new();
         filters.insert("type", vec!["container"]);
         filters.insert("event", EVENTS.to_vec());
-        let options = EventsOptionsBuilder::default().filters(&filters).build();
-        // Subscribed before the listing, so no change falls between the two.
-        let mut events = docker.events(Some(options));
+        // The events stream asks nothing of the daemon until it is first read, which is
+        // after the listing: it asks for the events from before the listing on, so a
+        // container that starts between the two is not missed until the next resync.
+        // Events the listing already saw come again and are read again, in order: they
+        // end where the listing was.
+        let since = events_since();
         self.resync(&docker).await?;
+        let options = EventsOptionsBuilder::default().since(&since).filters(&filters).build();
+        let mut events = docker.events(Some(options));
         self.state.connects.fetch_add(1, Ordering::Relaxed);
         self.state.connected.store(true, Ordering::Relaxed);
         tracing::info!(api = %docker.client_version(), "docker: following container events");
@@ -387,6 +396,15 @@ async fn connect(settings: &DockerConfig) -> Result<Docker, SessionError> {
         None => Docker::connect_with_defaults()?,
     };
     docker.with_timeout(REQUEST_TIMEOUT).negotiate_version().await
+}
+
+/// The `since` of an events subscription made after a listing that starts now:
+/// [`SINCE_MARGIN`] ago, as Unix seconds and nanoseconds.
+fn events_since() -> String {
+    let now = std::time::SystemTime::now();
+    let since = now.checked_sub(SINCE_MARGIN).unwrap_or(now);
+    let since_epoch = since.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", since_epoch.as_secs(), since_epoch.subsec_nanos())
 }
 
 fn is_not_found(e: &bollard::errors::Error) -> bool {
