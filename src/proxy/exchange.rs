@@ -654,8 +654,8 @@ impl Proxy {
 
 /// Records the response head's arrival, and tells the backend's health its status.
 fn response_head(out: &mut Outbound, start: &ResponseStart) {
-    let (header, now) = out.record.response_head(start.status);
-    out.backend().observe(start.status, header, now);
+    let now = out.record.response_head(start.status);
+    out.backend().observe(start.status, out.record.origin_time(), now);
 }
 
 /// Streams an HTTP/2 origin's response to the client; the stream's slot on its

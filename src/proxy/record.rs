@@ -163,12 +163,22 @@ impl Record {
         }
     }
 
-    /// The upstream's response head arrived: returns the time it took and the time now.
-    pub fn response_head(&mut self, status: u16) -> (Option<Duration>, Instant) {
+    /// The upstream's response head arrived: returns the time now.
+    pub fn response_head(&mut self, status: u16) -> Instant {
         let now = Instant::now();
         self.header = self.upstream_started.map(|t| now.saturating_duration_since(t));
         self.upstream_status = Some(status);
-        (self.header, now)
+        now
+    }
+
+    /// What the origin took to answer, the balancer's latency sample: the time to the
+    /// response head less the waits for connections (the pool's queue, connects).
+    /// Those are not the origin's speed, and a connect is paid once per connection:
+    /// counted, they would hold off a backend whose pool is cold (new, restarted) for
+    /// as long as its one slow sample lasts.
+    pub fn origin_time(&self) -> Option<Duration> {
+        let header = self.header?;
+        Some(header.saturating_sub(self.connect.unwrap_or_default()))
     }
 
     /// holdfast answers by itself, for `reason`; counted against the chosen server.
@@ -235,5 +245,33 @@ impl Record {
             alpn: log.tls.map(|t| t.alpn),
         };
         log.sink.log(&entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::Record;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_origins_time_leaves_out_the_waits_for_connections() {
+        let mut record = Record::refused("127.0.0.1:1".parse().expect("address"), None);
+        record.asking(Instant::now());
+        // A connect that took 30 ms, a failed attempt, then 10 ms for a new one.
+        record.connected(Duration::from_millis(30));
+        record.connected(Duration::from_millis(10));
+        tokio::time::advance(Duration::from_millis(45)).await;
+        record.response_head(200);
+        assert_eq!(record.origin_time(), Some(Duration::from_millis(5)));
+        assert_eq!(record.header, Some(Duration::from_millis(45)), "the log keeps it all");
+    }
+
+    #[test]
+    fn no_response_head_no_sample() {
+        let record = Record::refused("127.0.0.1:1".parse().expect("address"), None);
+        assert_eq!(record.origin_time(), None);
     }
 }

@@ -108,11 +108,11 @@ impl BackendHealth {
 
 impl Backend {
     /// A response (or holdfast's own answer for a failed one) came back with `status`:
-    /// health and latency learn from it. `header` is the time to the response head,
-    /// when there was one.
-    pub fn observe(self: &Arc<Self>, status: u16, header: Option<Duration>, now: Instant) {
-        if let Some(header) = header {
-            self.load.latency.observe(header, now);
+    /// health and latency learn from it. `answered_in` is what the origin took to
+    /// answer (see `proxy::record::Record::origin_time`), when it answered.
+    pub fn observe(self: &Arc<Self>, status: u16, answered_in: Option<Duration>, now: Instant) {
+        if let Some(answered_in) = answered_in {
+            self.load.latency.observe(answered_in, now);
         }
         if status >= 500 {
             let transition = self.health.on_server_error(now);
