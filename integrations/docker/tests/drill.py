@@ -19,6 +19,10 @@ Phases (--phase runs some of them; all by default) and what each proves:
                  container that does not opt in, and one with holdfast.enable=false, are
                  never routed (404, no request in their logs, absent from /status);
                  holdfast.path routes a prefix to another container on the same host.
+  listing-race   a container that starts after the daemon made holdfast's first listing
+                 and before holdfast read it (a proxy on the Engine socket holds the
+                 answer) is routed within 8 s, not at the next resync (30 s): the events
+                 holdfast follows begin before its listing.
   traefik        a compose file written for Traefik (traefik.enable, Host(..) || Host(..),
                  Host(..) && PathPrefix(..), loadbalancer.server.port, network_mode: host),
                  brought up with docker-compose, is served unchanged; the group is the
@@ -60,7 +64,7 @@ sys.path.insert(0, os.path.join(REPO, "integrations", "drill"))
 
 from clients import (Failure, Load, WebSocket, drill_arguments, free_port, log, now_ms,  # noqa: E402
                      read_events, request, run_drill, stop_process, wait_until)
-from engine import Daemon, Events  # noqa: E402
+from engine import Daemon, Events, HeldListing  # noqa: E402
 
 APP_JS = os.path.join(REPO, "integrations", "drill", "app.js")
 APP_IMAGE = "holdfast-docker-drill-app"
@@ -69,7 +73,10 @@ ORIGIN_IMAGE = "holdfast-docker-drill-origin"
 # warming-up app is `starting`, then `healthy`, never `unhealthy` first.
 HEALTHCHECK = ('HEALTHCHECK --interval=200ms --timeout=2s --start-period=10s --retries=3 '
                'CMD curl -fsS -o /dev/null "http://127.0.0.1:$PORT/__health"')
-PHASES = ("discovery", "traefik", "redeploy", "crash", "daemon-restart", "address-reuse", "memory")
+PHASES = ("discovery", "listing-race", "traefik", "redeploy", "crash", "daemon-restart", "address-reuse", "memory")
+# How soon the listing-race phase's container must be routed once the listing goes on:
+# well under holdfast's resync (30 s), which finds it anyway.
+RACE_LIMIT_SECONDS = 8
 REDEPLOYS = 10
 KEEPALIVE_CLIENTS = 6
 CLOSING_CLIENTS = 3
@@ -331,6 +338,37 @@ class Drill:
                         f"{app.name}: {len(app.events('req'))} requests, in /status: {hf.server_of(app.id)}")
         self.numbers["discovery"] = dict(healthy_to_routed_ms=round(lag), plain_listen_to_routed_ms=round(
             routed_ms - (listen or 0)))
+
+    def phase_listing_race(self):
+        # The race lasts microseconds on its own: the proxy widens it by holding the
+        # daemon's answer to holdfast's first listing while a container starts.
+        proxy = HeldListing(os.path.join(self.root, "engine.sock"), self.daemon.sock)
+        try:
+            hf = self.holdfast("listing-race", env={"DOCKER_HOST": f"unix://{proxy.path}"})
+            wait_until(proxy.holding.is_set, "the proxy holds the answer to holdfast's first listing")
+            log("holdfast's first listing is made and held; a container starts")
+            app = self.start_app("drill-race", route("race.test", "{port}"), health=False)
+            proxy.release()
+            wait_until(lambda: proxy.went_on, "the listing's answer goes on")
+            released_ms = proxy.went_on * 1000
+            self.expect(not proxy.ran_out, f"drill-race started while the listing was held "
+                                           f"({proxy.held_for:.2f} s; at most {proxy.hold_max:g})")
+            try:
+                routed_ms, before = self.probe("race.test", timeout=RACE_LIMIT_SECONDS)
+            except Failure:
+                self.expect(False, f"drill-race, which started after the daemon made holdfast's first "
+                                   f"listing, is not routed within {RACE_LIMIT_SECONDS} s of holdfast reading "
+                                   f"that listing: holdfast's events missed its start, and only the next "
+                                   f"resync (30 s) would find it; holdfast's log: {hf.log_lines('docker')}")
+                return
+            listen = app.first("listen")
+            self.expect(True, f"drill-race routed {routed_ms - released_ms:.0f} ms after holdfast read its "
+                              f"listing, {routed_ms - (listen or 0):.0f} ms after it listened "
+                              f"(limit {RACE_LIMIT_SECONDS} s; answers before: {dict(before)})")
+            self.numbers["listing_race"] = dict(held_s=round(proxy.held_for, 2),
+                                                routed_after_listing_ms=round(routed_ms - released_ms))
+        finally:
+            proxy.close()
 
     def phase_traefik(self):
         hf = self.holdfast("traefik")

@@ -1,5 +1,6 @@
 """The Docker side of the Docker drill: a dockerd of the drill's own, the Engine API over
-its unix socket, and the daemon's event stream. Python 3 standard library only.
+its unix socket, the daemon's event stream, and a proxy on that socket that holds the
+answer to a listing. Python 3 standard library only.
 
 The drill runs its own dockerd (start-docker's options, which include --live-restore, plus
 its own socket, data root and exec root under a temp dir) rather than the machine's: the
@@ -10,6 +11,7 @@ and holdfast then sees the drill's containers and no others.
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -242,3 +244,130 @@ class Events:
 
     def close(self):
         self.stop.set()
+
+
+class HeldListing:
+    """A unix socket at `path` that passes everything on to the daemon's socket at once,
+    except the daemon's answer to the first container listing (`GET /vN/containers/json`,
+    not an inspection `/containers/ID/json`): that waits until `release()`, or `hold_max`
+    s. So a container can start after the daemon made the listing and before the client
+    reads it, a race that otherwise lasts microseconds. The answer is held rather than the
+    request: a request held while the container starts would list it."""
+
+    LISTING = re.compile(rb"^GET (/v[0-9.]+)?/containers/json[? ]", re.M)
+
+    def __init__(self, path, daemon_sock, hold_max=5.0):
+        self.path = path
+        self.daemon_sock = daemon_sock
+        self.hold_max = hold_max
+        self.armed = True  # only the first listing is held
+        self.holding = threading.Event()
+        self.released = threading.Event()
+        self.went_on = None  # when the answer went on (time.time())
+        self.held_for = None  # for how many seconds it was held
+        self.ran_out = False  # hold_max passed before release()
+        self.lock = threading.Lock()
+        self.socks = []
+        self.stop = threading.Event()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(16)
+        # accept() wakes every 0.2 s to see `stop`: closing a listening socket from
+        # another thread does not wake it on Linux (and its number could be reused).
+        self.listener.settimeout(0.2)
+        self.acceptor = threading.Thread(target=self.accept_loop, daemon=True)
+        self.acceptor.start()
+
+    def accept_loop(self):
+        while not self.stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            daemon = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                daemon.connect(self.daemon_sock)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.socks += [client, daemon]
+            threading.Thread(target=self.connection, args=(client, daemon), daemon=True).start()
+
+    def connection(self, client, daemon):
+        """Both directions of one connection, each on a thread of its own so that neither
+        waits for the other (an events stream flows one way only); closed once both
+        have ended."""
+        listing = threading.Event()  # this connection's next answer is the listing's
+        up = threading.Thread(target=self.pump, args=(client, daemon, self.spot, listing), daemon=True)
+        up.start()
+        self.pump(daemon, client, self.hold, listing)
+        up.join()
+        with self.lock:
+            self.socks = [s for s in self.socks if s not in (client, daemon)]
+        client.close()
+        daemon.close()
+
+    def spot(self, chunk, listing):
+        """client -> daemon: marks the connection before its listing request goes on,
+        so the answer cannot arrive first."""
+        with self.lock:
+            first = self.armed and self.LISTING.search(chunk)
+            if first:
+                self.armed = False
+        if first:
+            listing.set()
+
+    def hold(self, chunk, listing):
+        """daemon -> client: the first chunk of the listing's answer waits."""
+        if listing.is_set():
+            listing.clear()
+            began = time.time()
+            self.holding.set()
+            self.ran_out = not self.released.wait(self.hold_max)
+            self.held_for = time.time() - began
+            self.went_on = began + self.held_for
+
+    def pump(self, src, dst, look, listing):
+        """Copies `src` to `dst` until `src` ends (then ends `dst`'s writing half, so the
+        far side sees the end as this one did) or either fails (then shuts both down,
+        which ends the other direction too)."""
+        try:
+            while True:
+                chunk = src.recv(65536)
+                if not chunk:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                look(chunk, listing)
+                dst.sendall(chunk)
+        except OSError:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def release(self):
+        self.released.set()
+
+    def close(self):
+        """Stops accepting and ends every connection (their pumps then return)."""
+        self.stop.set()
+        self.released.set()
+        self.acceptor.join(timeout=5)
+        self.listener.close()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
