@@ -2,12 +2,19 @@
 //! counts every accepted connection in ([`Connections::track`]), the connection's task
 //! holds its [`OpenConnection`] while it lives, and shutdown stops them all and waits
 //! until the count is zero.
+//!
+//! The same registry times the connections whose client has not sent a byte yet: each
+//! says until when it may stay silent ([`OpenConnection::poll_silent`]), and the
+//! listener wakes those past it ([`Connections::wake_silent`]). One timer per listener
+//! instead of one per connection keeps a silent connection's task small.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Waker};
+
+use tokio::time::Instant;
 
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 
@@ -49,9 +56,26 @@ impl Connections {
     pub fn stop(&self) {
         self.0.stopping.store(true, Ordering::Release);
         let waiting = std::mem::take(&mut *self.0.lock());
-        for waker in waiting.into_values() {
-            waker.wake();
+        for waiter in waiting.into_values() {
+            waiter.waker.wake();
         }
+    }
+
+    /// Wakes each connection that said at `now` or before that it would be silent no
+    /// longer (see [`OpenConnection::poll_silent`]), once; returns the earliest such time
+    /// still to come. A connection that has spoken since gets one spurious wake.
+    pub fn wake_silent(&self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for waiter in self.0.lock().values_mut() {
+            let Some(until) = waiter.silent_until else { continue };
+            if until <= now {
+                waiter.silent_until = None;
+                waiter.waker.wake_by_ref();
+            } else {
+                next = Some(next.map_or(until, |n| n.min(until)));
+            }
+        }
+        next
     }
 
     /// Connections of one listener: counted here too, stopped by their own
@@ -80,7 +104,14 @@ impl Counts {
 }
 
 /// The tasks waiting for the stop, by connection id.
-type Waiting = HashMap<u64, Waker, BuildHasherDefault<IdHasher>>;
+type Waiting = HashMap<u64, Waiter, BuildHasherDefault<IdHasher>>;
+
+/// A connection's task, and until when its client may stay silent, while it has not
+/// been woken for that.
+struct Waiter {
+    waker: Waker,
+    silent_until: Option<Instant>,
+}
 
 /// Hashes a connection id with one multiplication instead of SipHash: every connection
 /// registers for the stop and leaves again, and the ids are holdfast's own sequence
@@ -122,11 +153,25 @@ impl OpenConnection {
     /// under the same lock and then reads the flag again, so a connection registering
     /// during a stop either is woken or sees the flag.
     pub fn poll_stop(&mut self, cx: &Context<'_>) -> bool {
+        self.register(cx, None)
+    }
+
+    /// [`OpenConnection::poll_stop`] for a connection whose client has sent nothing
+    /// yet and may stay so until `until`: the listener wakes the task then (see
+    /// [`Connections::wake_silent`]), and the task looks at the clock itself. Only
+    /// the first call of either registers; `until` is the connection's one deadline for
+    /// its first bytes.
+    pub fn poll_silent(&mut self, cx: &Context<'_>, until: Instant) -> bool {
+        self.register(cx, Some(until))
+    }
+
+    fn register(&mut self, cx: &Context<'_>, silent_until: Option<Instant>) -> bool {
         if self.counts.stopping.load(Ordering::Acquire) {
             return true;
         }
         if !self.registered {
-            self.counts.lock().insert(self.id, cx.waker().clone());
+            let waiter = Waiter { waker: cx.waker().clone(), silent_until };
+            self.counts.lock().insert(self.id, waiter);
             self.registered = true;
             return self.counts.stopping.load(Ordering::Acquire);
         }
@@ -203,6 +248,45 @@ mod tests {
         drop((open, late));
         assert_eq!(connections.count(), 0);
         assert_eq!(connections.accepted(), 2);
+    }
+
+    #[test]
+    fn silent_connections_are_woken_once_past_their_time_and_the_next_time_is_told() {
+        let connections = Connections::default();
+        let (early, late, speaking) =
+            (Arc::new(Wakes::default()), Arc::new(Wakes::default()), Arc::new(Wakes::default()));
+        let now = Instant::now();
+        let at = |ms| now + std::time::Duration::from_millis(ms);
+        let mut conns = Vec::new();
+        for (wakes, until) in [(&early, Some(at(100))), (&late, Some(at(300))), (&speaking, None)] {
+            let waker = Waker::from(Arc::clone(wakes));
+            let mut open = connections.track();
+            let cx = Context::from_waker(&waker);
+            let stopping = match until {
+                Some(until) => open.poll_silent(&cx, until),
+                None => open.poll_stop(&cx),
+            };
+            assert!(!stopping);
+            conns.push(open);
+        }
+        assert_eq!(connections.wake_silent(at(50)), Some(at(100)), "nobody is due yet");
+        assert_eq!(connections.wake_silent(at(100)), Some(at(300)));
+        assert_eq!(connections.wake_silent(at(200)), Some(at(300)), "woken once only");
+        let count = |w: &Arc<Wakes>| w.0.load(Ordering::SeqCst);
+        assert_eq!((count(&early), count(&late), count(&speaking)), (1, 0, 0));
+        assert_eq!(connections.wake_silent(at(300)), None);
+        assert_eq!((count(&early), count(&late), count(&speaking)), (1, 1, 0));
+        // A connection that closed is out of the registry, silent or not.
+        drop(conns);
+        assert_eq!(connections.wake_silent(at(1000)), None);
+        // The stop still reaches a silent connection.
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut open = connections.track();
+        assert!(!open.poll_silent(&Context::from_waker(&waker), at(5000)));
+        connections.stop();
+        assert_eq!(count(&wakes), 1);
+        assert!(open.poll_silent(&Context::from_waker(&waker), at(5000)));
     }
 
     #[test]

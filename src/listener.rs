@@ -5,13 +5,17 @@
 //! names one.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
 
 use crate::client;
 use crate::connections::Connections;
+use crate::net;
 use crate::proxy::Proxy;
 use crate::tls::server::{ListenerTls, TlsServer};
 use arc_swap::ArcSwapOption;
@@ -94,6 +98,10 @@ pub fn somaxconn() -> Option<u32> {
     text.trim().parse().ok()
 }
 
+/// How far apart the listener's rounds over its silent connections are at least (see
+/// [`Silences`]): how late past `client_header` a silent connection may close.
+const SILENCE_ROUND: Duration = Duration::from_millis(50);
+
 /// Accepts on `listener` until `stop` turns true. Each connection speaks TLS when
 /// `tls` holds a server at its accept (a reload may turn it on or off).
 pub async fn accept_loop(
@@ -105,9 +113,15 @@ pub async fn accept_loop(
 ) {
     // One stop future for the whole loop, polled only when no connection is waiting.
     let mut stop = std::pin::pin!(stopped(&mut stop));
+    let mut silences = Silences::new();
     loop {
         let accepted = tokio::select! {
             biased;
+            // First: an accept flood must not keep silent connections open.
+            () = silences.due() => {
+                silences.round(&connections);
+                continue;
+            }
             accepted = listener.accept() => accepted,
             () = stop.as_mut() => return,
         };
@@ -115,13 +129,81 @@ pub async fn accept_loop(
             Ok((stream, addr)) => {
                 let open = connections.track();
                 let tls = tls.load_full();
-                tokio::spawn(client::serve(stream, addr, Arc::clone(&proxy), open, tls));
+                let accepted = Instant::now();
+                let deadline = net::later(accepted, proxy.site().timeouts.client_header);
+                silences.accepted(deadline);
+                let proxy = Arc::clone(&proxy);
+                let client = client::serve(stream, addr, proxy, open, tls, accepted, deadline);
+                tokio::spawn(client);
             }
             // Out of file descriptors or similar: back off briefly instead of spinning.
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// When the listener next wakes the connections whose client is still silent past its
+/// deadline (`Connections::wake_silent`): one timer for all of them instead of one per
+/// connection. Scheduled from the deadlines of the accepts, and after each round from
+/// the deadlines still to come; rounds are [`SILENCE_ROUND`] apart at least, so that
+/// a stream of accepts costs a few scans of the registry a second, not one per accept.
+struct Silences {
+    timer: Pin<Box<Sleep>>,
+    /// When the timer is set for; `None`: no round is due.
+    next: Option<Instant>,
+    /// The latest deadline of an accepted connection: one accepted just before a round
+    /// may not have registered its deadline yet.
+    latest: Option<Instant>,
+    /// The earliest the next round may run.
+    not_before: Instant,
+}
+
+impl Silences {
+    fn new() -> Silences {
+        let now = Instant::now();
+        Silences {
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            next: None,
+            latest: None,
+            not_before: now,
+        }
+    }
+
+    /// A connection accepted now may stay silent until `deadline`.
+    fn accepted(&mut self, deadline: Instant) {
+        self.latest = Some(deadline);
+        if self.next.is_none_or(|next| deadline < next) {
+            self.schedule(Some(deadline));
+        }
+    }
+
+    /// Resolves when a round is due; never while none is.
+    async fn due(&mut self) {
+        if self.next.is_none() {
+            return std::future::pending().await;
+        }
+        self.timer.as_mut().await;
+    }
+
+    /// Wakes the connections past their deadline and sets the next round.
+    fn round(&mut self, connections: &Connections) {
+        let now = Instant::now();
+        self.not_before = net::later(now, SILENCE_ROUND);
+        let pending = connections.wake_silent(now);
+        let latest = self.latest.filter(|latest| *latest > now);
+        self.schedule(match (pending, latest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        });
+    }
+
+    fn schedule(&mut self, at: Option<Instant>) {
+        self.next = at.map(|at| at.max(self.not_before));
+        if let Some(next) = self.next {
+            self.timer.as_mut().reset(next);
         }
     }
 }

@@ -15,9 +15,9 @@ pub mod h2;
 
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -30,69 +30,162 @@ use crate::tls::server::{Accepted, TlsServer};
 
 /// Serves `tcp` until the client leaves, a limit closes it, or `stop` turns true. On a
 /// TLS listener (`tls`), the handshake comes first and must finish, with the first
-/// request's head, within `client_header` of the accept.
+/// request's head, by `deadline` (the accept plus `client_header`); on a cleartext one
+/// the first request's head must be complete by then.
 ///
-/// Until the client's first bytes arrive, the connection's task holds only its socket
-/// and a deadline: the read buffer, and the state for reading and forwarding requests
-/// (a few hundred bytes more, and a timer), are taken when there is something to read.
-/// A crowd of connections that never send anything costs little.
-pub async fn serve(
+/// Until a cleartext client's first bytes arrive, the connection's task is a
+/// [`Silent`]: its socket, its deadline and its registration, about 130 bytes, the
+/// smallest task tokio allocates. There is no timer of its own: the listener wakes it
+/// at its deadline (see `Connections::wake_silent`). The read buffer, the state for
+/// reading and forwarding requests and a timer are taken when there is something to
+/// read. A crowd of connections that never send anything costs little.
+pub fn serve(
     tcp: TcpStream,
     addr: SocketAddr,
     proxy: Arc<Proxy>,
-    mut open: OpenConnection,
+    open: OpenConnection,
     tls: Option<Arc<TlsServer>>,
-) {
-    let accepted = Instant::now();
-    // Read once: the first wait's deadline and the connection's settings come from the
-    // same config. Only the `Arc` is held while the client is silent.
-    let site = proxy.site();
-    let header_limit = site.timeouts.client_header;
-    let stream = match tls {
-        None => Stream::from(tcp),
-        // Boxed: the handshake's state would otherwise size every connection's task,
-        // cleartext ones included, and the task's future is moved as it starts and ends.
-        Some(tls) => {
-            let handshake = Box::pin(tls.accept(tcp, addr, header_limit));
-            match handshake.await {
-                Some(Accepted { stream, acme_challenge: false }) => stream,
-                // A TLS-ALPN-01 validation ends with the handshake.
-                Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
-                None => return,
+    accepted: Instant,
+    deadline: Instant,
+) -> Client {
+    let silent = Silent { stream: Stream::from(tcp), addr, proxy, open, accepted, deadline };
+    match tls {
+        None => Client::Silent(silent),
+        // Boxed: the handshake's state would otherwise size every connection's task.
+        Some(tls) => Client::Serving(Box::pin(serve_tls(silent, tls))),
+    }
+}
+
+/// A client connection's task: silent, or served.
+pub enum Client {
+    Silent(Silent),
+    Serving(Pin<Box<dyn Future<Output = ()> + Send>>),
+    Done,
+}
+
+/// A cleartext connection whose client has sent nothing yet.
+pub struct Silent {
+    stream: Stream,
+    addr: SocketAddr,
+    proxy: Arc<Proxy>,
+    open: OpenConnection,
+    accepted: Instant,
+    /// When the first request's head must be complete.
+    deadline: Instant,
+}
+
+impl Future for Client {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // Bounded: a silent round either ends, waits, or moves on to serving.
+        loop {
+            match &mut *self {
+                Client::Serving(serving) => {
+                    ready!(serving.as_mut().poll(cx));
+                    *self = Client::Done;
+                    return Poll::Ready(());
+                }
+                Client::Done => return Poll::Ready(()),
+                Client::Silent(silent) => match silent.poll_first_bytes(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(None) => {
+                        *self = Client::Done;
+                        return Poll::Ready(());
+                    }
+                    Poll::Ready(Some(buf)) => {
+                        let Client::Silent(silent) = std::mem::replace(&mut *self, Client::Done)
+                        else {
+                            return Poll::Ready(());
+                        };
+                        *self = Client::Serving(silent.spoke(buf));
+                    }
+                },
             }
         }
+    }
+}
+
+impl Silent {
+    /// The client's first bytes; `None` when the connection should close instead: the
+    /// client closed it or it failed, its deadline passed, or the server is stopping.
+    ///
+    /// A fresh socket can be reported readable before any byte has arrived; the read then
+    /// finds nothing, gives the buffer back and waits again, so no buffer is held for a
+    /// connection that is still silent.
+    fn poll_first_bytes(&mut self, cx: &mut Context<'_>) -> Poll<Option<InBuf>> {
+        // Bounded: each round reads, or waits for readiness.
+        loop {
+            match self.stream.tcp().poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => {
+                    let mut buf = InBuf::new(net::CLIENT_BUF);
+                    match buf.try_fill(&self.stream) {
+                        Ok(0) => return Poll::Ready(None),
+                        Ok(_) => return Poll::Ready(Some(buf)),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
+                        Err(_) => return Poll::Ready(None),
+                    }
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Pending => break,
+            }
+        }
+        if self.open.poll_silent(cx, self.deadline) || Instant::now() >= self.deadline {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    }
+
+    /// Serves the connection from its first bytes on: HTTP/2 when they are the preface
+    /// on an `h2c` listener, else HTTP/1.1. Each protocol's state in an allocation of
+    /// its own size.
+    fn spoke(self, buf: InBuf) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let Silent { stream, addr, proxy, mut open, accepted, .. } = self;
+        let site = proxy.site();
+        if site.h2c && http2::starts_preface(buf.data()) {
+            drop(site);
+            let prefix = buf.data().to_vec();
+            drop(buf);
+            return Box::pin(async move {
+                h2::serve(stream, prefix, addr, proxy, &mut open, None).await;
+            });
+        }
+        let settings = h1::ClientSettings::of(proxy, &site);
+        drop(site);
+        Box::pin(h1::serve_requests(stream, addr, settings, open, accepted, buf))
+    }
+}
+
+/// A TLS connection: the handshake, then the protocol ALPN picked.
+async fn serve_tls(silent: Silent, tls: Arc<TlsServer>) {
+    let Silent { stream, addr, proxy, mut open, accepted, deadline } = silent;
+    let Stream::Tcp(tcp) = stream else { return };
+    let header_limit = deadline.saturating_duration_since(accepted);
+    // Boxed, as the protocols after it: this state is what the connection holds while
+    // it is served.
+    let stream = match Box::pin(tls.accept(tcp, addr, header_limit)).await {
+        Some(Accepted { stream, acme_challenge: false }) => stream,
+        // A TLS-ALPN-01 validation ends with the handshake.
+        Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
+        None => return,
     };
     let facts = stream.tls().map(TlsStream::facts);
     if facts.is_some_and(|f| f.alpn == "h2") {
-        drop(site);
         let serving = Box::pin(h2::serve(stream, Vec::new(), addr, proxy, &mut open, facts));
         return serving.await;
     }
-    let Some(buf) = first_bytes(&stream, net::later(accepted, header_limit), &mut open).await
-    else {
+    let Some(buf) = first_bytes(&stream, deadline, &mut open).await else {
         return;
     };
-    if site.h2c && facts.is_none() && http2::starts_preface(buf.data()) {
-        drop(site);
-        let prefix = buf.data().to_vec();
-        drop(buf);
-        let serving = Box::pin(h2::serve(stream, prefix, addr, proxy, &mut open, None));
-        return serving.await;
-    }
+    let site = proxy.site();
     let settings = h1::ClientSettings::of(proxy, &site);
     drop(site);
-    let serving = Box::pin(h1::serve_requests(stream, addr, settings, open, accepted, buf));
-    serving.await;
+    Box::pin(h1::serve_requests(stream, addr, settings, open, accepted, buf)).await;
 }
 
-/// Waits for the client's first bytes and reads them; `None` when the connection
-/// should close instead: the client closed it or it failed, the first request's head
-/// did not start in time (it must be complete within `client_header` of the accept),
-/// or the server is stopping.
-///
-/// A fresh socket can be reported readable before any byte has arrived; the read then
-/// finds nothing, gives the buffer back and waits again, so no buffer is held for a
-/// connection that is still silent.
+/// Waits for a TLS client's first bytes after the handshake and reads them; `None`
+/// when the connection should close instead: the client closed it or it failed, the
+/// first request's head did not start by `deadline`, or the server is stopping.
 async fn first_bytes(
     stream: &Stream,
     deadline: Instant,
@@ -122,5 +215,19 @@ async fn first_bytes(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
             Err(_) => return None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task tokio allocates is the future plus 104 bytes (header, scheduler, id, trailer)
+    /// rounded up to 128: 256 bytes for a future of 152 or less. A silent connection is
+    /// that task, its socket's registration (256 bytes) and its entry in the registry.
+    #[test]
+    fn a_silent_connections_task_is_the_smallest_tokio_allocates() {
+        let size = std::mem::size_of::<Client>();
+        assert!(size <= 152, "a silent client's task holds {size} bytes");
     }
 }

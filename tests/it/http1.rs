@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{Method, Version};
 
-use crate::support::{config_for, Fnv, Origin, Proxy};
+use crate::support::{config_for, within_for, Fnv, Origin, Proxy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http10_clients_without_host_are_answered_over_one_upstream_connection() {
@@ -139,6 +139,64 @@ async fn connect_is_refused_with_405_and_never_reaches_the_origin() {
     let resp = client.response_then_close().await.expect("a response before the close");
     assert_eq!(resp.status, 405);
     assert_eq!(origin.accepted(), 0);
+}
+
+/// Reads until the peer closes; what came before the close.
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    // Bounded by the caller's deadline.
+    loop {
+        let mut buf = [0u8; 1024];
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return got,
+            Ok(n) => got.extend_from_slice(buf.get(..n).unwrap_or_default()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_clients_are_closed_each_at_its_own_header_deadline_and_a_late_speaker_is_served() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let origin = Origin::start().await;
+    let mut config = config_for(&origin);
+    config.timeouts.client_header = Duration::from_millis(400);
+    let proxy = Proxy::start(config).await;
+    let first_at = tokio::time::Instant::now();
+    let mut first = TcpStream::connect(proxy.addr()).await.expect("connect");
+    let mut speaker = TcpStream::connect(proxy.addr()).await.expect("connect");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let second_at = tokio::time::Instant::now();
+    let mut second = TcpStream::connect(proxy.addr()).await.expect("connect");
+    // Silent for most of its time, then a whole request: served.
+    speaker.write_all(b"GET /late HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+    let answer =
+        within_for("the late speaker's answer", Duration::from_secs(5), until_closed(&mut speaker))
+            .await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+
+    let got = within_for(
+        "the first silent client is closed",
+        Duration::from_secs(5),
+        until_closed(&mut first),
+    )
+    .await;
+    let first_closed = first_at.elapsed();
+    assert!(got.is_empty(), "a client that sent nothing gets nothing: {got:?}");
+    assert!(first_closed >= Duration::from_millis(400), "closed after {first_closed:?}");
+    // The second connection's deadline is its own accept's, not the round that closed
+    // the first: it is still open now.
+    let got = within_for(
+        "the second silent client is closed",
+        Duration::from_secs(5),
+        until_closed(&mut second),
+    )
+    .await;
+    let second_closed = second_at.elapsed();
+    assert!(got.is_empty());
+    assert!(second_closed >= Duration::from_millis(400), "closed after {second_closed:?}");
+    assert_eq!(origin.request_count(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
