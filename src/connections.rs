@@ -67,9 +67,9 @@ impl Connections {
     pub fn wake_silent(&self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         for waiter in self.0.lock().values_mut() {
-            let Some(until) = waiter.silent_until else { continue };
+            let Some(until) = waiter.silent_until() else { continue };
             if until <= now {
-                waiter.silent_until = None;
+                waiter.silent_until = 0;
                 waiter.waker.wake_by_ref();
             } else {
                 next = Some(next.map_or(until, |n| n.min(until)));
@@ -110,7 +110,33 @@ type Waiting = HashMap<u64, Waiter, BuildHasherDefault<IdHasher>>;
 /// been woken for that.
 struct Waiter {
     waker: Waker,
-    silent_until: Option<Instant>,
+    /// Nanoseconds from [`epoch`] (at least 1), 0 for none: eight bytes, where an
+    /// `Option<Instant>` takes sixteen in every connection's entry.
+    silent_until: u64,
+}
+
+impl Waiter {
+    fn new(waker: Waker, silent_until: Option<Instant>) -> Waiter {
+        Waiter { waker, silent_until: Waiter::new_until(silent_until) }
+    }
+
+    fn new_until(silent_until: Option<Instant>) -> u64 {
+        silent_until.map_or(0, |at| {
+            let nanos = at.saturating_duration_since(epoch()).as_nanos();
+            u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+        })
+    }
+
+    fn silent_until(&self) -> Option<Instant> {
+        let nanos = (self.silent_until != 0).then_some(self.silent_until)?;
+        epoch().checked_add(std::time::Duration::from_nanos(nanos))
+    }
+}
+
+/// The instant the registry's times count from: the first time asked for.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// Hashes a connection id with one multiplication instead of SipHash: every connection
@@ -165,12 +191,24 @@ impl OpenConnection {
         self.register(cx, Some(until))
     }
 
+    /// Says, for a connection already registered, that it is silent again until `until`
+    /// (an idle connection that parks); the next [`OpenConnection::poll_silent`]
+    /// registers it otherwise.
+    pub fn set_silent_until(&mut self, until: Instant) {
+        if !self.registered {
+            return;
+        }
+        if let Some(waiter) = self.counts.lock().get_mut(&self.id) {
+            waiter.silent_until = Waiter::new_until(Some(until));
+        }
+    }
+
     fn register(&mut self, cx: &Context<'_>, silent_until: Option<Instant>) -> bool {
         if self.counts.stopping.load(Ordering::Acquire) {
             return true;
         }
         if !self.registered {
-            let waiter = Waiter { waker: cx.waker().clone(), silent_until };
+            let waiter = Waiter::new(cx.waker().clone(), silent_until);
             self.counts.lock().insert(self.id, waiter);
             self.registered = true;
             return self.counts.stopping.load(Ordering::Acquire);

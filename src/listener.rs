@@ -102,6 +102,11 @@ pub fn somaxconn() -> Option<u32> {
 /// [`Silences`]): how late past `client_header` a silent connection may close.
 const SILENCE_ROUND: Duration = Duration::from_millis(50);
 
+/// How far apart the rounds are at most while connections are open: parked ones (see
+/// `client::h1::Parked`) say their deadlines in the registry, not to the listener, so
+/// their `client_idle` ends up to this late.
+const PARKED_ROUND: Duration = Duration::from_secs(1);
+
 /// Accepts on `listener` until `stop` turns true. Each connection speaks TLS when
 /// `tls` holds a server at its accept (a reload may turn it on or off).
 pub async fn accept_loop(
@@ -146,10 +151,12 @@ pub async fn accept_loop(
 }
 
 /// When the listener next wakes the connections whose client is still silent past its
-/// deadline (`Connections::wake_silent`): one timer for all of them instead of one per
-/// connection. Scheduled from the deadlines of the accepts, and after each round from
-/// the deadlines still to come; rounds are [`SILENCE_ROUND`] apart at least, so that
-/// a stream of accepts costs a few scans of the registry a second, not one per accept.
+/// deadline (`Connections::wake_silent`): new connections that have not sent a byte,
+/// and parked ones. One timer for all of them instead of one per connection.
+/// Scheduled from the deadlines of the accepts, after each round from the deadlines
+/// still to come, and at least every [`PARKED_ROUND`] while connections are open;
+/// rounds are [`SILENCE_ROUND`] apart at least, so that a stream of accepts costs a
+/// few scans of the registry a second, not one per accept.
 struct Silences {
     timer: Pin<Box<Sleep>>,
     /// When the timer is set for; `None`: no round is due.
@@ -194,10 +201,9 @@ impl Silences {
         self.not_before = net::later(now, SILENCE_ROUND);
         let pending = connections.wake_silent(now);
         let latest = self.latest.filter(|latest| *latest > now);
-        self.schedule(match (pending, latest) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        });
+        let parked = (connections.count() > 0).then(|| net::later(now, PARKED_ROUND));
+        let next = [pending, latest, parked].into_iter().flatten().min();
+        self.schedule(next);
     }
 
     fn schedule(&mut self, at: Option<Instant>) {

@@ -228,6 +228,9 @@ def sitting_out(scenario, plan_contenders, *, holdfast_h2=True):
     return out
 
 
+# Seconds idle-clients waits after the last idle client's request before it reads RSS.
+IDLE_SETTLE_S = 2
+
 # Idle client connections in idle-clients, and idle pooled connections in pool-memory.
 # Fewer when the open-file limit cannot hold them (see `idle_counts`).
 IDLE_CONNECTIONS = 10_000
@@ -380,6 +383,11 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
         except load.LoadError:
             holder.stop()
             raise
+        # Read once the last client has been idle for IDLE_SETTLE_S too, as the first
+        # ones long have: what an idle client costs, not one that has just been answered
+        # (holdfast parks a connection idle for 250 ms; nginx and HAProxy free their
+        # request state at once).
+        time.sleep(IDLE_SETTLE_S)
         rss, _ = procs.memory_kb(running.pids())
         record["metrics"]["idle_rss_kb"] = rss
     holdfast_tls_before = _holdfast_tls_handshakes(running) if scenario.tls == "origin" else None

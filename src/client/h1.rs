@@ -7,7 +7,12 @@
 //! once a head has started it must be complete within `client_header`. Pipelined
 //! requests are read from the same buffer and answered in order.
 //!
-//! While idle, a connection holds its socket and no buffer (see `net::InBuf`).
+//! While idle, a connection holds its socket and no buffer (see `net::InBuf`). Idle
+//! for [`PARK_AFTER`], it parks: the task keeps a [`Parked`] (socket, settings,
+//! registration), a few hundred bytes instead of the state for reading requests, and
+//! builds that state again when the client sends. A parked connection has no timer of
+//! its own: the listener wakes it at its `client_idle` deadline (up to a second late,
+//! see `listener`).
 //!
 //! A head that arrives in one read is parsed at once; one that does not is parsed
 //! again only once [`HeadScan`], looking at each new byte once, has found its end, so a
@@ -67,71 +72,144 @@ struct Phase {
     stopping: AtomicBool,
 }
 
-/// Reads and forwards requests until the connection ends.
-///
-/// Not an `async fn`: one keeps its arguments and the locals made from them side by
-/// side in its state, which is what an idle connection holds. The connection is built
-/// first and the future only borrows it, so each value is stored once: 1,384 bytes
-/// instead of 1,808, a smaller allocation for every connection.
+/// How long a connection waits for its next request with its state for reading
+/// requests before it parks (see [`Parked`]). Long enough that a client sending
+/// request after request never parks (parking and coming back cost a few allocations
+/// and a lock, about a microsecond), short against the `client_idle` an idle client
+/// may take: browsers and pooled HTTP clients leave connections idle for seconds. The
+/// connection's timer then fires about four times a second while the client is
+/// busy, where it fired once a minute: one wake-up of a few microseconds each.
+const PARK_AFTER: Duration = Duration::from_millis(250);
+
+/// Reads and forwards requests from the connection's first bytes, in `buf`, until the
+/// connection ends or parks.
 pub(super) fn serve_requests(
     stream: Stream,
     addr: SocketAddr,
     settings: ClientSettings,
-    mut open: OpenConnection,
+    open: OpenConnection,
     accepted: Instant,
     buf: InBuf,
-) -> impl Future<Output = ()> {
+) -> impl Future<Output = Option<Box<Parked>>> {
     // On Linux the socket has TCP_NODELAY from its listener already (see `listener`).
     #[cfg(not(target_os = "linux"))]
     let _ = stream.tcp().set_nodelay(true);
-    let tls = stream.tls().map(TlsStream::facts);
-    let mut conn = Conn {
-        stream,
-        tls,
-        addr,
-        peer: PeerText::new(addr.ip(), tls.is_some()),
-        buf,
-        head: Vec::new(),
-        scan: HeadScan::default(),
-        timer: Timer::new(),
-        idle_since: accepted,
-    };
-    async move {
-        let phase = Phase::default();
-        serve_until_stopped(&mut conn, &settings, &phase, &mut open).await;
-        // The head buffer goes back for the thread's next connection, as it does while
-        // the connection is idle: a client that closes after each request would
-        // otherwise cost an allocation of it per request.
-        net::recycle(std::mem::take(&mut conn.head));
-        // A TLS client learns the close was meant (close_notify); TCP's FIN follows on
-        // drop.
-        conn.stream.close_notify();
-    }
+    serve(Conn::new(stream, addr, accepted, buf), settings, open, true)
 }
 
-/// Runs the connection until it ends, or until holdfast stops: at once if it is idle,
-/// else after its request in flight.
+/// Serves a parked connection again: its client sent something.
+pub(super) fn resume(parked: Box<Parked>) -> impl Future<Output = Option<Box<Parked>>> {
+    let Parked { stream, addr, settings, open, idle_since } = *parked;
+    let conn = Conn::new(stream, addr, idle_since, InBuf::new(net::CLIENT_BUF));
+    serve(conn, settings, open, false)
+}
+
+/// Reads and forwards requests until the connection ends (`None`) or parks.
+///
+/// Takes the connection built: an `async fn` that built it from its parts would keep
+/// the parts and the connection side by side in its state, which is what a connection
+/// between requests holds (1,808 bytes instead of 1,384 when that was measured).
+async fn serve(
+    mut conn: Conn,
+    settings: ClientSettings,
+    mut open: OpenConnection,
+    first: bool,
+) -> Option<Box<Parked>> {
+    let phase = Phase::default();
+    let ended = serve_until_stopped(&mut conn, &settings, &phase, &mut open, first).await;
+    // The head buffer goes back for the thread's next connection, as it does while the
+    // connection is idle: a client that closes after each request would otherwise cost
+    // an allocation of it per request.
+    net::recycle(std::mem::take(&mut conn.head));
+    if ended == Ended::Parked {
+        let parked = Parked {
+            stream: conn.stream,
+            addr: conn.addr,
+            settings,
+            open,
+            idle_since: conn.idle_since,
+        };
+        let deadline = parked.deadline();
+        let mut parked = Box::new(parked);
+        parked.open.set_silent_until(deadline);
+        return Some(parked);
+    }
+    // A TLS client learns the close was meant (close_notify); TCP's FIN follows on drop.
+    conn.stream.close_notify();
+    None
+}
+
+/// How serving a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Closed,
+    /// Idle for [`PARK_AFTER`]: to be kept as a [`Parked`].
+    Parked,
+}
+
+/// Runs the connection until it ends or parks, or until holdfast stops: at once if it
+/// is idle, else after its request in flight.
 async fn serve_until_stopped(
     conn: &mut Conn,
     settings: &ClientSettings,
     phase: &Phase,
     open: &mut OpenConnection,
-) {
-    let mut served = pin!(conn.run(settings, phase));
+    first: bool,
+) -> Ended {
+    let mut served = pin!(conn.run(settings, phase, first));
     poll_fn(|cx| {
-        if served.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
+        if let Poll::Ready(ended) = served.as_mut().poll(cx) {
+            return Poll::Ready(ended);
         }
         if open.poll_stop(cx) {
             phase.stopping.store(true, Relaxed);
             // An idle connection closes now; a busy one after its request.
             if phase.idle.load(Relaxed) {
-                return Poll::Ready(());
+                return Poll::Ready(Ended::Closed);
             }
         }
         Poll::Pending
     })
-    .await;
+    .await
+}
+
+/// An HTTP/1.1 client connection idle for [`PARK_AFTER`]: what it needs to serve its
+/// next request and nothing more (no buffer, no timer, no state for reading requests),
+/// which the connection's task holds until the client sends, `client_idle` runs out or
+/// the server stops.
+pub struct Parked {
+    stream: Stream,
+    addr: SocketAddr,
+    settings: ClientSettings,
+    open: OpenConnection,
+    idle_since: Instant,
+}
+
+impl Parked {
+    /// When the connection closes if the client sends nothing.
+    fn deadline(&self) -> Instant {
+        net::later(self.idle_since, self.settings.timeouts.client_idle)
+    }
+
+    /// True once the client sent something (or the socket says so: a stale readiness
+    /// costs a wait with the full state, which parks again); false when the connection
+    /// should close: an error, the deadline passed, or the server is stopping.
+    pub(super) fn poll_wake(&mut self, cx: &mut std::task::Context<'_>) -> Poll<bool> {
+        match self.stream.tcp().poll_read_ready(cx) {
+            Poll::Ready(ready) => return Poll::Ready(ready.is_ok()),
+            Poll::Pending => {}
+        }
+        let deadline = self.deadline();
+        if self.open.poll_silent(cx, deadline) || Instant::now() >= deadline {
+            return Poll::Ready(false);
+        }
+        Poll::Pending
+    }
+
+    /// Closes the connection, telling a TLS client the close was meant.
+    pub(super) fn close(self) {
+        self.stream.close_notify();
+    }
 }
 
 struct Conn {
@@ -161,16 +239,36 @@ enum Read {
     Refused(Refusal),
     /// The client left, or a time limit ran out: close without a word.
     Gone,
+    /// Idle for [`PARK_AFTER`].
+    Park,
 }
 
 impl Conn {
-    async fn run(&mut self, settings: &ClientSettings, phase: &Phase) {
-        let mut first = true;
+    fn new(stream: Stream, addr: SocketAddr, idle_since: Instant, buf: InBuf) -> Conn {
+        let tls = stream.tls().map(TlsStream::facts);
+        Conn {
+            stream,
+            tls,
+            addr,
+            peer: PeerText::new(addr.ip(), tls.is_some()),
+            buf,
+            head: Vec::new(),
+            scan: HeadScan::default(),
+            timer: Timer::new(),
+            idle_since,
+        }
+    }
+
+    async fn run(&mut self, settings: &ClientSettings, phase: &Phase, mut first: bool) -> Ended {
         while !phase.stopping.load(Relaxed) {
             let out = match self.next_request(settings, phase, first).await {
                 Read::Request(out) => out,
-                Read::Refused(refusal) => return self.refuse(settings, refusal).await,
-                Read::Gone => return,
+                Read::Refused(refusal) => {
+                    self.refuse(settings, refusal).await;
+                    return Ended::Closed;
+                }
+                Read::Gone => return Ended::Closed,
+                Read::Park => return Ended::Parked,
             };
             first = false;
             let client =
@@ -184,10 +282,14 @@ impl Conn {
             self.idle_since = done.at;
             match done.next {
                 Next::KeepOpen => {}
-                Next::Close => return,
-                Next::Linger => return self.linger().await,
+                Next::Close => return Ended::Closed,
+                Next::Linger => {
+                    self.linger().await;
+                    return Ended::Closed;
+                }
             }
         }
+        Ended::Closed
     }
 
     /// Reads until a complete request head is buffered, then parses and prepares it.
@@ -217,8 +319,18 @@ impl Conn {
                 }
             }
             let idle = self.buf.is_empty();
+            // Between requests: until the connection parks, or closes if `client_idle`
+            // ends first.
+            let mut parks = false;
             let at = if idle && !first {
-                net::later(self.idle_since, settings.timeouts.client_idle)
+                let closes = net::later(self.idle_since, settings.timeouts.client_idle);
+                let park = net::later(self.idle_since, PARK_AFTER);
+                parks = park < closes;
+                if parks {
+                    park
+                } else {
+                    closes
+                }
             } else {
                 *head_deadline.get_or_insert_with(|| net::later(Instant::now(), header_limit))
             };
@@ -235,6 +347,7 @@ impl Conn {
                 Ok(_) => {}
                 // RFC 9110, 15.5.9: a head that started and did not finish gets 408.
                 Err(WaitError::TimedOut) if !idle => return Read::Refused(Refusal::HeadTimeout),
+                Err(WaitError::TimedOut) if parks => return Read::Park,
                 Err(WaitError::TimedOut) => {
                     tracing::debug!(client = %self.addr, "client connection timed out");
                     return Read::Gone;

@@ -38,7 +38,9 @@ use crate::tls::server::{Accepted, TlsServer};
 /// smallest task tokio allocates. There is no timer of its own: the listener wakes it
 /// at its deadline (see `Connections::wake_silent`). The read buffer, the state for
 /// reading and forwarding requests and a timer are taken when there is something to
-/// read. A crowd of connections that never send anything costs little.
+/// read, and given back when an HTTP/1.1 connection parks between requests (see
+/// [`h1::Parked`]). A crowd of connections that never send anything, or that sent a
+/// request and stay idle, costs little.
 pub fn serve(
     tcp: TcpStream,
     addr: SocketAddr,
@@ -56,12 +58,17 @@ pub fn serve(
     }
 }
 
-/// A client connection's task: silent, or served.
+/// A client connection's task: silent, served, or parked between requests.
 pub enum Client {
     Silent(Silent),
-    Serving(Pin<Box<dyn Future<Output = ()> + Send>>),
+    Serving(Serving),
+    Parked(Box<h1::Parked>),
     Done,
 }
+
+/// The state of a connection being served, in an allocation of its protocol's size; it
+/// ends with the connection, or with an HTTP/1.1 connection parking.
+type Serving = Pin<Box<dyn Future<Output = Option<Box<h1::Parked>>> + Send>>;
 
 /// A cleartext connection whose client has sent nothing yet.
 pub struct Silent {
@@ -82,9 +89,21 @@ impl Future for Client {
         loop {
             match &mut *self {
                 Client::Serving(serving) => {
-                    ready!(serving.as_mut().poll(cx));
-                    *self = Client::Done;
-                    return Poll::Ready(());
+                    *self = match ready!(serving.as_mut().poll(cx)) {
+                        Some(parked) => Client::Parked(parked),
+                        None => Client::Done,
+                    };
+                }
+                Client::Parked(parked) => {
+                    let woke = ready!(parked.poll_wake(cx));
+                    let Client::Parked(parked) = std::mem::replace(&mut *self, Client::Done) else {
+                        return Poll::Ready(());
+                    };
+                    if woke {
+                        *self = Client::Serving(Box::pin(h1::resume(parked)));
+                    } else {
+                        parked.close();
+                    }
                 }
                 Client::Done => return Poll::Ready(()),
                 Client::Silent(silent) => match silent.poll_first_bytes(cx) {
@@ -139,7 +158,7 @@ impl Silent {
     /// Serves the connection from its first bytes on: HTTP/2 when they are the preface
     /// on an `h2c` listener, else HTTP/1.1. Each protocol's state in an allocation of
     /// its own size.
-    fn spoke(self, buf: InBuf) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    fn spoke(self, buf: InBuf) -> Serving {
         let Silent { stream, addr, proxy, mut open, accepted, .. } = self;
         let site = proxy.site();
         if site.h2c && http2::starts_preface(buf.data()) {
@@ -148,6 +167,7 @@ impl Silent {
             drop(buf);
             return Box::pin(async move {
                 h2::serve(stream, prefix, addr, proxy, &mut open, None).await;
+                None
             });
         }
         let settings = h1::ClientSettings::of(proxy, &site);
@@ -157,30 +177,32 @@ impl Silent {
 }
 
 /// A TLS connection: the handshake, then the protocol ALPN picked.
-async fn serve_tls(silent: Silent, tls: Arc<TlsServer>) {
+async fn serve_tls(silent: Silent, tls: Arc<TlsServer>) -> Option<Box<h1::Parked>> {
     let Silent { stream, addr, proxy, mut open, accepted, deadline } = silent;
-    let Stream::Tcp(tcp) = stream else { return };
+    let Stream::Tcp(tcp) = stream else { return None };
     let header_limit = deadline.saturating_duration_since(accepted);
     // Boxed, as the protocols after it: this state is what the connection holds while
     // it is served.
     let stream = match Box::pin(tls.accept(tcp, addr, header_limit)).await {
         Some(Accepted { stream, acme_challenge: false }) => stream,
         // A TLS-ALPN-01 validation ends with the handshake.
-        Some(Accepted { stream, acme_challenge: true }) => return stream.shutdown_write(),
-        None => return,
+        Some(Accepted { stream, acme_challenge: true }) => {
+            stream.shutdown_write();
+            return None;
+        }
+        None => return None,
     };
     let facts = stream.tls().map(TlsStream::facts);
     if facts.is_some_and(|f| f.alpn == "h2") {
         let serving = Box::pin(h2::serve(stream, Vec::new(), addr, proxy, &mut open, facts));
-        return serving.await;
+        serving.await;
+        return None;
     }
-    let Some(buf) = first_bytes(&stream, deadline, &mut open).await else {
-        return;
-    };
+    let buf = first_bytes(&stream, deadline, &mut open).await?;
     let site = proxy.site();
     let settings = h1::ClientSettings::of(proxy, &site);
     drop(site);
-    Box::pin(h1::serve_requests(stream, addr, settings, open, accepted, buf)).await;
+    Box::pin(h1::serve_requests(stream, addr, settings, open, accepted, buf)).await
 }
 
 /// Waits for a TLS client's first bytes after the handshake and reads them; `None`

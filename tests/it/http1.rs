@@ -200,6 +200,38 @@ async fn silent_clients_are_closed_each_at_its_own_header_deadline_and_a_late_sp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_idle_long_enough_to_park_is_served_again_then_closed_at_its_idle_timeout() {
+    let origin = Origin::start().await;
+    let mut config = config_for(&origin);
+    config.timeouts.client_idle = Duration::from_millis(2500);
+    let proxy = Proxy::start(config).await;
+    let mut client = proxy.raw().await;
+    client.send("GET /one HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert_eq!(client.response().await.status, 200);
+    // Idle past the second after which a connection parks: it gives back its state
+    // for reading requests and builds it again for this one.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    client.send("GET /two HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let resp = client.response().await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("x-path"), Some("/two"));
+    // Parked again, twice over, with a pipelined pair in between.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    client
+        .send("GET /three HTTP/1.1\r\nHost: a\r\n\r\nGET /four HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await;
+    assert_eq!(client.response().await.header("x-path"), Some("/three"));
+    assert_eq!(client.response().await.header("x-path"), Some("/four"));
+    let started = tokio::time::Instant::now();
+    // Parked, it has no timer of its own: the listener closes it at `client_idle`.
+    within_for("the parked connection closes", Duration::from_secs(8), client.expect_closed())
+        .await;
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(2400), "closed after {waited:?}");
+    assert_eq!(origin.request_count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_client_outlives_the_header_timeout_and_closes_after_the_idle_timeout() {
     let origin = Origin::start().await;
     let mut config = config_for(&origin);
