@@ -385,7 +385,7 @@ def _on_host(ctx, scenario, running, origin, run_dir, record):
             raise
         # Read once the last client has been idle for IDLE_SETTLE_S too, as the first
         # ones long have: what an idle client costs, not one that has just been answered
-        # (holdfast parks a connection idle for 250 ms; nginx and HAProxy free their
+        # (holdfast parks a connection idle for a second; nginx and HAProxy free their
         # request state at once).
         time.sleep(IDLE_SETTLE_S)
         rss, _ = procs.memory_kb(running.pids())

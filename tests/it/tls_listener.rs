@@ -89,11 +89,15 @@ async fn https_listener_proxies_and_tells_the_origin_the_client_used_https() {
         let reply = client.get(&format!("/again/{i}")).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     }
+    // Idle long enough to park (a second): the TLS session is kept and served again.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let reply = client.get("/after-parking").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let metrics = proxy.metrics().await;
     assert_eq!(metrics.count_or_zero(HANDSHAKES, &[]), 1, "{}", metrics.text);
     assert_eq!(metrics.count_or_zero(FAILURES, &[]), 0, "{}", metrics.text);
     assert_eq!(origin.accepted(), 1);
-    assert_eq!(origin.request_count(), 50);
+    assert_eq!(origin.request_count(), 51);
 
     // An IP address is verified against the certificate's IP SAN (and sends no SNI).
     let mut by_ip = HttpsClient::connect(proxy.addr(), &config, "127.0.0.1").await;
