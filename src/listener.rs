@@ -1,5 +1,7 @@
 //! Accepts client connections and starts a task serving each (see `client`), until
 //! told to stop; then it stops accepting, and open connections finish their requests.
+//! Meanwhile it wakes the connections that wait for their client past their deadline
+//! ([`Silences`]): one timer for all of them.
 //! [`bind`] opens the listening socket with its backlog; [`ListenerConfig`] is one
 //! `[[listener]]` as configured, and [`default_backlog`] the backlog it gets unless it
 //! names one.
