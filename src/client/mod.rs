@@ -34,7 +34,7 @@ use crate::tls::server::{Accepted, TlsServer};
 /// the first request's head must be complete by then.
 ///
 /// Until a cleartext client's first bytes arrive, the connection's task is a
-/// [`Silent`]: its socket, its deadline and its registration, about 130 bytes, the
+/// [`Silent`]: its socket, its deadline and its registration in 136 bytes, in the
 /// smallest task tokio allocates. There is no timer of its own: the listener wakes it
 /// at its deadline (see `Connections::wake_silent`). The read buffer, the state for
 /// reading and forwarding requests and a timer are taken when there is something to
@@ -85,7 +85,8 @@ impl Future for Client {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        // Bounded: a silent round either ends, waits, or moves on to serving.
+        // Bounded: each state ends, waits, or moves on (silent to served, served to
+        // parked and back); a parked connection woken is served until it waits again.
         loop {
             match &mut *self {
                 Client::Serving(serving) => {
