@@ -6,14 +6,13 @@
 //! Needs `python3` with the `grpc` module (`pip install grpcio`); the tests skip
 //! without it, and fail under CI=true.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::support::tls::{run_tool, PemFiles, Pki};
-use crate::support::{skip_or_fail, within, ChildProxy};
+use crate::support::{fixture, have_python_module, within, ChildProxy};
 
 /// Every case the client runs, by the name it prints.
 const CASES: [&str; 8] = [
@@ -26,28 +25,6 @@ const CASES: [&str; 8] = [
     "large_messages",
     "many_at_once",
 ];
-
-fn fixture(name: &str) -> String {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "it", "fixtures", name].iter().collect();
-    path.display().to_string()
-}
-
-/// Whether `python3` can import `grpc`; if not, the test skips (fails under CI=true).
-#[track_caller]
-fn have_grpcio() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import grpc"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        skip_or_fail("python3 with grpcio (`pip install grpcio`) is not installed");
-    }
-    ok
-}
 
 /// The Python gRPC server, serving until it is dropped (its stdin then closes, and it
 /// is killed besides).
@@ -118,7 +95,7 @@ async fn holdfast(listen_args: &[String], upstream: &str, extra: &[String]) -> C
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_over_h2c_both_sides() {
-    if !have_grpcio() {
+    if !have_python_module("grpc", "grpcio") {
         return;
     }
     let server = GrpcServer::start(None).await;
@@ -131,7 +108,7 @@ async fn grpc_over_h2c_both_sides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_over_tls_both_sides() {
-    if !have_grpcio() {
+    if !have_python_module("grpc", "grpcio") {
         return;
     }
     let pki = Pki::new("grpc-tls");
@@ -154,7 +131,7 @@ async fn grpc_over_tls_both_sides() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_from_a_tls_client_to_an_h2c_origin() {
-    if !have_grpcio() {
+    if !have_python_module("grpc", "grpcio") {
         return;
     }
     let pki = Pki::new("grpc-tls-h2c");

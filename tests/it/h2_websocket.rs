@@ -10,9 +10,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
@@ -38,7 +36,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::support::http2::{h2_config, read_all, H2Origin};
 use crate::support::tls::{run_tool, tls_connect, toml_path, Pki};
-use crate::support::{skip_or_fail, wait_until, within, Proxy, RawOrigin, DEADLINE};
+use crate::support::{fixture, have_python_module, wait_until, within, Proxy, RawOrigin, DEADLINE};
 
 /// An h2c listener in front of the servers `servers`.
 fn h2c_to(servers: &[String]) -> Config {
@@ -778,30 +776,9 @@ async fn an_http2_origin_with_extended_connect_gets_the_websocket_as_a_stream() 
     task.abort();
 }
 
-fn fixture(name: &str) -> String {
-    let path: PathBuf =
-        [env!("CARGO_MANIFEST_DIR"), "tests", "it", "fixtures", name].iter().collect();
-    path.display().to_string()
-}
-
-/// Whether `python3` can import `h2`; if not, the test skips (fails under CI=true).
-fn have_python_h2() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import h2.connection"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        skip_or_fail("python3 with the h2 package (`pip install h2`) is not installed");
-    }
-    ok
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_h2_client_opens_a_websocket_over_h2c() {
-    if !have_python_h2() {
+    if !have_python_module("h2.connection", "h2") {
         return;
     }
     let origin = WsOrigin::start().await;

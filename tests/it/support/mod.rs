@@ -98,6 +98,30 @@ pub fn skip_or_fail(why: &str) {
     println!("skipped: {why}");
 }
 
+/// The path of `tests/it/fixtures/NAME`.
+pub fn fixture(name: &str) -> String {
+    let path: std::path::PathBuf =
+        [env!("CARGO_MANIFEST_DIR"), "tests", "it", "fixtures", name].iter().collect();
+    path.display().to_string()
+}
+
+/// Whether `python3` can `import MODULE`; if not, the test skips (fails under
+/// `CI=true`), naming `package` as what to install.
+#[track_caller]
+pub fn have_python_module(module: &str, package: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip_or_fail(&format!("python3 with {package} (`pip install {package}`) is not installed"));
+    }
+    ok
+}
+
 /// The seed of a test's random choices: `HOLDFAST_TEST_SEED` (decimal or `0x` hex) when
 /// set, else `default`, so runs repeat. Printed, so a failing run can be repeated.
 pub fn seed(default: u64) -> u64 {
