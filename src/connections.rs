@@ -117,10 +117,11 @@ struct Waiter {
 
 impl Waiter {
     fn new(waker: Waker, silent_until: Option<Instant>) -> Waiter {
-        Waiter { waker, silent_until: Waiter::new_until(silent_until) }
+        Waiter { waker, silent_until: Waiter::encode(silent_until) }
     }
 
-    fn new_until(silent_until: Option<Instant>) -> u64 {
+    /// `silent_until` as stored.
+    fn encode(silent_until: Option<Instant>) -> u64 {
         silent_until.map_or(0, |at| {
             let nanos = at.saturating_duration_since(epoch()).as_nanos();
             u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
@@ -199,7 +200,7 @@ impl OpenConnection {
             return;
         }
         if let Some(waiter) = self.counts.lock().get_mut(&self.id) {
-            waiter.silent_until = Waiter::new_until(Some(until));
+            waiter.silent_until = Waiter::encode(Some(until));
         }
     }
 

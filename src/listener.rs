@@ -137,7 +137,7 @@ pub async fn accept_loop(
                 let open = connections.track();
                 let tls = tls.load_full();
                 let accepted = Instant::now();
-                let deadline = net::later(accepted, proxy.site().timeouts.client_header);
+                let deadline = net::later(accepted, proxy.client_header());
                 silences.accepted(deadline);
                 let proxy = Arc::clone(&proxy);
                 let client = client::serve(stream, addr, proxy, open, tls, accepted, deadline);

@@ -323,18 +323,15 @@ impl Conn {
             let idle = self.buf.is_empty();
             // Between requests: until the connection parks, or closes if `client_idle`
             // ends first.
-            let mut parks = false;
-            let at = if idle && !first {
+            let (at, parks) = if idle && !first {
                 let closes = net::later(self.idle_since, settings.timeouts.client_idle);
                 let park = net::later(self.idle_since, PARK_AFTER);
-                parks = park < closes;
-                if parks {
-                    park
-                } else {
-                    closes
-                }
+                (park.min(closes), park < closes)
             } else {
-                *head_deadline.get_or_insert_with(|| net::later(Instant::now(), header_limit))
+                (
+                    *head_deadline.get_or_insert_with(|| net::later(Instant::now(), header_limit)),
+                    false,
+                )
             };
             if idle {
                 self.buf.release();

@@ -138,12 +138,8 @@ impl Silent {
         loop {
             match self.stream.tcp().poll_read_ready(cx) {
                 Poll::Ready(Ok(())) => {
-                    let mut buf = InBuf::new(net::CLIENT_BUF);
-                    match buf.try_fill(&self.stream) {
-                        Ok(0) => return Poll::Ready(None),
-                        Ok(_) => return Poll::Ready(Some(buf)),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
-                        Err(_) => return Poll::Ready(None),
+                    if let Poll::Ready(read) = read_first(&self.stream) {
+                        return Poll::Ready(read);
                     }
                 }
                 Poll::Ready(Err(_)) => return Poll::Ready(None),
@@ -231,13 +227,26 @@ async fn first_bytes(
         if !ready {
             return None;
         }
-        let mut buf = InBuf::new(net::CLIENT_BUF);
-        match buf.try_fill(stream) {
-            Ok(0) => return None,
-            Ok(_) => return Some(buf),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => buf.release(),
-            Err(_) => return None,
+        if let Poll::Ready(read) = read_first(stream) {
+            return read;
         }
+    }
+}
+
+/// One read of a client's first bytes, the socket reported readable: `Pending` when it
+/// found nothing after all (a fresh socket can be reported readable before any byte
+/// has arrived; the buffer goes back), `None` when the client closed the connection or
+/// it failed.
+fn read_first(stream: &Stream) -> Poll<Option<InBuf>> {
+    let mut buf = InBuf::new(net::CLIENT_BUF);
+    match buf.try_fill(stream) {
+        Ok(0) => Poll::Ready(None),
+        Ok(_) => Poll::Ready(Some(buf)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            buf.release();
+            Poll::Pending
+        }
+        Err(_) => Poll::Ready(None),
     }
 }
 

@@ -223,6 +223,12 @@ impl Proxy {
         self.site.load_full()
     }
 
+    /// `client_header` of the settings in force now: read at every accept, without
+    /// taking a reference to the whole site.
+    pub fn client_header(&self) -> std::time::Duration {
+        self.site.load().timeouts.client_header
+    }
+
     /// Serves new requests with `site` (a reload); requests in flight finish with the
     /// one they started with.
     pub fn replace(&self, site: Site) {
