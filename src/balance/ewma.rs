@@ -83,6 +83,14 @@ impl Ewma {
         self.value_nanos.store(value.to_bits(), Ordering::Relaxed);
     }
 
+    /// Drops the value, as before the first sample: what was measured no longer says
+    /// anything about the backend (it stopped answering, or left service and will come
+    /// back as a new process). Until the next sample the balancer compares it by
+    /// requests in flight, so it is not held off by a slow answer from before.
+    pub fn forget(&self) {
+        self.value_nanos.store(EMPTY, Ordering::Relaxed);
+    }
+
     /// The value now, decayed for the time since the last sample; `None` before the
     /// first sample and once [`FORGET_AFTER`] has passed without one.
     pub fn get(&self, now: Instant) -> Option<Duration> {
@@ -222,6 +230,18 @@ mod tests {
         assert_eq!(ewma.get(start + FORGET_AFTER + ms(1)), None);
         ewma.observe(ms(5), start + FORGET_AFTER + ms(2));
         assert_eq!(ewma.get(start + FORGET_AFTER + ms(2)), Some(ms(5)));
+    }
+
+    #[test]
+    fn a_forgotten_value_is_gone_and_the_next_sample_starts_afresh() {
+        let start = Instant::now();
+        let ewma = Ewma::new(start);
+        ewma.observe(ms(400), start);
+        ewma.forget();
+        assert_eq!(ewma.get(start), None);
+        // Not a peak over the forgotten 400 ms: the first sample is the value.
+        ewma.observe(ms(2), start + ms(10));
+        assert_near(ewma.get(start + ms(10)), ms(2));
     }
 
     #[test]

@@ -122,14 +122,19 @@ impl Backend {
         }
     }
 
-    /// A connect to this backend failed.
+    /// A connect to this backend failed. Its latency is forgotten: it was measured on a
+    /// process that no longer takes connections, and a slow answer from before must not
+    /// keep the balancer away from it, or it would never get the requests that show
+    /// whether it is dead (and is ejected) or back.
     pub fn connect_failed(self: &Arc<Self>, now: Instant) {
+        self.load.latency.forget();
         let transition = self.health.on_connect_failure(now);
         self.act_on(transition);
     }
 
     /// Logs a health change and, when the backend left service, closes its idle
-    /// connections: they lead to a server that is failing or gone.
+    /// connections (they lead to a server that is failing or gone) and forgets its
+    /// latency (it comes back measured afresh, in slow start).
     pub fn act_on(self: &Arc<Self>, transition: Option<Transition>) {
         let Some(transition) = transition else { return };
         match transition {
@@ -138,6 +143,7 @@ impl Backend {
                 tracing::warn!(backend = %self.addr, cause = %cause.as_str(), ejected_for = %ejected_for, "backend ejected");
                 self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
                 self.conns.clear_for(CloseReason::Ejected);
+                self.load.latency.forget();
                 if cause == health::Cause::ConnectFailures {
                     self.start_probing();
                 }
@@ -149,6 +155,7 @@ impl Backend {
                 tracing::warn!(backend = %self.addr, "backend failed its health checks");
                 self.metrics.ejections.fetch_add(1, Ordering::Relaxed);
                 self.conns.clear_for(CloseReason::Ejected);
+                self.load.latency.forget();
             }
             Transition::CheckPassed => {
                 tracing::info!(backend = %self.addr, "backend passed its health checks");

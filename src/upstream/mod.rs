@@ -372,6 +372,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_backend_that_refuses_a_connect_or_is_ejected_is_measured_afresh() {
+        let budget = Arc::new(IdleBudget::new(16));
+        // Two: a lone backend is never ejected.
+        let (a, b) = (container("a", "127.0.0.1:5000"), container("b", "127.0.0.1:5001"));
+        let (config, resolution) = group_of(&[a, b]).await;
+        let group = Upstream::new(config, resolution, &budget);
+        let backend = Arc::clone(&group.state().backends[0]);
+        let now = Instant::now();
+        let slow = || backend.observe(200, Some(Duration::from_millis(900)), now);
+
+        slow();
+        assert!(backend.load.latency.get(now).is_some());
+        // One refused connect is not an ejection, but the old answer is forgotten.
+        backend.connect_failed(now);
+        assert_eq!(backend.health.snapshot(now).ejections, 0);
+        assert_eq!(backend.load.latency.get(now), None);
+
+        slow();
+        for _ in 0..health::DEFAULT_MAX_5XX {
+            backend.observe(503, None, now);
+        }
+        assert_eq!(backend.health.snapshot(now).ejections, 1);
+        assert_eq!(backend.load.latency.get(now), None, "an ejected backend comes back unmeasured");
+    }
+
+    #[tokio::test]
     async fn a_removed_backend_with_a_drain_time_is_cut_off_after_it() {
         let budget = Arc::new(IdleBudget::new(16));
         let (a, b) = (container("a", "127.0.0.1:5000"), container("b", "127.0.0.1:5001"));
