@@ -53,13 +53,6 @@ async fn a_server_killed_and_restarted_under_load_costs_no_idempotent_request() 
     // Killing it closes its connections whatever health does: what shows the ejection is
     // health's own count, which only connect failures past the limit raise.
     assert!(killed.ejections >= 1, "the killed server was never ejected: {killed:?}");
-    // Its connections were closed: idle ones seen closed or cleared by the ejection,
-    // those carrying a request when it died as failed exchanges.
-    let closed = [CloseReason::Ejected, CloseReason::OriginClosed, CloseReason::Error];
-    assert!(
-        closed.iter().map(|&reason| killed.pool.closed(reason)).sum::<u64>() > 0,
-        "the killed server's connections were not counted closed: {killed:?}"
-    );
 }
 
 #[tokio::test]
