@@ -6,6 +6,10 @@ use bytes::{Bytes, BytesMut};
 use super::dynamic_table::{copy_together, DynamicTable};
 use super::{huffman, integer, static_table, DecodeError, Decoded, Field};
 
+/// The unused room of the Huffman buffer kept from one block to the next; more is let
+/// go (the fields of the block that reserved it still hold their part).
+const KEPT_HUFFMAN_CAPACITY: usize = 4096;
+
 /// The decoding side of one connection: the peer's encoder writes into the dynamic table
 /// this mirrors.
 #[derive(Debug)]
@@ -125,6 +129,10 @@ impl Decoder {
         }
         if let Some(limit) = self.required_update {
             return Err(DecodeError::SizeUpdateMissing { limit });
+        }
+        if self.huffman_buf.capacity() > KEPT_HUFFMAN_CAPACITY {
+            // Room left from a large block: an idle connection does not keep it.
+            self.huffman_buf = BytesMut::new();
         }
         Ok(Decoded { list_size, over_limit })
     }

@@ -69,7 +69,9 @@ pub const DEFAULT_TABLE_SIZE: usize = 4096;
 /// A header or trailer field, as decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
+    /// The name, as it came (HPACK does not check case or characters).
     pub name: Bytes,
+    /// The value, as it came.
     pub value: Bytes,
     /// The field came, or must go, as a literal never indexed (RFC 7541 sections 6.2.3
     /// and 7.1.3): no hop may add it to a table.
@@ -92,7 +94,9 @@ impl Field {
 /// A field to encode, borrowed from wherever the caller keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldRef<'a> {
+    /// The name, lowercase as HTTP/2 requires (the encoder does not check).
     pub name: &'a [u8],
+    /// The value.
     pub value: &'a [u8],
     /// Send as a literal never indexed (RFC 7541 section 6.2.3).
     pub sensitive: bool,

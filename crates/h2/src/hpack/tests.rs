@@ -481,3 +481,53 @@ fn reference_blocks_from_python_hpack_decode_the_same() {
     }
     assert!(blocks >= 300, "{blocks} blocks");
 }
+
+/// A rough cost figure, not a check: decoding the three C.4 blocks (one connection's
+/// worth: Huffman strings, indexed fields, table additions) and encoding their fields,
+/// in a loop. Run in release: `cargo test --release -p holdfast-h2 --lib hpack_cost
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing, meaningful in release only"]
+fn hpack_cost() {
+    let blocks: Vec<Bytes> = C_4.iter().map(|step| Bytes::from(hex(step.block))).collect();
+    let rounds = 1_000_000 / blocks.len();
+    let start = std::time::Instant::now();
+    let mut fields = 0_usize;
+    for _ in 0..rounds {
+        let mut decoder = Decoder::new(DEFAULT_TABLE_SIZE);
+        for block in &blocks {
+            decoder.decode(block, usize::MAX, |_| fields += 1).unwrap();
+        }
+    }
+    let decode_ns = start.elapsed().as_nanos() as f64 / (rounds * blocks.len()) as f64;
+
+    // Steady state on one connection: the same block over and over (all indexed).
+    let mut decoder = Decoder::new(DEFAULT_TABLE_SIZE);
+    for block in &blocks {
+        decoder.decode(block, usize::MAX, |_| {}).unwrap();
+    }
+    let start = std::time::Instant::now();
+    for _ in 0..1_000_000 {
+        decoder.decode(&blocks[2], usize::MAX, |_| fields += 1).unwrap();
+    }
+    let steady_ns = start.elapsed().as_nanos() as f64 / 1e6;
+
+    let start = std::time::Instant::now();
+    let mut dst = BytesMut::with_capacity(256);
+    for _ in 0..rounds {
+        let mut encoder = Encoder::new();
+        for step in &C_4 {
+            dst.clear();
+            encoder.encode(
+                step.fields.iter().map(|(n, v)| FieldRef::new(n.as_bytes(), v.as_bytes())),
+                &mut dst,
+            );
+        }
+    }
+    let encode_ns = start.elapsed().as_nanos() as f64 / (rounds * blocks.len()) as f64;
+    eprintln!(
+        "C.4 decode {decode_ns:.0} ns/block (fresh decoder per 3 blocks), \
+         C.4.3 again on a warm table {steady_ns:.0} ns/block, \
+         C.4 encode {encode_ns:.0} ns/block ({fields} fields)"
+    );
+}
