@@ -25,6 +25,7 @@
     )
 )]
 
+pub mod conn;
 pub mod error;
 pub mod frame;
 pub mod hpack;

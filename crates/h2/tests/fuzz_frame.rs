@@ -9,9 +9,6 @@
 //! `cargo test -p holdfast-h2 --release --test fuzz_frame`); `H2_FUZZ_SEED` replays a
 //! run.
 
-// `support` is shared with the other fuzz tests and is not this test's to reformat:
-// main's copy is not rustfmt-clean, and `cargo fmt` reaches it through this line.
-#[rustfmt::skip]
 mod support;
 
 use std::time::Duration;

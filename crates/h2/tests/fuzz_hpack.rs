@@ -11,8 +11,6 @@
 //! --release -p holdfast-h2 --test fuzz_hpack -- --nocapture`). `H2_FUZZ_SEED` replays
 //! a run.
 
-// The shared fuzzer stays as main has it: cargo fmt would reformat it through this line.
-#[rustfmt::skip]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Writes frames (RFC 9113 section 6) into a connection's write buffer.
 //!
-//! What a writer writes, [`decode`](super::decode) accepts. A value a receiver would
+//! What a writer writes, [`decode`](super::decode()) accepts. A value a receiver would
 //! refuse (a payload past 2^24-1 bytes, a stream id past 2^31-1 or 0 where the type
 //! needs a stream, a window increment outside 1..=2^31-1, a stream depending on
 //! itself, a setting out of range) is the caller's bug: the writer returns an

@@ -2,7 +2,7 @@
 //! flags it names, and how it is read from and written to the wire.
 //!
 //! It does not judge the payload: lengths against the max frame size are checked by
-//! [`split_frame`](super::split_frame), and each type's rules by [`decode`](super::decode).
+//! [`split_frame`](super::split_frame), and each type's rules by [`decode`](super::decode()).
 
 use bytes::{BufMut, BytesMut};
 

@@ -9,7 +9,7 @@
 //! - `decode.rs`: a payload turned into a [`Frame`], or the [`H2Error`] with the code
 //!   and scope RFC 9113 gives the fault.
 //! - `settings.rs`: SETTINGS parameters, their values checked and applied in order.
-//! - `encode.rs`: writers for every type; what they write, [`decode`] accepts.
+//! - `encode.rs`: writers for every type; what they write, [`decode()`] accepts.
 //!
 //! A frame's data and field block fragments are `Bytes` slices of the read buffer.
 //!

@@ -2,7 +2,7 @@
 //! connection preface that comes before them (RFC 9113 sections 3.4 and 4).
 //!
 //! Payloads leave the buffer as `Bytes` that share its memory: nothing is copied.
-//! What a payload holds is [`decode`](super::decode)'s business.
+//! What a payload holds is [`decode`](super::decode())'s business.
 
 use bytes::{Buf, Bytes, BytesMut};
 

@@ -102,14 +102,13 @@ pub fn run(
     max_len: usize,
     mut target: impl FnMut(&[u8]),
 ) -> u64 {
-    let seed = std::env::var("H2_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(
-        || {
+    let seed =
+        std::env::var("H2_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1)
-        },
-    );
+        });
     eprintln!("fuzz {name}: H2_FUZZ_SEED={seed}");
     let mut rng = Rng::new(seed);
     for input in seeds {

@@ -1,0 +1,221 @@
+//! What the engine writes, in order: control frames and header blocks as they are
+//! made, DATA as the windows let it out, taken in turn from the streams that have some
+//! (round robin, a frame at a time) while the output is below its high-water mark.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+
+use super::state::State;
+use super::{Connection, Event};
+use crate::error::ErrorCode;
+use crate::frame::{self, EncodeError, Settings};
+use crate::hpack::{Encoder, Field};
+
+/// Output held before DATA stops being moved out of the streams' queues: the caller
+/// writes it before more is scheduled, so a slow peer holds back the streams, not
+/// memory.
+const OUTPUT_HIGH: usize = 64 * 1024;
+
+/// Bytes waiting to be written, in order: small frames gathered in `buf`, DATA
+/// payloads as the `Bytes` the application gave (no copy).
+#[derive(Debug, Default)]
+pub(super) struct Output {
+    buf: BytesMut,
+    pieces: VecDeque<Bytes>,
+    /// Bytes in `buf` and `pieces`.
+    len: usize,
+    /// Streams with DATA, END_STREAM or trailers waiting, in turn.
+    ready: VecDeque<u32>,
+}
+
+impl Output {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The next piece to write.
+    pub fn next(&mut self) -> Option<Bytes> {
+        if self.pieces.is_empty() && !self.buf.is_empty() {
+            self.seal();
+        }
+        let piece = self.pieces.pop_front()?;
+        self.len = self.len.saturating_sub(piece.len());
+        Some(piece)
+    }
+
+    /// Moves what `buf` gathered into the pieces, ahead of a payload.
+    fn seal(&mut self) {
+        if !self.buf.is_empty() {
+            self.pieces.push_back(self.buf.split().freeze());
+        }
+    }
+
+    fn grew(&mut self, before: usize) {
+        self.len = self.len.saturating_add(self.buf.len().saturating_sub(before));
+    }
+
+    pub fn preface(&mut self) {
+        let before = self.buf.len();
+        self.buf.extend_from_slice(frame::PREFACE);
+        self.grew(before);
+    }
+
+    pub fn settings(&mut self, settings: &Settings) {
+        let before = self.buf.len();
+        written(frame::write_settings(&mut self.buf, settings));
+        self.grew(before);
+    }
+
+    pub fn settings_ack(&mut self) {
+        let before = self.buf.len();
+        frame::write_settings_ack(&mut self.buf);
+        self.grew(before);
+    }
+
+    pub fn ping_ack(&mut self, payload: [u8; 8]) {
+        let before = self.buf.len();
+        frame::write_ping_ack(&mut self.buf, payload);
+        self.grew(before);
+    }
+
+    pub fn window_update(&mut self, stream: u32, increment: u32) {
+        let before = self.buf.len();
+        written(frame::write_window_update(&mut self.buf, stream, increment));
+        self.grew(before);
+    }
+
+    pub fn rst_stream(&mut self, stream: u32, code: ErrorCode) {
+        let before = self.buf.len();
+        written(frame::write_rst_stream(&mut self.buf, stream, code));
+        self.grew(before);
+    }
+
+    pub fn go_away(&mut self, last_stream: u32, code: ErrorCode, debug: &[u8]) {
+        let before = self.buf.len();
+        written(frame::write_goaway(&mut self.buf, last_stream, code, debug));
+        self.grew(before);
+    }
+
+    /// A header section, encoded now and cut into HEADERS and CONTINUATION frames.
+    pub fn head(
+        &mut self,
+        encoder: &mut Encoder,
+        stream: u32,
+        fields: &[Field],
+        end_stream: bool,
+        max_frame: u32,
+    ) {
+        let mut block = BytesMut::new();
+        encoder.encode(fields.iter().map(Field::as_field_ref), &mut block);
+        let before = self.buf.len();
+        written(frame::write_headers(&mut self.buf, stream, &block, end_stream, max_frame));
+        self.grew(before);
+    }
+
+    /// A DATA frame: its header gathered, its payload a piece of its own.
+    fn data(&mut self, stream: u32, payload: Bytes, end_stream: bool) {
+        let before = self.buf.len();
+        written(frame::write_data_header(&mut self.buf, stream, payload.len(), end_stream));
+        self.grew(before);
+        if !payload.is_empty() {
+            self.seal();
+            self.len = self.len.saturating_add(payload.len());
+            self.pieces.push_back(payload);
+        }
+    }
+
+    /// `stream` has something to send: it joins the turn if not in it.
+    pub fn mark_ready(&mut self, stream: u32) {
+        if !self.ready.contains(&stream) {
+            self.ready.push_back(stream);
+        }
+    }
+}
+
+impl Connection {
+    /// Moves DATA (and the END_STREAM or trailers after it) from the streams' queues to
+    /// the output, a frame per stream in turn, as the windows allow, until the output
+    /// reaches its high-water mark or no stream can send.
+    pub(super) fn schedule(&mut self) {
+        while self.output.len < OUTPUT_HIGH {
+            let Some(id) = self.output.ready.pop_front() else { break };
+            // A blocked stream leaves the turn: a WINDOW_UPDATE marks it ready again.
+            if let Turn::More = self.send_one(id) {
+                self.output.ready.push_back(id);
+            }
+        }
+    }
+
+    /// One frame of `stream`'s queue, if the windows allow.
+    fn send_one(&mut self, id: u32) -> Turn {
+        let max_frame = usize::try_from(self.peer.max_frame_size).unwrap_or(16_384);
+        let conn_room = self.send_window.available();
+        let Some(s) = self.streams.get_mut(&id) else { return Turn::Done };
+        if !s.state.can_send() {
+            return Turn::Done;
+        }
+        if s.queued_len > 0 {
+            let room = s.send.available().min(conn_room).min(max_frame);
+            if room == 0 {
+                return Turn::Blocked;
+            }
+            let Some(front) = s.queued.front_mut() else { return Turn::Done };
+            let take = room.min(front.len());
+            let piece = if take == front.len() {
+                s.queued.pop_front().unwrap_or_default()
+            } else {
+                front.split_to(take)
+            };
+            s.queued_len = s.queued_len.saturating_sub(piece.len());
+            s.send.spend(piece.len());
+            let last = s.queued_len == 0 && s.end_queued && s.trailers.is_none();
+            let waiting = s.waiting;
+            if waiting {
+                s.waiting = false;
+            }
+            self.send_window.spend(piece.len());
+            self.output.data(id, piece, last);
+            self.guard.on_frame_written();
+            if waiting {
+                self.events.push_back(Event::Writable { stream: id });
+            }
+            if last {
+                self.end_sent(id);
+                return Turn::Done;
+            }
+            return if self.streams.get(&id).is_some_and(|s| s.has_pending()) {
+                Turn::More
+            } else {
+                Turn::Done
+            };
+        }
+        if let Some(trailers) = s.trailers.take() {
+            let max = self.peer.max_frame_size;
+            self.output.head(&mut self.encoder, id, &trailers, true, max);
+            self.end_sent(id);
+            return Turn::Done;
+        }
+        if s.end_queued && matches!(s.state, State::Open | State::HalfClosedRemote) {
+            self.output.data(id, Bytes::new(), true);
+            self.end_sent(id);
+        }
+        Turn::Done
+    }
+}
+
+/// The engine writes only frames the frame layer accepts (valid ids, increments,
+/// settings and lengths): a refusal here would be the engine's bug, never the peer's.
+fn written(result: Result<(), EncodeError>) {
+    debug_assert!(result.is_ok(), "the engine wrote a frame the frame layer refuses: {result:?}");
+}
+
+/// What one stream's turn came to.
+enum Turn {
+    /// It has more to send now.
+    More,
+    /// Nothing left, or nothing it can send until the application queues more.
+    Done,
+    /// It has DATA but no window.
+    Blocked,
+}
