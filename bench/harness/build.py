@@ -15,7 +15,7 @@ from pathlib import Path
 
 # The workspace (a folder of the repository) each binary is built in, and how.
 BINARIES = {"holdfast": ".", "bench-origin": "bench", "bench-load": "bench",
-            "h2-floor": "bench", "floor": "bench"}
+            "h2-floor": "bench", "h2-engine-floor": "bench", "floor": "bench"}
 BUILDS = {".": ["cargo", "build", "--release", "-p", "holdfast"],
           "bench": ["cargo", "build", "--release", "-p", "holdfast-bench-tools"]}
 

@@ -45,7 +45,8 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 @dataclass(frozen=True)
 class Contender:
     name: str
-    program: str | None  # "nginx", "haproxy", "holdfast", "h2-floor" or "floor"; None: direct
+    program: str | None  # "nginx", "haproxy", "holdfast", "h2-floor", "h2-engine-floor" or
+    # "floor"; None: direct
     config: str | None  # template in bench/configs/
     about: str
     # Runs only in the scenarios that name it (Scenario.contenders), not in every scenario.
@@ -106,6 +107,11 @@ CONTENDERS = [
               "the smallest h2c-to-h2c relay on the h2 crate (bench/tools/src/bin/h2-floor.rs), "
               "one upstream connection: the crate's own cost, a floor for holdfast",
               only_where_named=True, h2_configs=(("both", None),)),
+    Contender("h2-engine-floor", "h2-engine-floor", None,
+              "the same relay on holdfast's own HTTP/2 engine, holdfast-h2 "
+              "(bench/tools/src/bin/h2-engine-floor.rs), one upstream connection per client "
+              "connection, one task for both: the floor holdfast moves to with the engine",
+              only_where_named=True, h2_configs=(("both", None),)),
     Contender("floor", "floor", None,
               "the smallest HTTP/1.1 relay with pooled upstream connections "
               "(bench/tools/src/bin/floor.rs), one thread: the cost of relaying the bytes, "
@@ -115,7 +121,7 @@ CONTENDERS = [
 BY_NAME = {c.name: c for c in CONTENDERS}
 
 # The better of these two, per metric, is the "best peer" the targets compare against
-# (h2-floor and floor never are: they are floors, see report.h2_floor_line and
+# (h2-floor, h2-engine-floor and floor never are: they are floors, see report.h2_floor_line and
 # report.floor_table).
 PEERS = ("nginx-tuned", "haproxy")
 
@@ -240,6 +246,10 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config
         if h2 != "both":
             raise StartError(f"{contender.name} only relays h2c clients to an h2c origin")
         argv = [bins["h2-floor"], "--listen", listen, "--upstream", origin.address]
+    elif contender.program == "h2-engine-floor":
+        if h2 != "both":
+            raise StartError(f"{contender.name} only relays h2c clients to an h2c origin")
+        argv = [bins["h2-engine-floor"], "--listen", listen, "--upstream", origin.address]
     elif contender.program == "floor":
         if tls is not None or h2 is not None:
             raise StartError(f"{contender.name} only relays cleartext HTTP/1.1")

@@ -72,10 +72,10 @@ HTTPS_CLIENTS = ("direct", "nginx-tuned", "haproxy", "holdfast")
 HTTPS_ORIGIN = ("nginx-tuned", "nginx-no-reuse", "haproxy", "holdfast")
 # HTTP/2: the proxies with an h2c listener, and no proxy at all (h2load straight to the
 # h2c origin, the load side's ceiling). To an h2c origin nginx runs as nginx-grpc
-# (`grpc_pass`), its only HTTP/2 upstream; h2-floor, the h2 crate's own relay, runs
-# there as holdfast's floor (not a peer).
+# (`grpc_pass`), its only HTTP/2 upstream; h2-floor, the h2 crate's own relay, and
+# h2-engine-floor, the same relay on holdfast-h2, run there as floors (not peers).
 H2_TO_H1 = ("direct", "nginx-tuned", "haproxy", "holdfast")
-H2_TO_H2C = ("direct", "nginx-grpc", "haproxy", "holdfast", "h2-floor")
+H2_TO_H2C = ("direct", "nginx-grpc", "haproxy", "holdfast", "h2-floor", "h2-engine-floor")
 # The HTTP/1.1 scenarios floor runs in: every contender that runs wherever it is not named
 # (contenders.Contender.only_where_named), then floor, the smallest HTTP/1.1 relay, as
 # holdfast's floor (not a peer).
@@ -149,8 +149,8 @@ SCENARIOS = [
     Scenario("h2-to-h2c", f"the same HTTP/2 clients (h2load -c{H2_CONNECTIONS} "
              f"-m{H2_STREAMS}) through the proxy to an h2c origin (bench-origin --h2c, 100 "
              "concurrent streams per connection), 100 B responses; nginx runs as "
-             "nginx-grpc (grpc_pass); h2-floor, the smallest relay on the h2 crate, runs "
-             "as a floor, not a peer", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
+             "nginx-grpc (grpc_pass); h2-floor, the smallest relay on the h2 crate, and "
+             "h2-engine-floor, the same on holdfast's own engine, run as floors, not peers", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
              streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
              peers=("nginx-grpc", "haproxy")),
     Scenario("latency-tiny", f"latency at one fixed rate, {LATENCY_SHARE:.0%} of the lowest "
