@@ -409,8 +409,12 @@ impl Connection {
         if self.role == Role::Client && s.enable_push == Some(true) {
             return Err(H2Error::Connection(ErrorCode::ProtocolError));
         }
-        if let Some(n) = s.max_concurrent_streams {
-            self.peer.max_concurrent_streams = n;
+        match s.max_concurrent_streams {
+            Some(n) => self.peer.max_concurrent_streams = n,
+            // Section 6.5.2: no limit unless the peer sets one; what we assumed before its
+            // first SETTINGS goes.
+            None if !self.peer_ready => self.peer.max_concurrent_streams = u32::MAX,
+            None => {}
         }
         if let Some(size) = s.max_frame_size {
             self.peer.max_frame_size = size;

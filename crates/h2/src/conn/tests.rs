@@ -756,6 +756,24 @@ fn a_client_opens_no_more_streams_than_the_server_allows() {
 }
 
 #[test]
+fn a_client_opens_at_most_a_hundred_streams_before_the_servers_settings() {
+    // Section 6.5.2: the server's limit is unknown until its SETTINGS come, and servers
+    // commonly allow 100 (the value the section recommends as a minimum); streams past
+    // the limit would only be refused. nghttp2 and Go's client assume 100 too.
+    let mut conn = Connection::client(Config::default());
+    for _ in 0..100 {
+        conn.open(&request(GET), true, false).unwrap();
+    }
+    assert!(!conn.can_open());
+    assert_eq!(conn.open(&request(GET), true, false), Err(SendError::Refused));
+    // SETTINGS without SETTINGS_MAX_CONCURRENT_STREAMS: no limit.
+    let mut peer = Peer::new();
+    peer.read(&mut conn);
+    peer.settings(frame::Settings::default()).send(&mut conn).unwrap();
+    assert!(conn.can_open());
+}
+
+#[test]
 fn a_server_stream_the_client_never_opened_is_a_protocol_error() {
     let (mut conn, mut peer) = client_with(frame::Settings::default());
     assert_eq!(
