@@ -7,6 +7,9 @@
 //!   fastest, grpc-go's window growth over a connection's life).
 //! - Streams the peer reset before their answer (rapid reset, CVE-2023-44487).
 //! - Streams the engine reset for the peer's errors.
+//! - Streams refused for the concurrency limit before the peer acknowledged our
+//!   SETTINGS: not its errors (it may not know the limit yet), but each still makes the
+//!   engine write an RST_STREAM, so they have a bound of their own.
 //! - Empty DATA frames without END_STREAM (CVE-2019-9518).
 //! - Header blocks cut into more CONTINUATION frames, or grown larger, than any field
 //!   section under the list limit needs (CONTINUATION floods, 2024).
@@ -26,6 +29,9 @@ pub struct Limits {
     pub max_peer_resets: u32,
     /// Streams the engine reset for the peer's errors.
     pub max_error_resets: u32,
+    /// Streams refused for the concurrency limit before the peer acknowledged our
+    /// SETTINGS.
+    pub max_early_refusals: u32,
     /// Empty DATA frames without END_STREAM.
     pub max_empty_frames: u32,
     /// Frames one header block may be cut into.
@@ -41,6 +47,10 @@ impl Default for Limits {
             settings_per_second: 5,
             max_peer_resets: 100,
             max_error_resets: 256,
+            // A client with a queue of requests may open them all at once before our
+            // SETTINGS arrive (the h2 crate does): thousands are honest, and 10,000
+            // RST_STREAM frames are 130 KB.
+            max_early_refusals: 10_000,
             max_empty_frames: 100,
             max_block_frames: 64,
         }
@@ -55,6 +65,7 @@ pub(super) struct Guard {
     settings: Bucket,
     peer_resets: u32,
     error_resets: u32,
+    early_refusals: u32,
     empty_frames: u32,
 }
 
@@ -67,6 +78,7 @@ impl Guard {
             settings: Bucket::new(limits.settings_burst, limits.settings_per_second),
             peer_resets: 0,
             error_resets: 0,
+            early_refusals: 0,
             empty_frames: 0,
             limits,
         }
@@ -99,6 +111,11 @@ impl Guard {
     pub fn on_error_reset(&mut self) -> Result<(), ErrorCode> {
         self.error_resets = self.error_resets.saturating_add(1);
         (self.error_resets <= self.limits.max_error_resets).then_some(()).ok_or(CALM)
+    }
+
+    pub fn on_early_refusal(&mut self) -> Result<(), ErrorCode> {
+        self.early_refusals = self.early_refusals.saturating_add(1);
+        (self.early_refusals <= self.limits.max_early_refusals).then_some(()).ok_or(CALM)
     }
 
     pub fn on_empty_frame(&mut self) -> Result<(), ErrorCode> {

@@ -175,9 +175,12 @@ pub struct Connection {
     error: Option<ErrorCode>,
 }
 
-/// The peer's SETTINGS that matter to us (RFC 9113 section 6.5.2 defaults).
+/// The peer's SETTINGS that matter to us (RFC 9113 section 6.5.2 defaults, but for the
+/// stream limit before its first SETTINGS).
 #[derive(Debug, Clone, Copy)]
 struct PeerSettings {
+    /// Until the peer's first SETTINGS: [`STREAMS_BEFORE_SETTINGS`]; then what it set,
+    /// or no limit.
     max_concurrent_streams: u32,
     initial_window: u32,
     max_frame_size: u32,
@@ -187,7 +190,7 @@ struct PeerSettings {
 impl Default for PeerSettings {
     fn default() -> PeerSettings {
         PeerSettings {
-            max_concurrent_streams: u32::MAX,
+            max_concurrent_streams: STREAMS_BEFORE_SETTINGS,
             initial_window: flow::DEFAULT_WINDOW,
             max_frame_size: 16_384,
             connect_protocol: false,
@@ -560,6 +563,12 @@ impl Connection {
         }
     }
 }
+
+/// The streams a client opens before the server's first SETTINGS says its limit.
+/// Section 6.5.2 sets none, but servers commonly allow 100 (the smallest value it
+/// recommends), and a stream past the limit is only refused: opening 1,000 streams at
+/// once would have 900 refused. nghttp2 and Go's client assume 100 too.
+const STREAMS_BEFORE_SETTINGS: u32 = 100;
 
 /// The largest stream id (section 5.1.1).
 const MAX_STREAM_ID: u32 = (1 << 31) - 1;

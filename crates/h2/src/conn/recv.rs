@@ -295,7 +295,7 @@ impl Connection {
         }
         // Section 5.1.2: past our limit, refused (it may be sent again).
         if self.active >= self.config.max_concurrent_streams {
-            return Err(H2Error::Stream { stream, code: ErrorCode::RefusedStream });
+            return self.refuse(stream);
         }
         let state = if end_stream { State::HalfClosedRemote } else { State::Open };
         let mut s = Stream::new(state, self.peer.initial_window, self.config.stream_window);
@@ -317,6 +317,21 @@ impl Connection {
             }
         }
         self.events.push_back(Event::Head { stream, head, end_stream });
+        Ok(())
+    }
+
+    /// Refuses a new stream past our limit. Until the client acknowledged our SETTINGS
+    /// it may not know the limit (it may open streams before they reach it, sections
+    /// 3.4 and 6.5.3), so the refusal is not its error and does not count toward the
+    /// flood limit of error resets, only toward the looser one of early refusals; after,
+    /// it is, and does.
+    fn refuse(&mut self, stream: u32) -> Result<(), H2Error> {
+        if self.unacked_settings == 0 {
+            return Err(H2Error::Stream { stream, code: ErrorCode::RefusedStream });
+        }
+        self.guard.on_early_refusal().map_err(H2Error::Connection)?;
+        self.output.rst_stream(stream, ErrorCode::RefusedStream);
+        self.remember_closed(stream, Closed::ResetByUs);
         Ok(())
     }
 
@@ -409,8 +424,12 @@ impl Connection {
         if self.role == Role::Client && s.enable_push == Some(true) {
             return Err(H2Error::Connection(ErrorCode::ProtocolError));
         }
-        if let Some(n) = s.max_concurrent_streams {
-            self.peer.max_concurrent_streams = n;
+        match s.max_concurrent_streams {
+            Some(n) => self.peer.max_concurrent_streams = n,
+            // Section 6.5.2: no limit unless the peer sets one; what we assumed before its
+            // first SETTINGS goes.
+            None if !self.peer_ready => self.peer.max_concurrent_streams = u32::MAX,
+            None => {}
         }
         if let Some(size) = s.max_frame_size {
             self.peer.max_frame_size = size;

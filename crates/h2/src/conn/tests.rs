@@ -379,6 +379,51 @@ fn streams_over_the_limit_are_refused_and_hpack_stays_in_step() {
     assert_eq!(head.unwrap().fields, vec![field("x-seen", "one")]);
 }
 
+#[test]
+fn streams_refused_before_the_client_acknowledged_our_settings_do_not_end_the_connection() {
+    // A client may open streams before our SETTINGS reach it (sections 3.4 and 6.5.3):
+    // those past our limit are refused, but they are not its errors, and a burst of
+    // them must not end the connection (the h2 crate opens every stream it is asked for
+    // until the server's SETTINGS come).
+    let mut conn = Connection::server(Config::default());
+    let mut peer = Peer::new();
+    peer.preface().settings(frame::Settings::default());
+    let mut id = 1;
+    for _ in 0..500 {
+        peer.headers(id, GET, true);
+        id += 2;
+    }
+    peer.send(&mut conn).unwrap();
+    let out = peer.read(&mut conn);
+    let refused = resets(&out);
+    assert_eq!(refused.len(), 400);
+    assert!(refused.iter().all(|&(_, code)| code == ErrorCode::RefusedStream));
+    assert_eq!(goaway_code(&out), None);
+    // Once it acknowledged them it knows the limit: streams past it are its errors
+    // again, and a flood of them is cut off.
+    peer.settings_ack();
+    for _ in 0..300 {
+        peer.headers(id, GET, true);
+        id += 2;
+    }
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::EnhanceYourCalm));
+}
+
+#[test]
+fn refusals_before_the_client_acknowledged_our_settings_have_a_bound_of_their_own() {
+    let limits = Limits { max_early_refusals: 10, ..Limits::default() };
+    let config = Config { max_concurrent_streams: 1, limits, ..Config::default() };
+    let mut conn = Connection::server(config);
+    let mut peer = Peer::new();
+    peer.preface().settings(frame::Settings::default());
+    for id in (1..=23).step_by(2) {
+        peer.headers(id, GET, true);
+    }
+    // Stream 1 is taken, 3 to 21 are the ten refusals allowed, 23 is one too many.
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::EnhanceYourCalm));
+    assert_eq!(resets(&peer.read(&mut conn)).len(), 10);
+}
+
 // ---- Section 6.10 and 4.3: header blocks ---------------------------------------------
 
 #[test]
@@ -753,6 +798,24 @@ fn a_client_opens_no_more_streams_than_the_server_allows() {
     conn.open(&request(GET), true, false).unwrap();
     assert!(!conn.can_open());
     assert_eq!(conn.open(&request(GET), true, false), Err(SendError::Refused));
+}
+
+#[test]
+fn a_client_opens_at_most_a_hundred_streams_before_the_servers_settings() {
+    // Section 6.5.2: the server's limit is unknown until its SETTINGS come, and servers
+    // commonly allow 100 (the value the section recommends as a minimum); streams past
+    // the limit would only be refused. nghttp2 and Go's client assume 100 too.
+    let mut conn = Connection::client(Config::default());
+    for _ in 0..100 {
+        conn.open(&request(GET), true, false).unwrap();
+    }
+    assert!(!conn.can_open());
+    assert_eq!(conn.open(&request(GET), true, false), Err(SendError::Refused));
+    // SETTINGS without SETTINGS_MAX_CONCURRENT_STREAMS: no limit.
+    let mut peer = Peer::new();
+    peer.read(&mut conn);
+    peer.settings(frame::Settings::default()).send(&mut conn).unwrap();
+    assert!(conn.can_open());
 }
 
 #[test]
