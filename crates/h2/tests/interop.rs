@@ -15,7 +15,6 @@ mod tool;
 
 use std::collections::BTreeMap;
 use std::future::poll_fn;
-use std::path::PathBuf;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +27,7 @@ use holdfast_h2::conn::Config;
 use support::Rng;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tool::{have, path, run_tool, scratch, skip_or_fail, stdout, tool_version};
+use tool::{have, path, run_tool, scratch, stdout};
 
 const MIB: usize = 1024 * 1024;
 
@@ -64,42 +63,6 @@ async fn curl_posts_three_mebibytes_to_echo_and_gets_them_back() {
     let out = run_tool("curl", &[&curl_args(), &args[..]].concat()).await;
     assert_eq!(stdout(&out), format!("200 2 {} {}\n", 3 * MIB, 3 * MIB));
     assert_same_bytes("curl's echo", &std::fs::read(&echoed).unwrap(), &sent);
-    assert_clean(&origin).await;
-}
-
-#[tokio::test]
-async fn curl_fetches_several_urls_over_one_connection() {
-    if !have("curl") {
-        return;
-    }
-    // curl 7.88 fails every transfer after the first on a reused prior-knowledge
-    // connection, whatever the server (curl/curl#10634, fixed in 8.0.0).
-    let version = tool_version("curl").await;
-    if version.starts_with("curl 7.88.") {
-        let version = version.split(' ').take(2).collect::<Vec<_>>().join(" ");
-        skip_or_fail(&format!(
-            "{version} cannot reuse an HTTP/2 prior-knowledge connection \
-             (curl/curl#10634, fixed in curl 8.0.0)"
-        ));
-        return;
-    }
-    let origin = Origin::start(Config::default()).await;
-    let dir = scratch("curl_fetches_several_urls_over_one_connection");
-    let paths = ["/size/10", "/size/100000", "/trailers", "/missing"];
-    let urls: Vec<String> = paths.iter().map(|p| origin.url(p)).collect();
-    let files: Vec<PathBuf> = (0..paths.len()).map(|i| dir.join(format!("body{i}"))).collect();
-    let mut args: Vec<&str> = vec!["-sS", "--http2-prior-knowledge", "--max-time", "20"];
-    args.extend(["-w", "%{http_code} %{num_connects} %{size_download}\\n"]);
-    for (url, file) in urls.iter().zip(&files) {
-        args.extend(["-o", path(file), url]);
-    }
-    let out = run_tool("curl", &args).await;
-    let expected = format!("200 1 10\n200 0 100000\n200 0 {TRAILERS_BODY_LEN}\n404 0 0\n");
-    assert_eq!(stdout(&out), expected, "num_connects 0: the connection was reused");
-    assert_eq!(origin.connections(), 1);
-    let seen: Vec<String> = origin.requests().into_iter().map(|r| r.path).collect();
-    assert_eq!(seen, paths);
-    assert_same_bytes("/size/100000", &std::fs::read(&files[1]).unwrap(), &pattern(100_000));
     assert_clean(&origin).await;
 }
 

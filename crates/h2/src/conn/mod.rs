@@ -70,6 +70,9 @@ pub struct Config {
     /// DATA the application may queue on one stream beyond what the peer's window lets
     /// out at once.
     pub send_buffer: usize,
+    /// The most DATA queued on one stream, whatever the peer's window (a peer may grant
+    /// 2^31 − 1 and then not read): the bound on what a stream's sender holds.
+    pub max_queued: usize,
     /// Flood limits.
     pub limits: Limits,
 }
@@ -84,6 +87,7 @@ impl Default for Config {
             max_header_list_size: 64 * 1024,
             connect_protocol: false,
             send_buffer: 64 * 1024,
+            max_queued: 256 * 1024,
             limits: Limits::default(),
         }
     }
@@ -307,7 +311,10 @@ impl Connection {
     }
 
     /// The next bytes to write to the socket, in order; `None` when nothing is waiting.
-    /// Each piece must be written whole before the next is asked for.
+    /// Pieces are written in the order they come; several may be taken for one
+    /// vectored write. DATA is moved out of the streams' queues only while less than
+    /// 64 KiB is waiting here, so what has been taken and not written stays bounded by
+    /// what the caller takes at once.
     pub fn next_output(&mut self) -> Option<Bytes> {
         if self.output.is_empty() {
             self.schedule();
@@ -396,17 +403,26 @@ impl Connection {
         Ok(())
     }
 
-    /// Room to queue DATA on a stream now: its send window less what is queued, plus
-    /// the send buffer. 0 means wait for [`Event::Writable`].
+    /// Room to queue DATA on a stream now: the peer's window plus the send buffer, at
+    /// most `max_queued` in all, less what is queued. 0 means wait for
+    /// [`Event::Writable`].
     pub fn capacity(&mut self, stream: u32) -> usize {
-        let buffer = self.config.send_buffer;
+        let (buffer, max_queued) = (self.config.send_buffer, self.config.max_queued);
         let Some(s) = self.streams.get_mut(&stream) else { return 0 };
-        if !s.state.can_send() || s.end_queued {
-            return 0;
-        }
-        let room = s.send.available().saturating_add(buffer).saturating_sub(s.queued_len);
+        let room = s.room(buffer, max_queued);
         s.waiting = room == 0;
         room
+    }
+
+    /// Tells the application there is room on `stream` again, if it found none before
+    /// and there is now.
+    fn wake_if_room(&mut self, stream: u32) {
+        let (buffer, max_queued) = (self.config.send_buffer, self.config.max_queued);
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        if s.waiting && s.room(buffer, max_queued) > 0 {
+            s.waiting = false;
+            self.events.push_back(Event::Writable { stream });
+        }
     }
 
     /// Queues DATA on a stream; it goes out as the windows allow. At most

@@ -444,14 +444,15 @@ impl Connection {
         if let Some(window) = s.initial_window_size {
             let old = self.peer.initial_window;
             self.peer.initial_window = window;
+            let mut moved = Vec::with_capacity(self.streams.len());
             for (id, stream) in self.streams.iter_mut() {
                 stream.send.resize(old, window)?;
-                if window > old && stream.waiting {
-                    stream.waiting = false;
-                    self.events.push_back(Event::Writable { stream: *id });
-                }
-                if stream.has_pending() {
-                    self.output.mark_ready(*id);
+                moved.push((*id, stream.has_pending()));
+            }
+            for (id, pending) in moved {
+                self.wake_if_room(id);
+                if pending {
+                    self.output.mark_ready(id);
                 }
             }
         }
@@ -518,11 +519,9 @@ impl Connection {
             return Ok(());
         }
         s.send.grow(increment, stream)?;
-        if s.waiting {
-            s.waiting = false;
-            self.events.push_back(Event::Writable { stream });
-        }
-        if s.has_pending() {
+        let pending = s.has_pending();
+        self.wake_if_room(stream);
+        if pending {
             self.output.mark_ready(stream);
         }
         Ok(())

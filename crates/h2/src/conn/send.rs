@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 
 use super::state::State;
-use super::{Connection, Event};
+use super::Connection;
 use crate::error::ErrorCode;
 use crate::frame::{self, EncodeError, Settings};
 use crate::hpack::{Encoder, Field};
@@ -170,16 +170,11 @@ impl Connection {
             s.queued_len = s.queued_len.saturating_sub(piece.len());
             s.send.spend(piece.len());
             let last = s.queued_len == 0 && s.end_queued && s.trailers.is_none();
-            let waiting = s.waiting;
-            if waiting {
-                s.waiting = false;
-            }
             self.send_window.spend(piece.len());
             self.output.data(id, piece, last);
             self.guard.on_frame_written();
-            if waiting {
-                self.events.push_back(Event::Writable { stream: id });
-            }
+            // Room comes back here only where `max_queued` was what held it.
+            self.wake_if_room(id);
             if last {
                 self.end_sent(id);
                 return Turn::Done;

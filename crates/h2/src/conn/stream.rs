@@ -68,6 +68,16 @@ impl Stream {
         }
     }
 
+    /// Room to queue DATA now: the peer's window plus `buffer`, at most `max_queued` in
+    /// all, less what is queued; 0 once the sending side ended.
+    pub fn room(&self, buffer: usize, max_queued: usize) -> usize {
+        if !self.state.can_send() || self.end_queued {
+            return 0;
+        }
+        let allowed = self.send.available().saturating_add(buffer).min(max_queued);
+        allowed.saturating_sub(self.queued_len)
+    }
+
     /// Whether anything is waiting to go out on it.
     pub fn has_pending(&self) -> bool {
         self.queued_len > 0 || (self.end_queued && self.state.can_send())

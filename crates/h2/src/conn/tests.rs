@@ -607,6 +607,27 @@ fn data_waits_for_the_peers_window_and_goes_when_it_opens() {
 }
 
 #[test]
+fn what_a_stream_may_queue_is_bounded_whatever_window_the_peer_grants() {
+    let (mut conn, mut peer) = server();
+    let huge =
+        frame::Settings { initial_window_size: Some(frame::MAX_WINDOW_SIZE), ..Default::default() };
+    peer.settings(huge).headers(1, GET, true).send(&mut conn).unwrap();
+    events(&mut conn);
+    conn.send_head(1, &[field(":status", "200")], false).unwrap();
+    let max = Config::default().max_queued;
+    assert_eq!(conn.capacity(1), max);
+    conn.send_data(1, Bytes::from(vec![0; max]), false).unwrap();
+    assert_eq!(conn.capacity(1), 0, "the peer's 2 GiB window is not ours to fill");
+    assert_eq!(conn.send_data(1, Bytes::from_static(b"x"), false), Err(SendError::Full));
+    // Writing out what the connection's window allows frees room, and says so once.
+    peer.read(&mut conn);
+    let writable =
+        events(&mut conn).iter().filter(|e| **e == Event::Writable { stream: 1 }).count();
+    assert_eq!(writable, 1);
+    assert!(conn.capacity(1) > 0);
+}
+
+#[test]
 fn a_window_pushed_past_its_maximum_is_a_flow_control_error() {
     let (mut conn, mut peer) = server();
     peer.headers(1, POST, false).window_update(1, frame::MAX_WINDOW_SIZE).send(&mut conn).unwrap();

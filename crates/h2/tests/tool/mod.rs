@@ -34,12 +34,6 @@ pub fn skip_or_fail(why: &str) {
     println!("skipped: {why}");
 }
 
-/// The first line of `tool --version`.
-pub async fn tool_version(tool: &str) -> String {
-    let out = run_tool(tool, &["--version"]).await;
-    stdout(&out).lines().next().unwrap_or_default().to_owned()
-}
-
 /// Runs `program` with `args` to its end (killed if it takes longer than the wait
 /// bound) and checks it succeeded.
 pub async fn run_tool(program: &str, args: &[&str]) -> Output {
