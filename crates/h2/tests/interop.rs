@@ -27,7 +27,7 @@ use holdfast_h2::conn::Config;
 use support::Rng;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tool::{have, path, run_tool, scratch, stdout};
+use tool::{have, have_python_module, path, run_tool, scratch, stdout};
 
 const MIB: usize = 1024 * 1024;
 
@@ -237,6 +237,125 @@ async fn node_makes_ten_requests_on_one_session() {
     let got: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
     assert_eq!(got, expected);
     assert_eq!(origin.connections(), 1);
+    assert_clean(&origin).await;
+}
+
+// ---- Python: the h2 library and grpcio as clients ------------------------------------
+
+/// A client on Python's `h2` library (a state machine like ours, over a plain socket):
+/// six streams at once on one connection, then a line per stream: path, status, body
+/// length, checksum (the sum of the bytes modulo 2^32) and the `grpc-status` trailer.
+const PYTHON_H2_CLIENT: &str = r#"
+import socket, sys
+import h2.connection, h2.events
+host, port = sys.argv[1], int(sys.argv[2])
+sock = socket.create_connection((host, port), timeout=20)
+conn = h2.connection.H2Connection()
+conn.initiate_connection()
+conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16384})
+asks = [("GET", "/size/0", b""), ("GET", "/size/100000", b""), ("GET", "/trailers", b""),
+        ("POST", "/echo", bytes(i % 251 for i in range(90000))), ("GET", "/missing", b""),
+        ("POST", "/echo", b"")]
+streams = {}
+for method, path, body in asks:
+    sid = conn.get_next_available_stream_id()
+    headers = [(":method", method), (":scheme", "http"), (":path", path),
+               (":authority", f"{host}:{port}")]
+    conn.send_headers(sid, headers, end_stream=not body)
+    streams[sid] = {"path": path, "body": bytearray(), "status": None, "grpc": "-", "up": body}
+sock.sendall(conn.data_to_send())
+open_ = set(streams)
+while open_:
+    # Uploads go as the window allows.
+    for sid in list(open_):
+        s = streams[sid]
+        if s["up"]:
+            n = min(len(s["up"]), conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+            if n > 0:
+                chunk, s["up"] = s["up"][:n], s["up"][n:]
+                conn.send_data(sid, chunk, end_stream=not s["up"])
+    sock.sendall(conn.data_to_send())
+    data = sock.recv(65536)
+    if not data:
+        break
+    for event in conn.receive_data(data):
+        if isinstance(event, h2.events.ResponseReceived):
+            streams[event.stream_id]["status"] = dict(event.headers)[b":status"].decode()
+        elif isinstance(event, h2.events.DataReceived):
+            streams[event.stream_id]["body"] += event.data
+            conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.TrailersReceived):
+            streams[event.stream_id]["grpc"] = dict(event.headers).get(b"grpc-status", b"-").decode()
+        elif isinstance(event, h2.events.StreamEnded):
+            open_.discard(event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            print(f"reset {event.stream_id} {event.error_code}")
+            open_.discard(event.stream_id)
+    sock.sendall(conn.data_to_send())
+for sid in sorted(streams):
+    s = streams[sid]
+    print(s["path"], s["status"], len(s["body"]), sum(s["body"]) % 2**32, s["grpc"])
+"#;
+
+#[tokio::test]
+async fn python_h2_runs_six_streams_with_uploads_through_small_windows() {
+    if !have_python_module("h2", "h2") {
+        return;
+    }
+    let origin = Origin::start(Config::default()).await;
+    let port = origin.addr.port().to_string();
+    let out = run_tool("python3", &["-c", PYTHON_H2_CLIENT, "127.0.0.1", &port]).await;
+    let sum = |body: &[u8]| body.iter().map(|&b| u64::from(b)).sum::<u64>() % (1 << 32);
+    let upload: Vec<u8> = (0..90_000u32).map(|i| (i % 251) as u8).collect();
+    let trailers_body = pattern(TRAILERS_BODY_LEN);
+    let expected = [
+        "/size/0 200 0 0 -".to_owned(),
+        format!("/size/100000 200 100000 {} -", sum(&pattern(100_000))),
+        format!("/trailers 200 {TRAILERS_BODY_LEN} {} 0", sum(&trailers_body)),
+        format!("/echo 200 90000 {} -", sum(&upload)),
+        "/missing 404 0 0 -".to_owned(),
+        "/echo 200 0 0 -".to_owned(),
+    ];
+    let text = stdout(&out);
+    let got: Vec<&str> = text.lines().collect();
+    assert_eq!(got, expected);
+    assert_eq!(origin.connections(), 1);
+    assert_clean(&origin).await;
+}
+
+/// A grpcio client of the origin's echo service, with raw bytes for messages (no
+/// protobuf): unary calls, then a bidirectional stream; a line per call saying what
+/// came back.
+const PYTHON_GRPC_CLIENT: &str = r#"
+import sys
+import grpc
+channel = grpc.insecure_channel(sys.argv[1])
+unary = channel.unary_unary("/interop.Echo/Unary")
+for size in (0, 1, 5000, 300000):
+    message = bytes((i * 7) % 256 for i in range(size))
+    reply = unary(message, timeout=20)
+    print("unary", size, reply == message)
+stream = channel.stream_stream("/interop.Echo/Stream")
+messages = [bytes([i]) * (i * 100) for i in range(1, 41)]
+replies = list(stream(iter(messages), timeout=20))
+print("stream", len(replies), replies == messages)
+"#;
+
+#[tokio::test]
+async fn grpcio_makes_unary_and_streaming_calls() {
+    if !have_python_module("grpc", "grpcio") {
+        return;
+    }
+    let origin = Origin::start(Config::default()).await;
+    let target = format!("127.0.0.1:{}", origin.addr.port());
+    let out = run_tool("python3", &["-c", PYTHON_GRPC_CLIENT, &target]).await;
+    let text = stdout(&out);
+    let got: Vec<&str> = text.lines().collect();
+    let expected =
+        ["unary 0 True", "unary 1 True", "unary 5000 True", "unary 300000 True", "stream 40 True"];
+    assert_eq!(got, expected);
+    let calls = origin.requests().iter().filter(|r| r.path.starts_with("/interop.Echo/")).count();
+    assert_eq!(calls, 5, "each call reached the origin once");
     assert_clean(&origin).await;
 }
 

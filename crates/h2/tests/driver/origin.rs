@@ -4,7 +4,9 @@
 //!
 //! Routes: `GET /size/N` answers N bytes of the pattern; `POST /echo` streams the
 //! request body back as it arrives; `GET /trailers` answers a short body, then trailers
-//! (`grpc-status: 0`); anything else is 404, and a request head over the header list
+//! (`grpc-status: 0`); `POST /interop.Echo/*` is a gRPC echo service (the request's
+//! messages back, `content-type: application/grpc`, then `grpc-status: 0`); anything
+//! else is 404, and a request head over the header list
 //! limit is 431.
 //!
 //! `POST /echo` is the end-to-end flow control a proxy does: a received chunk is
@@ -170,6 +172,7 @@ impl Routes {
         let path = text(&head.pseudo.path);
         let request = Request { method, path, fields: text_fields(&head.fields) };
         let (status, length, answer) = route(&request, end_stream);
+        let grpc = is_grpc(&request.path);
         self.seen.requests.lock().expect("requests lock").push(request);
         let Some(answer) = answer else {
             let _ = conn.send_head(stream, &[field(":status", status)], true);
@@ -178,6 +181,9 @@ impl Routes {
         let mut fields = vec![field(":status", status)];
         if let Some(length) = length {
             fields.push(field("content-length", &length.to_string()));
+        }
+        if grpc {
+            fields.push(field("content-type", "application/grpc"));
         }
         if conn.send_head(stream, &fields, false).is_ok() {
             self.answers.insert(stream, answer);
@@ -206,7 +212,7 @@ impl Routes {
         let end_with_body = answer.trailers.is_none();
         let done = match &mut answer.body {
             Body::Pattern { sent, len } => push_pattern(conn, stream, sent, *len, end_with_body),
-            Body::Echo { queue, ended } => push_echo(conn, stream, queue, *ended),
+            Body::Echo { queue, ended } => push_echo(conn, stream, queue, *ended, end_with_body),
         };
         if done {
             if let Some(trailers) = self.answers.remove(&stream).and_then(|a| a.trailers) {
@@ -227,6 +233,13 @@ fn route(request: &Request, end_stream: bool) -> (&'static str, Option<usize>, O
         ("POST", "/echo", _) => {
             let body = Body::Echo { queue: VecDeque::new(), ended: end_stream };
             ("200", None, Some(Answer { body, trailers: None }))
+        }
+        // gRPC, any method of the echo service: the request's messages come back as they
+        // came (their framing is the body's), then the trailers' status.
+        ("POST", path, _) if is_grpc(path) => {
+            let body = Body::Echo { queue: VecDeque::new(), ended: end_stream };
+            let trailers = Some(vec![field("grpc-status", "0")]);
+            ("200", None, Some(Answer { body, trailers }))
         }
         ("GET", "/trailers", _) => {
             let trailers = Some(vec![field("grpc-status", "0")]);
@@ -265,9 +278,21 @@ fn push_pattern(
     true
 }
 
+/// A path of the gRPC echo service the origin serves.
+fn is_grpc(path: &str) -> bool {
+    path.starts_with("/interop.Echo/")
+}
+
 /// Queues received chunks back while the engine has room, releasing each once queued;
-/// whether the echo is complete.
-fn push_echo(conn: &mut Connection, stream: u32, queue: &mut VecDeque<Bytes>, ended: bool) -> bool {
+/// whether the echo is complete. `end_with_body`: the last DATA ends the stream (else
+/// trailers follow).
+fn push_echo(
+    conn: &mut Connection,
+    stream: u32,
+    queue: &mut VecDeque<Bytes>,
+    ended: bool,
+    end_with_body: bool,
+) -> bool {
     while let Some(front) = queue.front_mut() {
         let room = conn.capacity(stream);
         if room == 0 {
@@ -280,7 +305,7 @@ fn push_echo(conn: &mut Connection, stream: u32, queue: &mut VecDeque<Bytes>, en
         };
         let n = piece.len();
         let last = ended && queue.is_empty();
-        if conn.send_data(stream, piece, last).is_err() {
+        if conn.send_data(stream, piece, last && end_with_body).is_err() {
             return true;
         }
         conn.release(stream, n);
@@ -288,7 +313,7 @@ fn push_echo(conn: &mut Connection, stream: u32, queue: &mut VecDeque<Bytes>, en
             return true;
         }
     }
-    if ended {
+    if ended && end_with_body {
         let _ = conn.send_data(stream, Bytes::new(), true);
     }
     ended

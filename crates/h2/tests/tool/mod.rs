@@ -1,4 +1,5 @@
-//! Running the external peers of the interop tests (curl, nghttp, h2load, node): whether
+//! Running the external peers of the interop tests (curl, nghttp, h2load, node, Python's
+//! h2 and grpcio): whether
 //! one is installed (a test without it skips, or fails under `CI=true`), running one to
 //! its end within the tests' wait bound, and the scratch files they read and write.
 
@@ -22,6 +23,23 @@ pub fn have(tool: &str) -> bool {
         skip_or_fail(&format!("`{tool}` is not installed"));
     }
     runs
+}
+
+/// Whether python3 can import `module` (pip's `package`). If not, the test prints that
+/// it skipped, or fails under `CI=true` (`.ci/run` installs grpcio and h2).
+#[track_caller]
+pub fn have_python_module(module: &str, package: &str) -> bool {
+    let imports = std::process::Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !imports {
+        skip_or_fail(&format!("python3 cannot import {module} (pip install {package})"));
+    }
+    imports
 }
 
 /// The one way a test skips: it prints `skipped: why`; under `CI=true` it fails instead,
