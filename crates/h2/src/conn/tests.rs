@@ -847,3 +847,146 @@ fn a_server_stream_the_client_never_opened_is_a_protocol_error() {
         Err(ErrorCode::ProtocolError)
     );
 }
+
+// ---- More of sections 5, 6 and 8 ---------------------------------------------------------
+
+#[test]
+fn headers_on_a_stream_both_sides_ended_is_stream_closed() {
+    // Section 5.1, "closed".
+    let (mut conn, mut peer) = server();
+    peer.headers(1, GET, true).send(&mut conn).unwrap();
+    conn.send_head(1, &[field(":status", "204")], true).unwrap();
+    peer.read(&mut conn);
+    let trailers = [("x-late", "1")];
+    assert_eq!(peer.headers(1, &trailers, true).send(&mut conn), Err(ErrorCode::StreamClosed));
+}
+
+#[test]
+fn a_new_initial_window_that_overflows_an_open_stream_is_a_flow_control_error() {
+    // Section 6.9.2: a change that takes a window past 2^31 - 1.
+    let (mut conn, mut peer) = server();
+    peer.headers(1, GET, true).send(&mut conn).unwrap();
+    peer.window_update(1, frame::MAX_WINDOW_SIZE - 65_535).send(&mut conn).unwrap();
+    let larger = frame::Settings { initial_window_size: Some(65_536), ..Default::default() };
+    assert_eq!(peer.settings(larger).send(&mut conn), Err(ErrorCode::FlowControlError));
+}
+
+#[test]
+fn padding_counts_against_the_windows_and_is_given_back_at_once() {
+    // Section 6.1: the whole payload, padding included, is flow controlled.
+    let config = Config { stream_window: 100, connection_window: 65_535, ..Config::default() };
+    let (mut conn, mut peer) = server_with(config);
+    peer.headers(1, POST, false).send(&mut conn).unwrap();
+    // 5 bytes of data behind a pad length of 90: 96 flow-controlled bytes.
+    let mut payload = vec![90u8];
+    payload.extend_from_slice(b"hello");
+    payload.extend_from_slice(&[0; 90]);
+    peer.raw(frame::FrameType::Data, frame::PADDED, 1, &payload).send(&mut conn).unwrap();
+    let got = events(&mut conn);
+    assert!(got.contains(&Event::Data {
+        stream: 1,
+        data: Bytes::from_static(b"hello"),
+        end_stream: false
+    }));
+    let out = peer.read(&mut conn);
+    let updates: Vec<(u32, u32)> = out
+        .iter()
+        .filter_map(|f| match f {
+            Out::Frame(Frame::WindowUpdate(w)) => Some((w.stream_id, w.increment)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(updates, vec![(1, 91)], "the padding, given back on the stream at once");
+    // The 5 data bytes are the application's to release; the stream may take 95 more.
+    peer.data(1, &[0; 95], false).send(&mut conn).unwrap();
+    assert!(resets(&peer.read(&mut conn)).is_empty());
+}
+
+#[test]
+fn a_header_block_larger_than_any_honest_one_is_cut_off() {
+    let (mut conn, mut peer) =
+        server_with(Config { max_header_list_size: 1_000, ..Config::default() });
+    let block = peer.block(GET);
+    peer.headers_open(1, &block, true);
+    for _ in 0..3 {
+        peer.continuation(1, &[0x40; 16_000], false);
+    }
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::EnhanceYourCalm));
+}
+
+#[test]
+fn trailers_with_a_pseudo_header_are_malformed() {
+    // Section 8.1: trailers carry no pseudo-header field.
+    let (mut conn, mut peer) = server();
+    peer.headers(1, POST, false).headers(1, &[(":path", "/x")], true).send(&mut conn).unwrap();
+    assert_eq!(resets(&peer.read(&mut conn)), vec![(1, ErrorCode::ProtocolError)]);
+}
+
+#[test]
+fn extended_connect_is_a_request_only_where_enabled() {
+    // RFC 8441 sections 3 and 4.
+    let websocket = [
+        (":method", "CONNECT"),
+        (":protocol", "websocket"),
+        (":scheme", "https"),
+        (":path", "/chat"),
+        (":authority", "a.test"),
+    ];
+    let (mut conn, mut peer) = server();
+    peer.headers(1, &websocket, false).send(&mut conn).unwrap();
+    assert_eq!(resets(&peer.read(&mut conn)), vec![(1, ErrorCode::ProtocolError)]);
+
+    let (mut conn, mut peer) = server_with(Config { connect_protocol: true, ..Config::default() });
+    peer.headers(1, &websocket, false).send(&mut conn).unwrap();
+    let got = events(&mut conn);
+    let Some(Event::Head { head, end_stream: false, .. }) = got.first() else { panic!("{got:?}") };
+    assert_eq!(head.pseudo.protocol.as_deref(), Some(&b"websocket"[..]));
+    // The tunnel's bytes are DATA both ways.
+    conn.send_head(1, &[field(":status", "200")], false).unwrap();
+    peer.data(1, b"ping", false).send(&mut conn).unwrap();
+    conn.send_data(1, Bytes::from_static(b"pong"), false).unwrap();
+    assert!(peer
+        .read(&mut conn)
+        .iter()
+        .any(|f| matches!(f, Out::Frame(Frame::Data(d)) if &d.data[..] == b"pong")));
+}
+
+#[test]
+fn a_server_that_allows_extended_connect_is_known_to_the_client() {
+    let (conn, _peer) =
+        client_with(frame::Settings { enable_connect_protocol: Some(true), ..Default::default() });
+    assert!(conn.peer_allows_connect_protocol());
+    let (conn, _peer) = client_with(frame::Settings::default());
+    assert!(!conn.peer_allows_connect_protocol());
+}
+
+#[test]
+fn response_data_before_its_head_is_malformed() {
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    conn.open(&request(GET), true, false).unwrap();
+    peer.data(1, b"early", true).send(&mut conn).unwrap();
+    assert_eq!(resets(&peer.read(&mut conn)), vec![(1, ErrorCode::ProtocolError)]);
+    assert_eq!(
+        events(&mut conn),
+        vec![Event::Reset { stream: 1, code: ErrorCode::ProtocolError, by_peer: false }]
+    );
+}
+
+#[test]
+fn an_informational_head_that_ends_the_stream_is_malformed() {
+    // Section 8.1.
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    conn.open(&request(GET), true, false).unwrap();
+    peer.headers(1, &[(":status", "100")], true).send(&mut conn).unwrap();
+    assert_eq!(resets(&peer.read(&mut conn)), vec![(1, ErrorCode::ProtocolError)]);
+}
+
+#[test]
+fn a_client_connection_closes_once_its_streams_after_a_goaway_are_done() {
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    conn.open(&request(GET), true, false).unwrap();
+    peer.go_away(1, ErrorCode::NoError).send(&mut conn).unwrap();
+    assert!(!conn.is_closed(), "stream 1 is still to be answered");
+    peer.headers(1, &[(":status", "200")], true).send(&mut conn).unwrap();
+    assert!(conn.is_closed());
+}
