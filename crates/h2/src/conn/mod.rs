@@ -322,14 +322,6 @@ impl Connection {
         self.output.next()
     }
 
-    /// Whether [`Connection::next_output`] has something.
-    pub fn wants_write(&mut self) -> bool {
-        if self.output.is_empty() {
-            self.schedule();
-        }
-        !self.output.is_empty()
-    }
-
     /// Whether the connection is over: an error, or gone away on both sides with no
     /// stream left.
     pub fn is_closed(&self) -> bool {

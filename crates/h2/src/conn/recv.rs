@@ -24,7 +24,6 @@ pub(super) struct Block {
 /// A header block whose CONTINUATION frames are still coming (section 6.10).
 pub(super) struct PartialBlock {
     head: Block,
-    stream: u32,
     bytes: BytesMut,
     frames: usize,
 }
@@ -71,7 +70,7 @@ impl Connection {
         // Section 6.10: while a header block is open, only its CONTINUATION frames.
         if let Some(partial) = &self.partial {
             let continues =
-                header.kind == FrameType::Continuation && header.stream_id == partial.stream;
+                header.kind == FrameType::Continuation && header.stream_id == partial.head.stream;
             if !continues {
                 return Err(H2Error::Connection(ErrorCode::ProtocolError));
             }
@@ -93,7 +92,7 @@ impl Connection {
                     Block { stream: headers.stream_id, end_stream: headers.end_stream, error };
                 self.on_headers(block, headers.fragment, headers.end_headers)
             }
-            Frame::Continuation(c) => self.on_continuation(c.stream_id, c.fragment, c.end_headers),
+            Frame::Continuation(c) => self.on_continuation(c.fragment, c.end_headers),
             Frame::Priority(_) | Frame::Unknown { .. } => Ok(()),
             Frame::RstStream(r) => self.on_rst_stream(r.stream_id, r.code),
             Frame::Settings(settings) => self.on_settings(settings),
@@ -110,13 +109,10 @@ impl Connection {
     }
 
     /// Whether `stream` is idle (section 5.1): never opened, by either side.
+    /// Either way only odd streams are ever opened: by the client on the server side,
+    /// by us on the client side (a server may open none: we take no push).
     fn is_idle(&self, stream: u32) -> bool {
-        match self.role {
-            // The client opens odd streams; we open none.
-            Role::Server => stream > self.last_stream || stream % 2 == 0,
-            // We open odd streams; the server may open none (no push).
-            Role::Client => stream > self.last_stream || stream % 2 == 0,
-        }
+        stream > self.last_stream || stream % 2 == 0
     }
 
     /// A frame other than PRIORITY on a stream not in the table: idle is a connection
@@ -217,22 +213,16 @@ impl Connection {
         }
         let mut bytes = BytesMut::with_capacity(fragment.len().saturating_mul(2));
         bytes.extend_from_slice(&fragment);
-        self.partial = Some(PartialBlock { head, stream: head.stream, bytes, frames: 1 });
+        self.partial = Some(PartialBlock { head, bytes, frames: 1 });
         Ok(())
     }
 
-    fn on_continuation(
-        &mut self,
-        stream: u32,
-        fragment: Bytes,
-        end_headers: bool,
-    ) -> Result<(), H2Error> {
+    fn on_continuation(&mut self, fragment: Bytes, end_headers: bool) -> Result<(), H2Error> {
         // Section 6.10: a CONTINUATION that follows no open block (on_frame checked the
         // stream of one that does).
         let Some(partial) = self.partial.as_mut() else {
             return Err(H2Error::Connection(ErrorCode::ProtocolError));
         };
-        let _ = stream;
         partial.frames = partial.frames.saturating_add(1);
         partial.bytes.extend_from_slice(&fragment);
         // A block past what any field section under our limit needs, or cut into more

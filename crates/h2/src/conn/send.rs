@@ -27,6 +27,9 @@ pub(super) struct Output {
     len: usize,
     /// Streams with DATA, END_STREAM or trailers waiting, in turn.
     ready: VecDeque<u32>,
+    /// Where header blocks are encoded before they are cut into frames; kept, so a
+    /// block costs no allocation once the connection has sent one of its size.
+    block: BytesMut,
 }
 
 impl Output {
@@ -51,53 +54,43 @@ impl Output {
         }
     }
 
-    fn grew(&mut self, before: usize) {
+    /// Gathers one frame (or the preface) that `write` puts in `buf`, and counts it.
+    fn put(&mut self, write: impl FnOnce(&mut BytesMut)) {
+        let before = self.buf.len();
+        write(&mut self.buf);
         self.len = self.len.saturating_add(self.buf.len().saturating_sub(before));
     }
 
     pub fn preface(&mut self) {
-        let before = self.buf.len();
-        self.buf.extend_from_slice(frame::PREFACE);
-        self.grew(before);
+        self.put(|buf| buf.extend_from_slice(frame::PREFACE));
     }
 
     pub fn settings(&mut self, settings: &Settings) {
-        let before = self.buf.len();
-        written(frame::write_settings(&mut self.buf, settings));
-        self.grew(before);
+        self.put(|buf| written(frame::write_settings(buf, settings)));
     }
 
     pub fn settings_ack(&mut self) {
-        let before = self.buf.len();
-        frame::write_settings_ack(&mut self.buf);
-        self.grew(before);
+        self.put(frame::write_settings_ack);
     }
 
     pub fn ping_ack(&mut self, payload: [u8; 8]) {
-        let before = self.buf.len();
-        frame::write_ping_ack(&mut self.buf, payload);
-        self.grew(before);
+        self.put(|buf| frame::write_ping_ack(buf, payload));
     }
 
     pub fn window_update(&mut self, stream: u32, increment: u32) {
-        let before = self.buf.len();
-        written(frame::write_window_update(&mut self.buf, stream, increment));
-        self.grew(before);
+        self.put(|buf| written(frame::write_window_update(buf, stream, increment)));
     }
 
     pub fn rst_stream(&mut self, stream: u32, code: ErrorCode) {
-        let before = self.buf.len();
-        written(frame::write_rst_stream(&mut self.buf, stream, code));
-        self.grew(before);
+        self.put(|buf| written(frame::write_rst_stream(buf, stream, code)));
     }
 
     pub fn go_away(&mut self, last_stream: u32, code: ErrorCode, debug: &[u8]) {
-        let before = self.buf.len();
-        written(frame::write_goaway(&mut self.buf, last_stream, code, debug));
-        self.grew(before);
+        self.put(|buf| written(frame::write_goaway(buf, last_stream, code, debug)));
     }
 
-    /// A header section, encoded now and cut into HEADERS and CONTINUATION frames.
+    /// A header section, encoded now (into `block`, kept for the next) and cut into
+    /// HEADERS and CONTINUATION frames.
     pub fn head(
         &mut self,
         encoder: &mut Encoder,
@@ -106,18 +99,16 @@ impl Output {
         end_stream: bool,
         max_frame: u32,
     ) {
-        let mut block = BytesMut::new();
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
         encoder.encode(fields.iter().map(Field::as_field_ref), &mut block);
-        let before = self.buf.len();
-        written(frame::write_headers(&mut self.buf, stream, &block, end_stream, max_frame));
-        self.grew(before);
+        self.put(|buf| written(frame::write_headers(buf, stream, &block, end_stream, max_frame)));
+        self.block = block;
     }
 
     /// A DATA frame: its header gathered, its payload a piece of its own.
     fn data(&mut self, stream: u32, payload: Bytes, end_stream: bool) {
-        let before = self.buf.len();
-        written(frame::write_data_header(&mut self.buf, stream, payload.len(), end_stream));
-        self.grew(before);
+        self.put(|buf| written(frame::write_data_header(buf, stream, payload.len(), end_stream)));
         if !payload.is_empty() {
             self.seal();
             self.len = self.len.saturating_add(payload.len());

@@ -184,6 +184,16 @@ fn resets(frames: &[Out]) -> Vec<(u32, ErrorCode)> {
         .collect()
 }
 
+fn window_updates(frames: &[Out]) -> Vec<(u32, u32)> {
+    frames
+        .iter()
+        .filter_map(|f| match f {
+            Out::Frame(Frame::WindowUpdate(w)) => Some((w.stream_id, w.increment)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn events(conn: &mut Connection) -> Vec<Event> {
     std::iter::from_fn(|| conn.next_event()).collect()
 }
@@ -569,14 +579,7 @@ fn released_data_opens_the_windows_once_half_is_owed() {
     conn.release(1, 40);
     assert!(peer.read(&mut conn).is_empty(), "40 of 100 owed: no update yet");
     conn.release(1, 20);
-    let out = peer.read(&mut conn);
-    let updates: Vec<(u32, u32)> = out
-        .iter()
-        .filter_map(|f| match f {
-            Out::Frame(Frame::WindowUpdate(w)) => Some((w.stream_id, w.increment)),
-            _ => None,
-        })
-        .collect();
+    let updates = window_updates(&peer.read(&mut conn));
     assert_eq!(updates, vec![(1, 60)]);
     // The peer may now send 100 again.
     peer.data(1, &[1; 100], false).send(&mut conn).unwrap();
@@ -888,14 +891,7 @@ fn padding_counts_against_the_windows_and_is_given_back_at_once() {
         data: Bytes::from_static(b"hello"),
         end_stream: false
     }));
-    let out = peer.read(&mut conn);
-    let updates: Vec<(u32, u32)> = out
-        .iter()
-        .filter_map(|f| match f {
-            Out::Frame(Frame::WindowUpdate(w)) => Some((w.stream_id, w.increment)),
-            _ => None,
-        })
-        .collect();
+    let updates = window_updates(&peer.read(&mut conn));
     assert_eq!(updates, vec![(1, 91)], "the padding, given back on the stream at once");
     // The 5 data bytes are the application's to release; the stream may take 95 more.
     peer.data(1, &[0; 95], false).send(&mut conn).unwrap();
