@@ -6,19 +6,15 @@ use std::io;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::{Reason, RecvStream, SendStream};
+use h2::Reason;
 
+use super::halves::{RecvHalf, SendHalf};
 use crate::net::{self, Deadline};
 
-/// An HTTP/2 error as an I/O error, for the callers that report either the same way.
+/// An `h2` crate error as an I/O error, for the callers that report either the same
+/// way.
 pub fn to_io(e: h2::Error) -> io::Error {
-    if e.is_io() {
-        if let Some(io) = e.into_io() {
-            return io;
-        }
-        return io::Error::other("HTTP/2 connection failed");
-    }
-    io::Error::other(e)
+    super::halves::h2_to_io(e)
 }
 
 fn timed_out() -> io::Error {
@@ -34,7 +30,7 @@ async fn within<F: std::future::Future>(limit: Duration, fut: F) -> Option<F::Ou
 /// Sends `data` on `stream` as the peer's window allows, waiting at most `stall` for
 /// each grant; `end` ends the stream with the last of it.
 pub async fn send(
-    stream: &mut SendStream<Bytes>,
+    stream: &mut impl SendHalf,
     mut data: Bytes,
     end: bool,
     stall: Duration,
@@ -46,13 +42,13 @@ pub async fn send(
 /// caller that drops the send midway (something else came first) can send the rest
 /// later.
 pub async fn send_from(
-    stream: &mut SendStream<Bytes>,
+    stream: &mut impl SendHalf,
     data: &mut Bytes,
     end: bool,
     stall: Duration,
 ) -> io::Result<()> {
     if data.is_empty() {
-        return stream.send_data(Bytes::new(), end).map_err(to_io);
+        return stream.send_data(Bytes::new(), end);
     }
     while !data.is_empty() {
         stream.reserve_capacity(data.len());
@@ -62,55 +58,58 @@ pub async fn send_from(
             room = match granted.await {
                 None => return Err(timed_out()),
                 Some(None) => return Err(io::ErrorKind::BrokenPipe.into()),
-                Some(Some(Err(e))) => return Err(to_io(e)),
+                Some(Some(Err(e))) => return Err(e),
                 Some(Some(Ok(n))) => n,
             };
         }
         let piece = data.split_to(room.min(data.len()));
-        stream.send_data(piece, end && data.is_empty()).map_err(to_io)?;
+        stream.send_data(piece, end && data.is_empty())?;
     }
     Ok(())
 }
 
 /// The next DATA frame's bytes from `body` within `stall`; `None` at the end of the
 /// stream. The caller gives the window back ([`release`]) once it has passed them on.
-pub async fn next(body: &mut RecvStream, stall: Duration) -> io::Result<Option<Bytes>> {
-    match within(stall, body.data()).await {
+pub async fn next(body: &mut impl RecvHalf, stall: Duration) -> io::Result<Option<Bytes>> {
+    match within(stall, data(body)).await {
         None => Err(timed_out()),
         Some(None) => Ok(None),
         Some(Some(Ok(data))) => Ok(Some(data)),
-        Some(Some(Err(e))) => Err(to_io(e)),
+        Some(Some(Err(e))) => Err(e),
     }
+}
+
+/// The next DATA frame's bytes from `body`, with no bound on the wait.
+pub async fn data(body: &mut impl RecvHalf) -> Option<io::Result<Bytes>> {
+    poll_fn(|cx| body.poll_data(cx)).await
 }
 
 /// [`next`], within `deadline`: one deadline for several reads.
 pub async fn next_by(
-    body: &mut RecvStream,
+    body: &mut impl RecvHalf,
     deadline: &mut Deadline<'_>,
 ) -> io::Result<Option<Bytes>> {
-    match net::wait(body.data(), deadline).await {
+    match net::wait(data(body), deadline).await {
         Err(_) => Err(timed_out()),
         Ok(None) => Ok(None),
         Ok(Some(Ok(data))) => Ok(Some(data)),
-        Ok(Some(Err(e))) => Err(to_io(e)),
+        Ok(Some(Err(e))) => Err(e),
     }
 }
 
 /// Gives `n` bytes of window back to the sender of `body`.
-pub fn release(body: &mut RecvStream, n: usize) {
-    // Fails only once the stream is gone, when the window no longer matters.
-    let _ = body.flow_control().release_capacity(n);
+pub fn release(body: &mut impl RecvHalf, n: usize) {
+    body.release(n);
 }
 
 /// The trailers that end `body`, if any, within `stall`.
 pub async fn trailers(
-    body: &mut RecvStream,
+    body: &mut impl RecvHalf,
     stall: Duration,
 ) -> io::Result<Option<http::HeaderMap>> {
-    match within(stall, body.trailers()).await {
+    match within(stall, poll_fn(|cx| body.poll_trailers(cx))).await {
         None => Err(timed_out()),
-        Some(Ok(t)) => Ok(t),
-        Some(Err(e)) => Err(to_io(e)),
+        Some(t) => t,
     }
 }
 

@@ -11,8 +11,10 @@
 pub mod convert;
 pub mod encode;
 pub mod flow;
+pub mod halves;
 pub mod request;
 pub mod response;
+pub mod session;
 
 /// What an HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::SendRequest;
-use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
+use holdfast_h2::error::ErrorCode;
 use http::{HeaderMap, Method, Response, StatusCode};
 use tokio::time::Instant;
 
@@ -38,7 +38,9 @@ use crate::http1::response;
 use crate::http1::Framing;
 use crate::http2::convert;
 use crate::http2::flow;
+use crate::http2::halves::{RecvHalf, SendHalf};
 use crate::http2::response as h2_response;
+use crate::http2::session::{RequestBody, Responder, ResponseBody};
 use crate::message::ResponseHead;
 use crate::net::{self, Deadline, InBuf, Timer, WaitError};
 use crate::spool::{Full, Spool};
@@ -46,9 +48,9 @@ use crate::upstream::{Lease, OriginConn};
 
 /// One client stream's exchange.
 pub(crate) struct H2Wire {
-    respond: SendResponse<Bytes>,
+    respond: Responder,
     /// The request body, as the client streams it.
-    body: RecvStream,
+    body: RequestBody,
     timer: Timer,
     /// What was read from an HTTP/1.1 origin connection and not yet passed on.
     origin_buf: InBuf,
@@ -119,7 +121,7 @@ impl HeadOut for H2Head {
 }
 
 impl H2Wire {
-    pub(crate) fn new(respond: SendResponse<Bytes>, body: RecvStream) -> Self {
+    pub(crate) fn new(respond: Responder, body: RequestBody) -> Self {
         H2Wire {
             respond,
             body,
@@ -142,10 +144,7 @@ impl H2Wire {
     /// Sends `100 Continue` once to a client that waits for it before its body.
     fn answer_continue(&mut self, out: &mut Outbound) {
         if std::mem::take(&mut out.progress.expect_continue) {
-            let interim = Response::builder().status(StatusCode::CONTINUE).body(());
-            if let Ok(interim) = interim {
-                let _ = self.respond.send_informational(interim);
-            }
+            let _ = self.respond.send_informational(StatusCode::CONTINUE.as_u16());
         }
     }
 
@@ -155,11 +154,8 @@ impl H2Wire {
         status: u16,
         headers: HeaderMap,
         end: bool,
-    ) -> io::Result<SendStream<Bytes>> {
-        let mut response = Response::new(());
-        *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-        *response.headers_mut() = headers;
-        self.respond.send_response(response, end).map_err(flow::to_io)
+    ) -> io::Result<ResponseBody> {
+        self.respond.send_response(status, &headers, end)
     }
 }
 
@@ -170,7 +166,7 @@ impl Drop for H2Wire {
 }
 
 /// Resolves when the client resets the stream (or its connection is gone).
-async fn client_reset(respond: &mut SendResponse<Bytes>) {
+async fn client_reset(respond: &mut Responder) {
     std::future::poll_fn(|cx| respond.poll_reset(cx).map(|_| ())).await
 }
 
@@ -329,7 +325,7 @@ impl Wire for H2Wire {
         finished.map(|()| to.bytes()).map_err(|e| {
             // A client that took nothing of a response held for it gives up the stream;
             // one that does so to many streams loses its connection.
-            client.send_reset(h2::Reason::CANCEL);
+            client.send_reset(ErrorCode::Cancel);
             self.client_failed = true;
             DownloadError::Client { error: WaitError::Io(e), bytes: to.bytes(), remaining: None }
         })
@@ -401,7 +397,7 @@ impl H2Wire {
                 // A malformed body, or a trailer section past the bound, ends the
                 // stream with an error, as a failed origin does.
                 let piece = relay.decode(self.origin_buf.data_mut()).map_err(|e| {
-                    client.send_reset(h2::Reason::INTERNAL_ERROR);
+                    client.send_reset(ErrorCode::InternalError);
                     let error = io::Error::other(e.to_string());
                     DownloadError::Upstream { error, bytes: to.bytes() }
                 })?;
@@ -454,12 +450,12 @@ impl H2Wire {
                         io::ErrorKind::UnexpectedEof,
                         "the origin closed the connection before the body ended",
                     );
-                    client.send_reset(h2::Reason::INTERNAL_ERROR);
+                    client.send_reset(ErrorCode::InternalError);
                     return Err(DownloadError::Upstream { error, bytes: to.bytes() });
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    client.send_reset(h2::Reason::INTERNAL_ERROR);
+                    client.send_reset(ErrorCode::InternalError);
                     return Err(DownloadError::Upstream { error: e.into_io(), bytes: to.bytes() });
                 }
             }
@@ -470,7 +466,7 @@ impl H2Wire {
     /// (`waiting`) kept for [`Wire::finish`].
     fn done_or_behind(
         &mut self,
-        client: SendStream<Bytes>,
+        client: ResponseBody,
         to: StreamBacklog,
         waiting: Option<Ending>,
         extra: bool,
@@ -599,7 +595,7 @@ struct Keep<'a> {
 /// The pump may be dropped midway, when the response head comes first: what it read
 /// and had not sent yet waits in `in_hand`, and a pump started again sends it first.
 async fn pump(
-    body: &mut RecvStream,
+    body: &mut RequestBody,
     to: &mut SendStream<Bytes>,
     read: &mut BodyRead,
     in_hand: &mut Option<InHand>,
@@ -846,7 +842,7 @@ pub(super) fn stream_failed(e: h2::Error) -> Attempt {
 /// `to`; the stream's end when it waits behind bytes the client has not taken.
 async fn relay_stream(
     origin: &mut RecvStream,
-    client: &mut SendStream<Bytes>,
+    client: &mut ResponseBody,
     to: &mut StreamBacklog,
     ended: bool,
     stall: Duration,
@@ -865,7 +861,7 @@ async fn relay_stream(
             Ok(Some(data)) => data,
             Ok(None) => break,
             Err(error) => {
-                client.send_reset(h2::Reason::INTERNAL_ERROR);
+                client.send_reset(ErrorCode::InternalError);
                 return Err(DownloadError::Upstream { error, bytes: to.bytes() });
             }
         };
@@ -884,7 +880,7 @@ async fn relay_stream(
     let trailers = match flow::trailers(origin, stall).await {
         Ok(t) => t,
         Err(error) => {
-            client.send_reset(h2::Reason::INTERNAL_ERROR);
+            client.send_reset(ErrorCode::InternalError);
             return Err(DownloadError::Upstream { error, bytes: to.bytes() });
         }
     };
@@ -903,7 +899,7 @@ async fn relay_stream(
 async fn next_from_h1(
     buf: &mut InBuf,
     conn: &mut OriginConn,
-    client: &mut SendStream<Bytes>,
+    client: &mut ResponseBody,
     to: &mut StreamBacklog,
     stall: Duration,
 ) -> io::Result<Result<usize, WaitError>> {
@@ -917,7 +913,7 @@ async fn next_from_h1(
 /// error is the client's.
 async fn next_from_h2(
     body: &mut RecvStream,
-    client: &mut SendStream<Bytes>,
+    client: &mut ResponseBody,
     to: &mut StreamBacklog,
     stall: Duration,
 ) -> io::Result<io::Result<Option<Bytes>>> {

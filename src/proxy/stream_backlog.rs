@@ -19,12 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::SendStream;
 use http::HeaderMap;
 
 use super::backlog::{charge, Held, Serve};
 use super::pace::Pace;
 use crate::http2::flow;
+use crate::http2::halves::SendHalf;
+use crate::http2::session::ResponseBody;
 use crate::net::{self, Deadline, WaitError};
 use crate::spool::Spools;
 
@@ -76,11 +77,7 @@ impl StreamBacklog {
 
     /// Sends `data` on `client`: what its window takes now, the rest into the spool;
     /// waits for window only when there is no spool or it is full.
-    pub async fn send(
-        &mut self,
-        client: &mut SendStream<Bytes>,
-        mut data: Bytes,
-    ) -> io::Result<()> {
+    pub async fn send(&mut self, client: &mut ResponseBody, mut data: Bytes) -> io::Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -111,7 +108,7 @@ impl StreamBacklog {
     /// the client is behind, the end waits behind what it has not taken (returned).
     pub async fn send_last(
         &mut self,
-        client: &mut SendStream<Bytes>,
+        client: &mut ResponseBody,
         data: Bytes,
         ending: Ending,
     ) -> io::Result<Option<Ending>> {
@@ -121,7 +118,7 @@ impl StreamBacklog {
             if client.capacity() >= n {
                 // All of it fits: the last DATA frame ends the stream, no empty frame
                 // after it.
-                client.send_data(data, true).map_err(flow::to_io)?;
+                client.send_data(data, true)?;
                 self.sent(n);
                 return Ok(None);
             }
@@ -141,23 +138,19 @@ impl StreamBacklog {
     }
 
     /// Sends what the stream's window takes of `data` now, without waiting.
-    fn send_now(&mut self, client: &mut SendStream<Bytes>, data: &mut Bytes) -> io::Result<()> {
+    fn send_now(&mut self, client: &mut ResponseBody, data: &mut Bytes) -> io::Result<()> {
         client.reserve_capacity(data.len());
         let room = client.capacity().min(data.len());
         if room > 0 {
             let piece = data.split_to(room);
-            client.send_data(piece, false).map_err(flow::to_io)?;
+            client.send_data(piece, false)?;
             self.sent(room);
         }
         Ok(())
     }
 
     /// Sends all of `data`, waiting for window within `stall` each time.
-    async fn send_waiting(
-        &mut self,
-        client: &mut SendStream<Bytes>,
-        data: Bytes,
-    ) -> io::Result<()> {
+    async fn send_waiting(&mut self, client: &mut ResponseBody, data: Bytes) -> io::Result<()> {
         let n = data.len();
         flow::send(client, data, false, self.stall).await?;
         self.sent(n);
@@ -167,7 +160,7 @@ impl StreamBacklog {
     /// Waits until the client grants window, then sends what it takes of the spool:
     /// what a download does while it waits for the origin. Not paced: the download is
     /// waiting for the origin, not for the client.
-    pub async fn serve(&mut self, client: &mut SendStream<Bytes>) -> io::Result<()> {
+    pub async fn serve(&mut self, client: &mut ResponseBody) -> io::Result<()> {
         let want = self.held.waiting().map_or(0, |s| s.len());
         client.reserve_capacity(usize::try_from(want).unwrap_or(usize::MAX).min(SERVE_BYTES));
         if client.capacity() == 0 {
@@ -177,7 +170,7 @@ impl StreamBacklog {
     }
 
     /// Sends what the stream's window takes now of the spool, without waiting.
-    fn send_ready(&mut self, client: &mut SendStream<Bytes>) -> io::Result<()> {
+    fn send_ready(&mut self, client: &mut ResponseBody) -> io::Result<()> {
         let Some(spool) = self.held.waiting() else { return Ok(()) };
         let mut sent = 0usize;
         // Bounded: each round sends bytes or ends.
@@ -189,7 +182,7 @@ impl StreamBacklog {
                 break;
             }
             let piece = Bytes::copy_from_slice(front.get(..room).unwrap_or_default());
-            client.send_data(piece, false).map_err(flow::to_io)?;
+            client.send_data(piece, false)?;
             spool.consume(room);
             sent = sent.saturating_add(room);
         }
@@ -198,7 +191,7 @@ impl StreamBacklog {
     }
 
     /// Gives the client everything the spool holds, waiting for window within its pace.
-    pub async fn catch_up(&mut self, client: &mut SendStream<Bytes>) -> io::Result<()> {
+    pub async fn catch_up(&mut self, client: &mut ResponseBody) -> io::Result<()> {
         // Bounded: each round sends bytes, or the pace runs out.
         while self.is_behind() {
             self.send_ready(client)?;
@@ -231,28 +224,23 @@ impl StreamBacklog {
 }
 
 /// What a wait for window said: more window, or the stream gone.
-fn granted(capacity: Option<Result<usize, h2::Error>>) -> io::Result<usize> {
-    match capacity {
-        None => Err(io::ErrorKind::BrokenPipe.into()),
-        Some(Err(e)) => Err(flow::to_io(e)),
-        Some(Ok(n)) => Ok(n),
-    }
+fn granted(capacity: Option<io::Result<usize>>) -> io::Result<usize> {
+    capacity.unwrap_or_else(|| Err(io::ErrorKind::BrokenPipe.into()))
 }
 
 /// Ends `client`'s stream as `ending` says.
-pub fn end(client: &mut SendStream<Bytes>, ending: Ending) -> io::Result<()> {
+pub fn end(client: &mut ResponseBody, ending: Ending) -> io::Result<()> {
     match ending {
         Ending::Data => client.send_data(Bytes::new(), true),
         Ending::Trailers(trailers) => client.send_trailers(trailers),
     }
-    .map_err(flow::to_io)
 }
 
 /// An HTTP/2 client stream and its backlog, to serve while the download waits (see
 /// `backlog::while_serving`).
 pub struct ServeH2<'a> {
     pub to: &'a mut StreamBacklog,
-    pub client: &'a mut SendStream<Bytes>,
+    pub client: &'a mut ResponseBody,
 }
 
 impl Serve for ServeH2<'_> {
@@ -270,7 +258,7 @@ impl Serve for ServeH2<'_> {
 /// A stream whose origin is done and whose client is not: the rest waits here for
 /// [`StreamBacklog::catch_up`].
 pub struct Behind {
-    pub client: SendStream<Bytes>,
+    pub client: ResponseBody,
     pub to: StreamBacklog,
     pub ending: Ending,
 }

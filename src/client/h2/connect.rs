@@ -13,14 +13,11 @@
 //! 501. A plain CONNECT (no `:protocol`) is not this module's: it goes on as it is,
 //! and is refused like any CONNECT (405).
 
-use bytes::Bytes;
-use h2::ext::Protocol;
-use h2::server::SendResponse;
 use http::header::{self, HeaderValue};
 use http::{Method, StatusCode};
 
 use crate::http1::websocket::WebSocketKey;
-use crate::http2::convert;
+use crate::http2::session::Responder;
 use crate::message::RequestHead;
 use crate::proxy::Proxy;
 
@@ -67,16 +64,17 @@ impl Refused {
     }
 }
 
-/// Looks at a stream's head (`parts`) for an extended CONNECT, and makes a WebSocket one
-/// the `GET` it stands for (see the module doc); [`upgrade`] finishes it once decoded.
-pub(super) fn extended(parts: &mut http::request::Parts) -> Extended {
+/// Looks at a stream's head (`parts`, and its `:protocol`) for an extended CONNECT, and
+/// makes a WebSocket one the `GET` it stands for (see the module doc); [`upgrade`]
+/// finishes it once decoded.
+pub(super) fn extended(parts: &mut http::request::Parts, protocol: Option<&[u8]>) -> Extended {
     if parts.method != Method::CONNECT {
         return Extended::No;
     }
-    let Some(protocol) = parts.extensions.remove::<Protocol>() else { return Extended::No };
+    let Some(protocol) = protocol else { return Extended::No };
     // RFC 8441, 4: the `:protocol` names an upgrade token (RFC 9110, 7.8), which is
     // case-insensitive.
-    if !protocol.as_str().eq_ignore_ascii_case("websocket") {
+    if !protocol.eq_ignore_ascii_case(b"websocket") {
         return Extended::Refused(Refused::Protocol);
     }
     let Some(key) = WebSocketKey::generate() else { return Extended::Refused(Refused::NoKey) };
@@ -104,19 +102,13 @@ pub(super) fn upgrade(req: &mut RequestHead<'_, '_>) {
 pub(super) fn refuse(
     proxy: &Proxy,
     addr: std::net::SocketAddr,
-    respond: &mut SendResponse<Bytes>,
+    respond: &mut Responder,
     refused: Refused,
 ) {
     tracing::debug!(client = %addr, reason = refused.text(), "refused HTTP/2 extended CONNECT");
-    let status = refused.status();
-    proxy.refused(addr, status.as_u16(), refused.name());
-    let text = format!("holdfast: {}\n", refused.text());
-    let mut response = http::Response::new(());
-    *response.status_mut() = status;
-    *response.headers_mut() = convert::local_headers(b"", text.len());
-    if let Ok(mut body) = respond.send_response(response, false) {
-        let _ = body.send_data(Bytes::from(text), true);
-    }
+    let status = refused.status().as_u16();
+    proxy.refused(addr, status, refused.name());
+    respond.answer_text(status, &format!("holdfast: {}\n", refused.text()));
 }
 
 #[cfg(test)]
@@ -128,8 +120,8 @@ mod tests {
     use crate::http1::request::HeadLimits;
     use crate::message::Framing;
 
-    fn parts(method: Method, protocol: Option<&'static str>) -> http::request::Parts {
-        let mut req = http::Request::builder()
+    fn parts(method: Method) -> http::request::Parts {
+        let req = http::Request::builder()
             .method(method)
             .uri("https://example.com/chat?room=1")
             .header("sec-websocket-version", "13")
@@ -138,18 +130,16 @@ mod tests {
             .header("content-length", "5")
             .body(())
             .unwrap();
-        if let Some(p) = protocol {
-            req.extensions_mut().insert(Protocol::from_static(p));
-        }
         req.into_parts().0
     }
 
     #[test]
     fn a_websocket_connect_becomes_an_upgrade_with_a_key_of_holdfasts() {
-        let mut p = parts(Method::CONNECT, Some("WebSocket"));
-        let Extended::WebSocket(key) = extended(&mut p) else { panic!("not a WebSocket") };
+        let mut p = parts(Method::CONNECT);
+        let Extended::WebSocket(key) = extended(&mut p, Some(b"WebSocket")) else {
+            panic!("not a WebSocket")
+        };
         assert_eq!(p.method, Method::GET);
-        assert!(p.extensions.get::<Protocol>().is_none());
         assert_eq!(p.headers["sec-websocket-key"], key.as_str());
         assert_eq!(p.headers["sec-websocket-protocol"], "chat");
         assert_eq!(p.headers["sec-websocket-version"], "13");
@@ -176,13 +166,16 @@ mod tests {
 
     #[test]
     fn another_protocol_is_refused_and_a_plain_connect_is_left_alone() {
-        let mut p = parts(Method::CONNECT, Some("connect-udp"));
-        assert!(matches!(extended(&mut p), Extended::Refused(Refused::Protocol)));
-        let mut p = parts(Method::CONNECT, None);
-        assert!(matches!(extended(&mut p), Extended::No));
+        let mut p = parts(Method::CONNECT);
+        assert!(matches!(
+            extended(&mut p, Some(b"connect-udp")),
+            Extended::Refused(Refused::Protocol)
+        ));
+        let mut p = parts(Method::CONNECT);
+        assert!(matches!(extended(&mut p, None), Extended::No));
         assert_eq!(p.method, Method::CONNECT);
-        let mut p = parts(Method::GET, None);
-        assert!(matches!(extended(&mut p), Extended::No));
+        let mut p = parts(Method::GET);
+        assert!(matches!(extended(&mut p, Some(b"websocket")), Extended::No));
         assert_eq!(p.headers["sec-websocket-key"], "from-the-client");
     }
 }

@@ -1,46 +1,49 @@
-//! One HTTP/2 client connection: the `h2` session (its settings are holdfast's limits),
-//! a task per stream that runs the stream as an exchange, GOAWAY when the server stops
-//! or the connection idles, and the count of connections cut off for misbehaving. A
-//! stream that opens a WebSocket (extended CONNECT) is made an upgrade first, in
-//! [`connect`].
+//! One HTTP/2 client connection, served on holdfast's own engine (`holdfast-h2`): the
+//! connection's task reads the socket into the engine, runs each stream's exchange
+//! itself (no task per stream: they are polled together, in [`Driver`]), and writes
+//! out what the engine produced. GOAWAY when the server stops or the connection idles,
+//! and the count of connections cut off for misbehaving. A stream that opens a
+//! WebSocket (extended CONNECT) is made an upgrade first, in [`connect`].
 //!
-//! Protection is the session's settings and the `h2` crate's enforcement of them:
+//! Protection is the engine's, configured with holdfast's limits:
 //! `SETTINGS_MAX_CONCURRENT_STREAMS` (streams beyond it are refused), the header list
-//! size (a larger list, however many CONTINUATION frames carry it, ends the
-//! connection), flow-control windows that bound what one connection buffers, and
-//! limits on streams reset by the client (rapid reset, CVE-2023-44487) and on streams
-//! holdfast had to reset: past them the connection gets GOAWAY `ENHANCE_YOUR_CALM` and
-//! closes. So does a client that sends PING or SETTINGS frames past the rates
-//! `flood` allows, which the `h2` crate would answer forever. Other connections are
-//! not touched.
+//! size (a larger list is answered 431, however many CONTINUATION frames carry it, and
+//! a block cut into more frames than any list needs ends the connection), flow-control
+//! windows that bound what one connection buffers, and limits on streams reset by the
+//! client (rapid reset, CVE-2023-44487), on streams reset for its errors, and on PING,
+//! SETTINGS and empty DATA frames: past them the connection gets GOAWAY
+//! `ENHANCE_YOUR_CALM` and closes. So does a connection whose streams are abandoned
+//! (reset or not read) more often than answered. Other connections are not touched.
 
 mod connect;
-pub mod flood;
 
-use std::future::poll_fn;
-use std::io;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::{poll_fn, Future};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use holdfast_h2::conn::{Config, Connection, Event, Head};
+use holdfast_h2::error::ErrorCode;
+use tokio::io::{AsyncReadExt, AsyncWrite};
+use tokio::time::{Instant, Sleep};
 
 use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
 use crate::http1::request::{HeadLimits, Refusal};
-use crate::http2::convert;
 use crate::http2::request;
+use crate::http2::session::{self, RequestBody, Responder, Session};
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{ClientLimits, H2Wire, Proxy};
 use connect::Extended;
-use flood::{ControlWatch, FloodAlarm};
 
 /// Flow-control windows granted to a client: per stream, and for the connection. The
 /// connection's bounds what one client connection can make holdfast buffer.
@@ -48,12 +51,6 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 1024 * 1024;
 /// Response bytes buffered per stream before its sender waits for the client.
 const SEND_BUFFER: usize = 256 * 1024;
-/// Streams reset by the client and not yet accepted by holdfast, before the
-/// connection is cut off (rapid reset).
-const MAX_PENDING_RESETS: usize = 20;
-/// Streams holdfast reset because the client broke a rule, before the connection is
-/// cut off.
-const MAX_ERROR_RESETS: usize = 256;
 
 /// Serves an HTTP/2 client connection on `stream` (whose first bytes, already read,
 /// are `prefix`) until it ends, idles out, or the server stops.
@@ -69,24 +66,15 @@ pub async fn serve(
     let (limits, timeouts) = (site.limits, site.timeouts);
     drop(site);
     CLIENT.connections.fetch_add(1, Relaxed);
-    let alarm = Arc::new(FloodAlarm::default());
-    let watch = ControlWatch::new(Arc::clone(&alarm));
-    let io = Prefixed { prefix, at: 0, stream, watch };
-    let handshake = h2::server::Builder::new()
-        .max_concurrent_streams(limits.h2_max_concurrent_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER)
-        .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(Some(MAX_ERROR_RESETS))
+    let config = Config {
+        max_concurrent_streams: limits.h2_max_concurrent_streams,
+        stream_window: STREAM_WINDOW,
+        connection_window: CONNECTION_WINDOW,
+        max_header_list_size: u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX),
         // WebSockets over HTTP/2 (RFC 8441): see `connect`.
-        .enable_connect_protocol()
-        .handshake::<_, Bytes>(io);
-    let mut conn = match tokio::time::timeout(timeouts.client_header, handshake).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => return CLIENT.failed(&e, addr),
-        Err(_) => return,
+        connect_protocol: true,
+        max_queued: SEND_BUFFER,
+        ..Config::default()
     };
     let client = Arc::new(ClientSide {
         addr,
@@ -96,73 +84,292 @@ pub async fn serve(
         limits,
         connection: NEXT_CONNECTION.fetch_add(1, Relaxed),
     });
-    let streams = Arc::new(StreamCounts::default());
-    let idle = timeouts.client_idle;
-    let mut stopping = false;
-    // Made once and kept: a timer, a stop watch and a notification made again for
-    // every stream would cost each stream their registrations.
-    let mut stop = std::pin::pin!(stopped(open));
-    let mut cut = std::pin::pin!(streams.cut.notified());
-    let mut flooded = std::pin::pin!(alarm.tripped());
-    let mut idle_timer = std::pin::pin!(tokio::time::sleep(idle));
-    let mut seen = 0u64;
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            accepted = conn.accept() => accepted,
-            () = &mut stop, if !stopping => {
-                // Streams in flight finish; the client opens no new ones here.
-                stopping = true;
-                conn.graceful_shutdown();
-                continue;
+    let mut read = BytesMut::with_capacity(prefix.len().max(READ_SIZE));
+    read.extend_from_slice(&prefix);
+    drop(prefix);
+    let mut driver = Driver {
+        io: stream,
+        read,
+        read_closed: false,
+        broken: false,
+        pending: VecDeque::new(),
+        session: RefCell::new(Session::new(Connection::server(config))),
+        streams: FuturesUnordered::new(),
+        client,
+        counts: StreamCounts::default(),
+        ready: false,
+        stopping: false,
+        timeouts: (timeouts.client_header, timeouts.client_idle),
+        seen: 0,
+        timer: Box::pin(tokio::time::sleep(timeouts.client_header)),
+    };
+    poll_fn(|cx| driver.poll(cx, open)).await;
+}
+
+/// A stream's exchange, as the connection polls it: its id, and whether its client
+/// abandoned it.
+type Exchange = Pin<Box<dyn Future<Output = (u32, bool)> + Send>>;
+
+/// Bytes read from the socket at once (more when a frame needs it).
+const READ_SIZE: usize = 16 * 1024;
+/// Output pieces gathered into one vectored write.
+const WRITE_PIECES: usize = 32;
+/// Rounds of reading, running streams and writing in one poll before the task lets
+/// others run.
+const ROUNDS: usize = 16;
+
+/// One connection's state: the socket, the engine and its streams, and the exchanges.
+struct Driver {
+    io: Stream,
+    /// Bytes read and not yet whole frames.
+    read: BytesMut,
+    read_closed: bool,
+    /// The socket failed or the client closed it: nothing more is written.
+    broken: bool,
+    /// Output taken from the engine and not yet written.
+    pending: VecDeque<Bytes>,
+    session: RefCell<Session>,
+    streams: FuturesUnordered<Exchange>,
+    client: Arc<ClientSide>,
+    counts: StreamCounts,
+    /// The client's first SETTINGS came.
+    ready: bool,
+    /// GOAWAY was sent (or the connection failed): no new streams.
+    stopping: bool,
+    /// The limits for the client's preface and SETTINGS, and for an idle connection.
+    timeouts: (Duration, Duration),
+    /// Streams accepted when the idle timer last looked.
+    seen: u64,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl Driver {
+    /// Serves the connection until it is over.
+    fn poll(&mut self, cx: &mut Context<'_>, open: &mut OpenConnection) -> Poll<()> {
+        if !self.stopping && open.poll_stop(cx) {
+            // Streams in flight finish; the client opens no new ones here.
+            self.go_away();
+        }
+        self.poll_timer(cx);
+        for _ in 0..ROUNDS {
+            let mut progress = self.poll_read(cx);
+            progress |= self.poll_streams(cx);
+            self.dispatch();
+            progress |= self.poll_write(cx);
+            if self.is_over() {
+                self.io.shutdown_write();
+                return Poll::Ready(());
             }
-            () = &mut cut, if !stopping => {
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+        // Busy: others get a turn, and this connection comes back at once.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Whether everything is done: the engine closed (or the socket ended), no
+    /// exchange left, nothing left to write.
+    fn is_over(&self) -> bool {
+        let closed = self.read_closed || self.session.borrow().conn.is_closed();
+        closed && self.streams.is_empty() && self.pending.is_empty()
+    }
+
+    /// Reads what the socket has into the engine; true if anything came.
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.read_closed {
+            return false;
+        }
+        if self.read.capacity().saturating_sub(self.read.len()) < READ_SIZE / 4 {
+            self.read.reserve(READ_SIZE);
+        }
+        let read = {
+            let fill = std::pin::pin!(self.io.read_buf(&mut self.read));
+            fill.poll(cx)
+        };
+        match read {
+            Poll::Pending => {
+                // An idle connection holds no read buffer (a frame split across reads
+                // keeps its start in it until the rest comes).
+                if self.read.is_empty() {
+                    self.read = BytesMut::new();
+                }
+                false
+            }
+            Poll::Ready(Ok(0)) => {
+                self.socket_ended(None);
+                true
+            }
+            Poll::Ready(Ok(_)) => {
+                self.receive();
+                true
+            }
+            Poll::Ready(Err(e)) => {
+                self.socket_ended(Some(e));
+                true
+            }
+        }
+    }
+
+    /// Hands the bytes read to the engine; false when it made nothing of them yet.
+    fn receive(&mut self) -> bool {
+        let before = self.read.len();
+        let received = self.session.get_mut().conn.receive(&mut self.read);
+        if let Err(code) = received {
+            CLIENT.failed(code, self.client.addr);
+            self.stopping = true;
+            self.read_closed = true;
+            self.session.get_mut().end();
+        }
+        self.read.len() != before
+    }
+
+    /// The client closed its side, or the socket failed: streams hear of it, and the
+    /// connection ends once they are done.
+    fn socket_ended(&mut self, error: Option<io::Error>) {
+        if let Some(e) = error {
+            tracing::debug!(client = %self.client.addr, error = %e, "HTTP/2 client connection failed");
+        }
+        self.read_closed = true;
+        self.broken = true;
+        self.stopping = true;
+        self.pending.clear();
+        self.session.get_mut().end();
+    }
+
+    /// Acts on what the engine saw: new streams, and what came for the others.
+    fn dispatch(&mut self) {
+        let session = self.session.get_mut();
+        while let Some(event) = session.conn.next_event() {
+            match event {
+                Event::Head { stream, head, end_stream } => {
+                    CLIENT.streams.fetch_add(1, Relaxed);
+                    self.counts.accepted = self.counts.accepted.saturating_add(1);
+                    session.open(stream, end_stream);
+                    let client = Arc::clone(&self.client);
+                    self.streams.push(Box::pin(run_stream(stream, head, end_stream, client)));
+                }
+                Event::TooLarge { stream, .. } => {
+                    too_large(&mut session.conn, stream, &self.client);
+                }
+                Event::Data { stream, data, end_stream } => {
+                    let n = data.len();
+                    if !session.data(stream, data, end_stream) {
+                        session.conn.release(stream, n);
+                    }
+                }
+                Event::Trailers { stream, fields } => session.trailers(stream, fields),
+                Event::Reset { stream, code, .. } => session.reset(stream, code),
+                Event::Writable { stream } => session.writable(stream),
+                Event::Ready => {
+                    self.ready = true;
+                    let idle = net::later(Instant::now(), self.timeouts.1);
+                    self.timer.as_mut().reset(idle);
+                }
+                Event::GoAway { .. } => {}
+            }
+        }
+    }
+
+    /// Runs the exchanges that can make progress; true if any ended.
+    fn poll_streams(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut ended = false;
+        // Bounded by the exchanges: each is yielded once when it ends.
+        loop {
+            let streams = &mut self.streams;
+            let next = session::enter(&self.session, || streams.poll_next_unpin(cx));
+            let Poll::Ready(Some((stream, abandoned))) = next else { break };
+            ended = true;
+            self.session.get_mut().close(stream);
+            if abandoned && self.counts.abandoned() && !self.stopping {
                 // Many streams reset or abandoned: a flood, not a client.
                 CLIENT.calm.fetch_add(1, Relaxed);
-                tracing::debug!(client = %addr, "HTTP/2 client abandoned too many streams; closing");
-                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                stopping = true;
-                continue;
+                tracing::debug!(client = %self.client.addr, "HTTP/2 client abandoned too many streams; closing");
+                self.session.get_mut().conn.abort(ErrorCode::EnhanceYourCalm);
+                self.stopping = true;
             }
-            () = &mut flooded, if !stopping => {
-                // PING or SETTINGS frames past any client's rate (see `flood`).
-                CLIENT.calm.fetch_add(1, Relaxed);
-                let frames = alarm.flooded().map_or("control", |f| f.as_str());
-                tracing::debug!(client = %addr, frames, "HTTP/2 client flooded control frames; closing");
-                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                stopping = true;
-                continue;
+        }
+        ended
+    }
+
+    /// Writes what the engine produced; true if anything was written.
+    fn poll_write(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut wrote = false;
+        // Bounded: each round writes bytes, or stops.
+        loop {
+            let conn = &mut self.session.get_mut().conn;
+            while self.pending.len() < WRITE_PIECES {
+                let Some(piece) = conn.next_output() else { break };
+                self.pending.push_back(piece);
             }
-            () = &mut idle_timer, if !stopping => {
-                // Idle: no stream open, and none opened since the last look.
-                let opened = streams.accepted.load(Relaxed);
-                if conn.has_streams() || opened != seen {
-                    seen = opened;
-                    idle_timer.as_mut().reset(crate::net::later(Instant::now(), idle));
-                } else {
-                    stopping = true;
-                    conn.graceful_shutdown();
+            if self.broken {
+                self.pending.clear();
+                return wrote;
+            }
+            if self.pending.is_empty() {
+                if wrote {
+                    let _ = Pin::new(&mut self.io).poll_flush(cx);
                 }
-                continue;
+                return wrote;
             }
-        };
-        match accepted {
-            Some(Ok((req, respond))) => {
-                CLIENT.streams.fetch_add(1, Relaxed);
-                streams.accepted.fetch_add(1, Relaxed);
-                let client = Arc::clone(&client);
-                let streams = Arc::clone(&streams);
-                // The stream's state lives in a box of its own: the task then holds
-                // a pointer, and tokio moves no large future when it starts and ends.
-                let stream = Box::pin(run_stream(req, respond, client));
-                tokio::spawn(async move {
-                    if stream.await {
-                        streams.abandoned();
-                    }
-                });
+            let slices: Vec<IoSlice<'_>> = self.pending.iter().map(|b| IoSlice::new(b)).collect();
+            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices) {
+                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                    self.socket_ended(None);
+                    return true;
+                }
+                Poll::Ready(Ok(n)) => {
+                    advance(&mut self.pending, n);
+                    wrote = true;
+                }
+                Poll::Pending => return wrote,
             }
-            Some(Err(e)) => return CLIENT.failed(&e, addr),
-            None => return,
+        }
+    }
+
+    /// GOAWAY: the streams the client opened finish, no new one is taken.
+    fn go_away(&mut self) {
+        self.stopping = true;
+        self.session.get_mut().conn.go_away();
+    }
+
+    /// The handshake's limit, then the idle limit: no stream open, and none opened
+    /// since the last look.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) {
+        if self.stopping || self.timer.as_mut().poll(cx).is_pending() {
+            return;
+        }
+        if !self.ready {
+            // No preface and SETTINGS within the header timeout.
+            self.read_closed = true;
+            self.stopping = true;
+            self.session.get_mut().end();
+            return;
+        }
+        let accepted = self.counts.accepted;
+        if !self.streams.is_empty() || accepted != self.seen {
+            self.seen = accepted;
+            let idle = net::later(Instant::now(), self.timeouts.1);
+            self.timer.as_mut().reset(idle);
+            let _ = self.timer.as_mut().poll(cx);
+        } else {
+            self.go_away();
+        }
+    }
+}
+
+/// Drops the first `n` bytes of `pending`.
+fn advance(pending: &mut VecDeque<Bytes>, mut n: usize) {
+    // Bounded by the pieces.
+    while n > 0 {
+        let Some(front) = pending.front_mut() else { break };
+        if front.len() <= n {
+            n = n.saturating_sub(front.len());
+            pending.pop_front();
+        } else {
+            let _ = front.split_to(n);
+            n = 0;
         }
     }
 }
@@ -172,10 +379,8 @@ pub async fn serve(
 /// and the origin a request.
 #[derive(Default)]
 struct StreamCounts {
-    accepted: AtomicU64,
-    abandoned: AtomicU64,
-    /// Wakes the connection to cut it off.
-    cut: tokio::sync::Notify,
+    accepted: u64,
+    abandoned: u64,
 }
 
 /// Abandoned streams a connection may have before it is looked at: browsers cancel
@@ -183,38 +388,46 @@ struct StreamCounts {
 const MAX_ABANDONED: u64 = 100;
 
 impl StreamCounts {
-    /// A stream's client did not take its response; past [`MAX_ABANDONED`], and more
-    /// than half the streams, the connection is cut off.
-    fn abandoned(&self) {
-        let abandoned = self.abandoned.fetch_add(1, Relaxed).saturating_add(1);
-        let accepted = self.accepted.load(Relaxed);
-        if abandoned >= MAX_ABANDONED && abandoned.saturating_mul(2) > accepted {
-            self.cut.notify_one();
-        }
+    /// A stream's client did not take its response; true past [`MAX_ABANDONED`], and
+    /// more than half the streams: the connection is to be cut off.
+    fn abandoned(&mut self) -> bool {
+        self.abandoned = self.abandoned.saturating_add(1);
+        self.abandoned >= MAX_ABANDONED && self.abandoned.saturating_mul(2) > self.accepted
     }
 }
 
-/// Resolves once the server is stopping.
-async fn stopped(open: &mut OpenConnection) {
-    poll_fn(|cx| if open.poll_stop(cx) { Poll::Ready(()) } else { Poll::Pending }).await
+/// Answers a stream whose header list is over the limit with 431; only the stream
+/// ends.
+fn too_large(conn: &mut Connection, stream: u32, client: &ClientSide) {
+    let refusal = Refusal::HeadTooLarge;
+    tracing::debug!(client = %client.addr, reason = %refusal.as_str(), "refused HTTP/2 request");
+    client.proxy.refused(client.addr, refusal.status(), refusal.name());
+    let text = format!("holdfast: {}\n", refusal.as_str());
+    session::answer_text(conn, stream, refusal.status(), &text);
+    conn.finish(stream);
 }
 
 /// Runs one stream as an exchange: its head, read into the request model, is checked,
-/// routed and rewritten like any other, then forwarded. True when the client abandoned
-/// it (reset it, or did not take the response).
-async fn run_stream(
-    req: http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
-    client: Arc<ClientSide>,
-) -> bool {
+/// routed and rewritten like any other, then forwarded. Its id, and true when the
+/// client abandoned it (reset it, or did not take the response).
+async fn run_stream(stream: u32, head: Head, ended: bool, client: Arc<ClientSide>) -> (u32, bool) {
+    let mut respond = Responder::new(stream);
+    let body = RequestBody::new(stream);
     let ClientSide { addr, ref proxy, ref peer, tls, limits, connection } = *client;
-    let (mut parts, body) = req.into_parts();
-    let websocket = match connect::extended(&mut parts) {
+    let protocol = head.pseudo.protocol.clone();
+    let mut parts = match parts_of(head) {
+        Ok(parts) => parts,
+        Err(refusal) => {
+            refuse(proxy, addr, &mut respond, refusal);
+            return (stream, false);
+        }
+    };
+    let websocket = match connect::extended(&mut parts, protocol.as_deref()) {
         Extended::No => None,
         Extended::WebSocket(key) => Some(key),
         Extended::Refused(refused) => {
             connect::refuse(proxy, addr, &mut respond, refused);
-            return false;
+            return (stream, false);
         }
     };
     let head_limits = HeadLimits {
@@ -226,7 +439,7 @@ async fn run_stream(
     // to the thread's cache of head buffers.
     let mut origin_head = net::scratch();
     // A WebSocket's DATA frames are its tunnel, not a request body.
-    let ends = websocket.is_some() || body.is_end_stream();
+    let ends = websocket.is_some() || ended;
     let mut out = match request::decode(&parts, &fields, ends, limits.max_headers, &head_limits) {
         Ok(mut req) => {
             if websocket.is_some() {
@@ -236,7 +449,7 @@ async fn run_stream(
         }
         Err(refusal) => {
             refuse(proxy, addr, &mut respond, refusal);
-            return false;
+            return (stream, false);
         }
     };
     drop(fields);
@@ -248,7 +461,37 @@ async fn run_stream(
     }
     proxy.forward(out, &mut origin_head, &mut wire).await;
     net::recycle(origin_head);
-    wire.client_failed()
+    (stream, wire.client_failed())
+}
+
+/// A stream's request head as the request model reads it: method, URI (`:scheme`,
+/// `:authority`, `:path`) and fields, whose values are shared with the engine's.
+fn parts_of(head: Head) -> Result<http::request::Parts, Refusal> {
+    let Head { pseudo, fields, .. } = head;
+    let method = pseudo.method.as_deref().unwrap_or(b"GET");
+    let method = http::Method::from_bytes(method).map_err(|_| Refusal::Malformed)?;
+    let mut uri = http::uri::Builder::new();
+    if let Some(scheme) = pseudo.scheme {
+        uri = uri.scheme(scheme.as_ref());
+    }
+    if let Some(authority) = pseudo.authority {
+        uri = uri.authority(
+            http::uri::Authority::from_maybe_shared(authority)
+                .map_err(|_| Refusal::InvalidTarget)?,
+        );
+    }
+    if let Some(path) = pseudo.path {
+        uri = uri.path_and_query(
+            http::uri::PathAndQuery::from_maybe_shared(path).map_err(|_| Refusal::InvalidTarget)?,
+        );
+    }
+    let uri = uri.build().map_err(|_| Refusal::InvalidTarget)?;
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = http::Version::HTTP_2;
+    parts.headers = session::to_header_map(fields);
+    Ok(parts)
 }
 
 /// The number the next HTTP/2 client connection gets (see `ClientSide::connection`).
@@ -270,103 +513,10 @@ struct ClientSide {
 }
 
 /// Answers a stream whose head cannot be forwarded; only the stream ends.
-fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut SendResponse<Bytes>, refusal: Refusal) {
+fn refuse(proxy: &Proxy, addr: SocketAddr, respond: &mut Responder, refusal: Refusal) {
     tracing::debug!(client = %addr, reason = %refusal.as_str(), "refused HTTP/2 request");
     proxy.refused(addr, refusal.status(), refusal.name());
-    let text = format!("holdfast: {}\n", refusal.as_str());
-    let mut response = http::Response::new(());
-    *response.status_mut() =
-        http::StatusCode::from_u16(refusal.status()).unwrap_or(http::StatusCode::BAD_REQUEST);
-    *response.headers_mut() = convert::local_headers(b"", text.len());
-    if let Ok(mut body) = respond.send_response(response, false) {
-        let _ = body.send_data(Bytes::from(text), true);
-    }
-}
-
-/// The client's first bytes, read before HTTP/2 was recognised, then the connection;
-/// the frames both ways pass the connection's flood watch.
-struct Prefixed {
-    prefix: Vec<u8>,
-    at: usize,
-    stream: Stream,
-    watch: ControlWatch,
-}
-
-impl AsyncRead for Prefixed {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if let Some(rest) = this.prefix.get(this.at..).filter(|r| !r.is_empty()) {
-            let n = rest.len().min(buf.remaining());
-            let piece = rest.get(..n).unwrap_or_default();
-            this.watch.on_read(piece);
-            buf.put_slice(piece);
-            this.at = this.at.saturating_add(n);
-            if this.at >= this.prefix.len() {
-                this.prefix = Vec::new();
-                this.at = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        let before = buf.filled().len();
-        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = read {
-            this.watch.on_read(buf.filled().get(before..).unwrap_or_default());
-        }
-        read
-    }
-}
-
-impl AsyncWrite for Prefixed {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let written = Pin::new(&mut this.stream).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = written {
-            this.watch.on_written(buf.get(..n).unwrap_or_default());
-        }
-        written
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        let written = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = written {
-            // The first `n` bytes of the slices, in order.
-            let mut left = n;
-            for slice in bufs {
-                if left == 0 {
-                    break;
-                }
-                let part = slice.get(..left.min(slice.len())).unwrap_or_default();
-                this.watch.on_written(part);
-                left = left.saturating_sub(part.len());
-            }
-        }
-        written
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
+    respond.answer_text(refusal.status(), &format!("holdfast: {}\n", refusal.as_str()));
 }
 
 /// HTTP/2 client connections, their streams, and those that ended in an error, by the
@@ -399,22 +549,18 @@ static CLIENT: ClientCounts = ClientCounts {
 impl ClientCounts {
     /// Counts and logs a connection that ended in an error. A client that just left
     /// (an I/O error) is not counted.
-    fn failed(&self, e: &h2::Error, addr: SocketAddr) {
-        if e.is_io() {
-            tracing::debug!(client = %addr, error = %e, "HTTP/2 client connection failed");
-            return;
-        }
-        let counter = match e.reason() {
-            Some(Reason::ENHANCE_YOUR_CALM) => &self.calm,
-            Some(Reason::PROTOCOL_ERROR) => &self.protocol,
-            Some(Reason::COMPRESSION_ERROR) => &self.compression,
-            Some(Reason::FLOW_CONTROL_ERROR) => &self.flow_control,
-            Some(Reason::FRAME_SIZE_ERROR) => &self.frame_size,
-            Some(Reason::NO_ERROR) | Some(Reason::CANCEL) => return,
+    fn failed(&self, code: ErrorCode, addr: SocketAddr) {
+        let counter = match code {
+            ErrorCode::EnhanceYourCalm => &self.calm,
+            ErrorCode::ProtocolError => &self.protocol,
+            ErrorCode::CompressionError => &self.compression,
+            ErrorCode::FlowControlError => &self.flow_control,
+            ErrorCode::FrameSizeError => &self.frame_size,
+            ErrorCode::NoError | ErrorCode::Cancel => return,
             _ => &self.other,
         };
         counter.fetch_add(1, Relaxed);
-        tracing::debug!(client = %addr, error = %e, "HTTP/2 client connection closed for an error");
+        tracing::debug!(client = %addr, error = code.as_str(), "HTTP/2 client connection closed for an error");
     }
 }
 

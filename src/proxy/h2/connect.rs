@@ -34,6 +34,7 @@ use super::{abandoned, client_reset, stream_failed, H2Wire};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::response::BadResponse;
 use crate::http1::websocket::WebSocketKey;
+use crate::http2::session::ResponseBody;
 use crate::net::WaitError;
 use crate::proxy::error::ProxyErrorKind;
 use crate::proxy::transfer::{DownloadError, Downloaded, Upload};
@@ -46,7 +47,7 @@ pub(super) struct WebSocket {
     /// The `Sec-WebSocket-Key` an HTTP/1.1 origin gets.
     key: WebSocketKey,
     /// The client's stream, once answered `200` for an HTTP/1.1 origin's `101`.
-    client: Option<SendStream<Bytes>>,
+    client: Option<ResponseBody>,
     /// The sending side of an HTTP/2 origin's stream that accepted the tunnel.
     upload: Option<SendStream<Bytes>>,
 }

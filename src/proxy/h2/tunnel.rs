@@ -29,9 +29,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::{Reason, RecvStream, SendStream};
+use holdfast_h2::error::ErrorCode;
 
 use crate::http2::flow;
+use crate::http2::halves::{reset_code, RecvHalf, SendHalf};
 use crate::net::{self, InBuf, Stream};
 
 /// What a tunnel carried, and how it ended.
@@ -82,17 +83,17 @@ fn failed(side: Side) -> impl FnOnce(io::Error) -> TunnelError {
 
 /// What a stream's peer resetting it means for the direction toward it: `Ok` (it ends)
 /// for `NO_ERROR`, else the failure of `side`.
-fn reset(reset: Result<Reason, h2::Error>, side: Side) -> Result<(), TunnelError> {
+fn reset(reset: io::Result<ErrorCode>, side: Side) -> Result<(), TunnelError> {
     match reset {
-        Ok(Reason::NO_ERROR) => Ok(()),
-        Ok(reason) => Err(failed(side)(io::Error::other(format!("stream reset: {reason}")))),
-        Err(e) => Err(failed(side)(flow::to_io(e))),
+        Ok(ErrorCode::NoError) => Ok(()),
+        Ok(code) => Err(failed(side)(io::Error::other(format!("stream reset: {}", code.as_str())))),
+        Err(e) => Err(failed(side)(e)),
     }
 }
 
 /// Whether a stream's DATA stopped for a reset with `NO_ERROR`: its sender is done.
-fn is_no_error(e: &h2::Error) -> bool {
-    e.is_reset() && e.reason() == Some(Reason::NO_ERROR)
+fn is_no_error(e: &io::Error) -> bool {
+    reset_code(e) == Some(ErrorCode::NoError)
 }
 
 /// The counts both directions add to as they go.
@@ -118,8 +119,8 @@ impl Counts {
 /// or `stop` completes; `origin_buf` holds what the origin sent after its `101`, which
 /// the client gets first, and is the reads' buffer. The caller closes the connection.
 pub(super) async fn to_connection(
-    from_client: &mut RecvStream,
-    to_client: &mut SendStream<Bytes>,
+    from_client: &mut impl RecvHalf,
+    to_client: &mut impl SendHalf,
     origin: &Stream,
     origin_buf: &mut InBuf,
     stall: Duration,
@@ -130,7 +131,7 @@ pub(super) async fn to_connection(
     let down = socket_to_stream(origin, origin_buf, to_client, stall, &counts.to_client);
     let end = until_stopped(both_ways(up, down, &counts, stall), stop).await;
     if !matches!(end, End::Both) {
-        to_client.send_reset(Reason::CANCEL);
+        to_client.send_reset(ErrorCode::Cancel);
     }
     counts.tunnelled(end)
 }
@@ -139,10 +140,10 @@ pub(super) async fn to_connection(
 /// HTTP/2 origin (`from_origin`, `to_origin`) that accepted the extended CONNECT, until
 /// both directions end, one fails, or `stop` completes.
 pub(super) async fn to_stream(
-    from_client: &mut RecvStream,
-    to_client: &mut SendStream<Bytes>,
-    from_origin: &mut RecvStream,
-    to_origin: &mut SendStream<Bytes>,
+    from_client: &mut impl RecvHalf,
+    to_client: &mut impl SendHalf,
+    from_origin: &mut impl RecvHalf,
+    to_origin: &mut impl SendHalf,
     stall: Duration,
     stop: impl Future<Output = ()> + Send,
 ) -> Tunnelled {
@@ -151,8 +152,8 @@ pub(super) async fn to_stream(
     let down = stream_to_stream(from_origin, to_client, Side::Origin, stall, &counts.to_client);
     let end = until_stopped(both_ways(up, down, &counts, stall), stop).await;
     if !matches!(end, End::Both) {
-        to_client.send_reset(Reason::CANCEL);
-        to_origin.send_reset(Reason::CANCEL);
+        to_client.send_reset(ErrorCode::Cancel);
+        to_origin.send_reset(ErrorCode::Cancel);
     }
     counts.tunnelled(end)
 }
@@ -213,17 +214,17 @@ async fn both_ways(
 /// The client's DATA frames to the origin's socket; its END_STREAM shuts the socket's
 /// sending side.
 async fn stream_to_socket(
-    from: &mut RecvStream,
+    from: &mut impl RecvHalf,
     to: &Stream,
     stall: Duration,
     count: &AtomicU64,
 ) -> Result<(), TunnelError> {
     // Each round takes one DATA frame; bounded by the stream.
-    while let Some(data) = from.data().await {
+    while let Some(data) = flow::data(from).await {
         let data = match data {
             Ok(data) => data,
             Err(e) if is_no_error(&e) => break,
-            Err(e) => return Err(failed(Side::Client)(flow::to_io(e))),
+            Err(e) => return Err(failed(Side::Client)(e)),
         };
         if !data.is_empty() {
             net::write_all(to, &[&data], stall)
@@ -244,7 +245,7 @@ async fn stream_to_socket(
 async fn socket_to_stream(
     from: &Stream,
     buf: &mut InBuf,
-    to: &mut SendStream<Bytes>,
+    to: &mut impl SendHalf,
     stall: Duration,
     count: &AtomicU64,
 ) -> Result<(), TunnelError> {
@@ -276,14 +277,14 @@ async fn socket_to_stream(
         }
     }
     buf.release();
-    to.send_data(Bytes::new(), true).map_err(|e| failed(Side::Client)(flow::to_io(e)))
+    to.send_data(Bytes::new(), true).map_err(failed(Side::Client))
 }
 
 /// One HTTP/2 stream's DATA frames to another's; the end of the one ends the other.
 /// `from_side` is the end `from` belongs to.
 async fn stream_to_stream(
-    from: &mut RecvStream,
-    to: &mut SendStream<Bytes>,
+    from: &mut impl RecvHalf,
+    to: &mut impl SendHalf,
     from_side: Side,
     stall: Duration,
     count: &AtomicU64,
@@ -299,14 +300,14 @@ async fn stream_to_stream(
         let next = tokio::select! {
             biased;
             r = poll_fn(|cx| to.poll_reset(cx)) => return reset(r, to_side),
-            next = from.data() => next,
+            next = flow::data(from) => next,
         };
         let data = match next {
             None => break,
             Some(Ok(data)) => data,
             // Its sender is done: the other end hears of it as the end of the stream.
             Some(Err(e)) if is_no_error(&e) => break,
-            Some(Err(e)) => return Err(failed(from_side)(flow::to_io(e))),
+            Some(Err(e)) => return Err(failed(from_side)(e)),
         };
         let n = data.len();
         if n > 0 {
@@ -315,12 +316,13 @@ async fn stream_to_stream(
         }
         flow::release(from, n);
     }
-    to.send_data(Bytes::new(), true).map_err(|e| failed(to_side)(flow::to_io(e)))
+    to.send_data(Bytes::new(), true).map_err(failed(to_side))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use h2::{Reason, RecvStream, SendStream};
 
     /// One end of an HTTP/2 stream.
     struct End2 {

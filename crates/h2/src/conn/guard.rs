@@ -3,8 +3,7 @@
 //! ends with ENHANCE_YOUR_CALM.
 //!
 //! - PING and SETTINGS (answered by the engine): token buckets, a burst and a rate per
-//!   second, the rate of `client/h2/flood.rs`'s reasoning (gRPC's BDP pings at their
-//!   fastest, grpc-go's window growth over a connection's life).
+//!   second (see "The numbers" below).
 //! - Streams the peer reset before their answer (rapid reset, CVE-2023-44487).
 //! - Streams the engine reset for the peer's errors.
 //! - Streams refused for the concurrency limit before the peer acknowledged our

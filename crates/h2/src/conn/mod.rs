@@ -33,7 +33,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::ErrorCode;
 use crate::frame::Settings;
-use crate::hpack::{Decoder, Encoder, Field};
+use crate::hpack::{Decoder, Encoder, Field, FieldRef};
 pub use guard::Limits;
 pub use message::{Head, Malformed, Pseudo};
 use send::Output;
@@ -371,7 +371,7 @@ impl Connection {
         stream.head_request = head_request;
         self.streams.insert(id, stream);
         self.active = self.active.saturating_add(1);
-        self.write_head(id, fields, end_stream);
+        self.write_head(id, fields.iter().map(Field::as_field_ref), end_stream);
         Ok(id)
     }
 
@@ -381,6 +381,17 @@ impl Connection {
         &mut self,
         stream: u32,
         fields: &[Field],
+        end_stream: bool,
+    ) -> Result<(), SendError> {
+        self.send_head_of(stream, fields.iter().map(Field::as_field_ref), end_stream)
+    }
+
+    /// [`Connection::send_head`], the fields borrowed from wherever the caller keeps
+    /// them (a proxy's response head, say), encoded without a copy.
+    pub fn send_head_of<'f>(
+        &mut self,
+        stream: u32,
+        fields: impl IntoIterator<Item = FieldRef<'f>>,
         end_stream: bool,
     ) -> Result<(), SendError> {
         let s = self.streams.get_mut(&stream).ok_or(SendError::NoStream)?;
@@ -486,6 +497,26 @@ impl Connection {
         }
     }
 
+    /// The application is done with a stream: what it did not release goes back to the
+    /// windows, and a stream the peer is still sending on is reset, with NO_ERROR when
+    /// our side ended (the answer is whole, the rest of the peer's message is not
+    /// needed: RFC 9113 section 8.1), CANCEL when it did not (the answer was given up).
+    /// What was queued before our end still goes out.
+    pub fn finish(&mut self, stream: u32) {
+        let unreleased = self.streams.get(&stream).map_or(0, |s| s.unreleased);
+        self.release(stream, usize::try_from(unreleased).unwrap_or(usize::MAX));
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        let ended = s.end_queued || !s.state.can_send();
+        match (ended, s.state.can_receive()) {
+            (false, _) => self.reset(stream, ErrorCode::Cancel),
+            // It closes by itself once its end is out.
+            (true, false) => {}
+            // Our end may still wait behind queued DATA: the reset follows it.
+            (true, true) if s.has_pending() => s.reset_after_end = Some(ErrorCode::NoError),
+            (true, true) => self.reset(stream, ErrorCode::NoError),
+        }
+    }
+
     /// Starts a graceful shutdown: GOAWAY NO_ERROR naming the last stream the peer
     /// opened; streams up to it finish, later ones are ignored (server side). On the
     /// client side: no new stream is opened.
@@ -514,7 +545,12 @@ impl Connection {
 
     /// Encodes and queues a header section (HEADERS and CONTINUATION frames) now, so
     /// HPACK state follows the order of frames on the wire.
-    fn write_head(&mut self, stream: u32, fields: &[Field], end_stream: bool) {
+    fn write_head<'f>(
+        &mut self,
+        stream: u32,
+        fields: impl IntoIterator<Item = FieldRef<'f>>,
+        end_stream: bool,
+    ) {
         let max_frame = self.peer.max_frame_size;
         self.output.head(&mut self.encoder, stream, fields, end_stream, max_frame);
         if end_stream {
@@ -529,6 +565,8 @@ impl Connection {
         s.end_queued = true;
         if !s.state.is_active() {
             self.forget(stream);
+        } else if let Some(code) = s.reset_after_end.take() {
+            self.reset(stream, code);
         }
     }
 

@@ -10,7 +10,7 @@ use super::state::State;
 use super::Connection;
 use crate::error::ErrorCode;
 use crate::frame::{self, EncodeError, Settings};
-use crate::hpack::{Encoder, Field};
+use crate::hpack::{Encoder, Field, FieldRef};
 
 /// Output held before DATA stops being moved out of the streams' queues: the caller
 /// writes it before more is scheduled, so a slow peer holds back the streams, not
@@ -91,17 +91,17 @@ impl Output {
 
     /// A header section, encoded now (into `block`, kept for the next) and cut into
     /// HEADERS and CONTINUATION frames.
-    pub fn head(
+    pub fn head<'f>(
         &mut self,
         encoder: &mut Encoder,
         stream: u32,
-        fields: &[Field],
+        fields: impl IntoIterator<Item = FieldRef<'f>>,
         end_stream: bool,
         max_frame: u32,
     ) {
         let mut block = std::mem::take(&mut self.block);
         block.clear();
-        encoder.encode(fields.iter().map(Field::as_field_ref), &mut block);
+        encoder.encode(fields, &mut block);
         self.put(|buf| written(frame::write_headers(buf, stream, &block, end_stream, max_frame)));
         self.block = block;
     }
@@ -178,7 +178,13 @@ impl Connection {
         }
         if let Some(trailers) = s.trailers.take() {
             let max = self.peer.max_frame_size;
-            self.output.head(&mut self.encoder, id, &trailers, true, max);
+            self.output.head(
+                &mut self.encoder,
+                id,
+                trailers.iter().map(Field::as_field_ref),
+                true,
+                max,
+            );
             self.end_sent(id);
             return Turn::Done;
         }

@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::flow::{RecvWindow, SendWindow};
 use super::state::State;
+use crate::error::ErrorCode;
 use crate::hpack::Field;
 
 /// Where a stream's received messages stand: what the next HEADERS frame on it is.
@@ -47,6 +48,9 @@ pub struct Stream {
     pub unreleased: u32,
     /// We sent the response head (server side): a reset after it is not a rapid reset.
     pub answered: bool,
+    /// The application finished with the stream while the peer still sends: this reset
+    /// goes out once our end has (see `Connection::finish`).
+    pub reset_after_end: Option<ErrorCode>,
 }
 
 impl Stream {
@@ -65,6 +69,7 @@ impl Stream {
             waiting: false,
             unreleased: 0,
             answered: false,
+            reset_after_end: None,
         }
     }
 

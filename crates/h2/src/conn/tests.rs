@@ -290,6 +290,30 @@ fn a_request_is_told_and_its_answer_written() {
     assert_eq!(conn.active_streams(), 0, "both ends ended: the stream is closed");
 }
 
+/// RFC 9113 section 8.1: a server may answer before the request is whole, then reset
+/// the stream with NO_ERROR to stop the rest; an answer given up is a CANCEL. What the
+/// application had not released goes back to the connection either way.
+#[test]
+fn a_finished_stream_is_reset_as_its_answer_stands() {
+    let (mut conn, mut peer) = server();
+    peer.headers(1, POST, false).data(1, b"part", false).send(&mut conn).unwrap();
+    peer.headers(3, POST, false).send(&mut conn).unwrap();
+    events(&mut conn);
+    peer.read(&mut conn);
+    conn.send_head(1, &[field(":status", "200")], false).unwrap();
+    conn.send_data(1, Bytes::from_static(b"whole"), true).unwrap();
+    conn.finish(1);
+    conn.finish(3);
+    let out = peer.read(&mut conn);
+    let data = out.iter().position(|f| matches!(f, Out::Frame(Frame::Data(d)) if d.end_stream));
+    let reset =
+        out.iter().position(|f| matches!(f, Out::Frame(Frame::RstStream(r)) if r.stream_id == 1));
+    assert!(data < reset && data.is_some(), "the answer goes out whole before the reset: {out:?}");
+    assert_eq!(resets(&out), [(3, ErrorCode::Cancel), (1, ErrorCode::NoError)]);
+    assert_eq!(conn.recv_window.flush(), Some(4), "the unreleased 4 bytes are the peer's again");
+    assert_eq!(conn.active_streams(), 0);
+}
+
 #[test]
 fn trailers_go_after_the_data_and_end_the_stream() {
     let (mut conn, mut peer) = server();
