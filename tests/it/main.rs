@@ -82,6 +82,9 @@ mod refused;
 mod duplex;
 // Bodies an HTTP/1.1 client sent, kept or buffered or streamed, sent again whole after a refusal.
 mod refused_bodies;
+// RFC 9113 and RFC 7541 as a server must enforce them: raw frames over TCP, holdfast's
+// answer checked (GOAWAY, RST_STREAM or the origin's response), by section.
+mod h2_conformance;
 // HTTP/2 abuse: rapid reset, CONTINUATION floods, oversized header lists, too many streams.
 mod h2_floods;
 // gRPC end to end with Python's grpcio, over h2c and over TLS.
