@@ -117,7 +117,8 @@ impl Connection {
 
     /// A frame other than PRIORITY on a stream not in the table: idle is a connection
     /// PROTOCOL_ERROR (section 5.1); one we reset lately is ignored; HEADERS or DATA on
-    /// another closed one is STREAM_CLOSED, and HEADERS on an id below the last that
+    /// one the peer reset is a stream error STREAM_CLOSED, on another closed one a
+    /// connection error STREAM_CLOSED, and HEADERS on an id below the last that
     /// was never opened is an unexpected stream identifier (5.1.1, PROTOCOL_ERROR).
     fn on_missing(&self, stream: u32, kind: Received) -> Result<Verdict, H2Error> {
         if self.is_idle(stream) {
@@ -130,6 +131,10 @@ impl Connection {
                 Ok(Verdict::Ignore)
             }
             (None, Received::Headers { .. }) => Err(H2Error::Connection(ErrorCode::ProtocolError)),
+            // "After receiving a RST_STREAM": a stream error (section 5.1, "closed").
+            (Some(Closed::ResetByPeer), Received::Headers { .. } | Received::Data { .. }) => {
+                Err(H2Error::Stream { stream, code: ErrorCode::StreamClosed })
+            }
             (_, Received::Headers { .. } | Received::Data { .. }) => {
                 Err(H2Error::Connection(ErrorCode::StreamClosed))
             }

@@ -290,6 +290,18 @@ fn a_request_is_told_and_its_answer_written() {
     assert_eq!(conn.active_streams(), 0, "both ends ended: the stream is closed");
 }
 
+/// Section 5.1, "closed": any frame but PRIORITY after receiving RST_STREAM is a
+/// stream error STREAM_CLOSED, not a connection error.
+#[test]
+fn data_after_the_peers_reset_is_a_stream_error() {
+    let (mut conn, mut peer) = server();
+    peer.headers(1, POST, false).rst(1, ErrorCode::Cancel).data(1, b"late", true);
+    peer.send(&mut conn).unwrap();
+    let out = peer.read(&mut conn);
+    assert_eq!(resets(&out), [(1, ErrorCode::StreamClosed)]);
+    assert_eq!(goaway_code(&out), None, "{out:?}");
+}
+
 /// RFC 9113 section 8.1: a server may answer before the request is whole, then reset
 /// the stream with NO_ERROR to stop the rest; an answer given up is a CANCEL. What the
 /// application had not released goes back to the connection either way.
