@@ -28,6 +28,7 @@ use holdfast_h2::frame::{self, Frame, Settings, StreamDependency, MAX_WINDOW_SIZ
 
 use crate::h2::h2c_to_http1;
 use crate::support::h2_wire::{raw_frame, request, Event, Wire, ANSWER};
+use crate::support::http2::hpack_int;
 use crate::support::{wait_until, Origin, Proxy, DEADLINE};
 
 // Frame types (RFC 9113 section 6) and flags, as written on the wire.
@@ -104,24 +105,6 @@ fn setting(id: u16, value: u32) -> Vec<u8> {
     let mut bytes = id.to_be_bytes().to_vec();
     bytes.extend_from_slice(&value.to_be_bytes());
     bytes
-}
-
-/// An HPACK integer (RFC 7541 section 5.1) with an `n`-bit prefix whose other bits are
-/// `first`.
-fn hpack_int(value: u32, n: u32, first: u8, out: &mut Vec<u8>) {
-    let max = (1u32 << n) - 1;
-    if value < max {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    let mut rest = value - max;
-    // Bounded: 7 bits per round.
-    while rest >= 128 {
-        out.push((rest % 128) as u8 | 0x80);
-        rest /= 128;
-    }
-    out.push(rest as u8);
 }
 
 /// The start of a request block from the static table alone: `:method GET`, `:scheme
@@ -272,7 +255,7 @@ async fn s4_2_headers_over_max_frame_size_is_a_connection_error() {
     block.push(0x00);
     hpack_int(7, 7, 0, &mut block);
     block.extend_from_slice(b"x-large");
-    hpack_int(value.len() as u32, 7, 0, &mut block);
+    hpack_int(value.len(), 7, 0, &mut block);
     block.extend_from_slice(&value);
     send_block(&mut wire, 1, &block).await;
     wire.expect_goaway(ErrorCode::FrameSizeError, "4.2 HEADERS over the max frame size").await;
@@ -372,7 +355,7 @@ async fn s4_3_hpack_size_update_over_the_limit_is_a_compression_error() {
     let mut wire = setup.wire().await;
     let limit = wire.server.header_table_size.unwrap_or(4096);
     let mut block = Vec::new();
-    hpack_int(limit + 1, 5, 0x20, &mut block);
+    hpack_int(limit as usize + 1, 5, 0x20, &mut block);
     block.extend(static_get_block());
     send_block(&mut wire, 1, &block).await;
     wire.expect_goaway(ErrorCode::CompressionError, "4.3 size update over the limit").await;

@@ -642,8 +642,9 @@ pub fn encode_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8>
     out
 }
 
-/// An HPACK integer with an `n`-bit prefix whose other bits are `first`.
-fn hpack_int(value: usize, n: u32, first: u8, out: &mut Vec<u8>) {
+/// An HPACK integer (RFC 7541 section 5.1) with an `n`-bit prefix whose other bits are
+/// `first`.
+pub fn hpack_int(value: usize, n: u32, first: u8, out: &mut Vec<u8>) {
     let max = (1usize << n) - 1;
     if value < max {
         out.push(first | value as u8);
