@@ -103,6 +103,11 @@ pub async fn serve(
         seen: 0,
         timer: Box::pin(tokio::time::sleep(timeouts.client_header)),
     };
+    // The first bytes, read before HTTP/2 was recognised, may hold whole frames (a
+    // client that sent its preface, SETTINGS and first request at once).
+    if !driver.read.is_empty() {
+        driver.receive();
+    }
     poll_fn(|cx| driver.poll(cx, open)).await;
 }
 
