@@ -94,7 +94,7 @@ CONTENDERS = [
               tls_configs=(("client", "nginx-tuned-https.conf"),
                            ("origin", "nginx-tuned-https-origin.conf")),
               h2_configs=(("client", "nginx-tuned-h2.conf"),
-                          ("grpc", "nginx-grpc-h2c.conf"),
+                          ("grpc", "nginx-tuned-grpc.conf"),
                           ("client-tls", "nginx-tuned-h2-https.conf"))),
     Contender("nginx-grpc", "nginx", None,
               "nginx 1.22 with grpc_pass grpc:// to an h2c origin (its only HTTP/2 upstream), "
