@@ -9,13 +9,15 @@ Children, namespaces and the session directory (certificates included) are clean
 `finally` whatever happens.
 
 Where results go: a full run writes results/latest.json and, for the HTTPS scenarios,
-results/https.json, for the HTTP/2 scenarios results/h2.json, for the performance
+results/https.json, for the HTTP/2 scenarios results/h2.json, for the gRPC scenarios and
+HTTP/2 over TLS (scenarios.GRPC_H2_TLS) results/grpc-h2-tls.json, for the performance
 scenarios (scenarios.PERF: latency-tiny, latency-50k) results/perf.json (latest.json is
 near the size a result file may have); a run of exactly the HTTPS scenarios, exactly the
-HTTP/2 scenarios or exactly the performance scenarios, with every contender, writes
-https.json, h2.json or perf.json alone; any other subset results/partial.json; --smoke
-results/smoke.json. Each of latest.json, https.json, h2.json and perf.json rewrites its
-own charts and its own generated section of BENCHMARKS.md.
+HTTP/2 scenarios, exactly the gRPC and HTTP/2-over-TLS scenarios or exactly the
+performance scenarios, with every contender, writes https.json, h2.json, grpc-h2-tls.json
+or perf.json alone; any other subset results/partial.json; --smoke results/smoke.json.
+Each of latest.json, https.json, h2.json, grpc-h2-tls.json and perf.json rewrites its own
+charts and its own generated section of BENCHMARKS.md.
 """
 
 import argparse
@@ -74,8 +76,8 @@ def parse(argv):
     p.add_argument("--smoke", action="store_true",
                    help="CI check: 1 run of 2 s per scenario (keepalive-tiny, closing-tiny, "
                         "rate-latency, latency-tiny, https-keepalive-tiny, https-handshakes, https-origin, "
-                        "h2-to-h1, h2-to-h2c), installed contenders only; writes "
-                        "bench/results/smoke.json")
+                        "h2-to-h1, h2-to-h2c, grpc-unary, grpc-streaming, https-h2-to-h1), "
+                        "installed contenders only; writes bench/results/smoke.json")
     p.add_argument("--runs", type=int, default=None, help="runs per scenario (default 3)")
     p.add_argument("--duration", type=float, default=None,
                    help="seconds per measured window (default 10; port-exhaustion runs 3x this)")
@@ -129,6 +131,11 @@ def parse(argv):
     opts.h2_only = (set(opts.scenarios) == set(scenarios.H2)
                     and set(opts.contenders) == set(contender_names)
                     and not opts.holdfast)
+    # Exactly the gRPC and HTTP/2-over-TLS scenarios, every contender: likewise for
+    # grpc-h2-tls.json.
+    opts.grpc_h2_tls_only = (set(opts.scenarios) == set(scenarios.GRPC_H2_TLS)
+                             and set(opts.contenders) == set(contender_names)
+                             and not opts.holdfast)
     # Exactly the performance scenarios, every contender: likewise for perf.json.
     opts.perf_only = (set(opts.scenarios) == set(scenarios.PERF)
                       and set(opts.contenders) == set(contender_names)
@@ -329,13 +336,17 @@ def _session(opts, session, argv):
             checks = report.https_targets(medians)
         elif mode == "h2":
             checks = report.h2_targets(medians, recs)
+        elif mode == "grpc-h2-tls":
+            checks = report.grpc_h2_tls_targets(medians, recs)
         elif mode == "perf":
             checks = report.perf_targets(medians)
         elif mode == "full":
             checks = report.targets(medians, recs)
         else:  # a subset: the targets of the scenarios it ran
             checks = [c for c in report.targets(medians, recs) + report.https_targets(medians)
-                      + report.h2_targets(medians, recs) + report.perf_targets(medians)
+                      + report.h2_targets(medians, recs)
+                      + report.grpc_h2_tls_targets(medians, recs)
+                      + report.perf_targets(medians)
                       if c["scenario"] in names]
         return {
             "generated_by": "bench/run",
@@ -353,7 +364,8 @@ def _session(opts, session, argv):
             "machine": info,
             "holdfast_commit": commit,
             "ports": ports,
-            "tls": ctx.certs.describe() if ctx.certs and names & set(scenarios.HTTPS) else None,
+            "tls": (ctx.certs.describe() if ctx.certs
+                    and any(scenarios.BY_NAME[n].tls for n in names) else None),
             "commands": _commands(recs, origin_argvs, session, argv),
             "medians": medians,
             "targets": checks,
@@ -362,18 +374,23 @@ def _session(opts, session, argv):
 
     https_records = [r for r in records if r["scenario"] in scenarios.HTTPS]
     h2_records = [r for r in records if r["scenario"] in scenarios.H2]
+    grpc_h2_tls_records = [r for r in records if r["scenario"] in scenarios.GRPC_H2_TLS]
     perf_records = [r for r in records if r["scenario"] in scenarios.PERF]
-    other_records = [r for r in records
-                     if r["scenario"] not in scenarios.HTTPS + scenarios.H2 + scenarios.PERF]
+    grouped = scenarios.HTTPS + scenarios.H2 + scenarios.GRPC_H2_TLS + scenarios.PERF
+    other_records = [r for r in records if r["scenario"] not in grouped]
     if opts.smoke:
         outputs = [("smoke", "smoke.json", records)]
     elif not opts.is_subset:
         outputs = [("full", "latest.json", other_records), ("https", "https.json", https_records),
-                   ("h2", "h2.json", h2_records), ("perf", "perf.json", perf_records)]
+                   ("h2", "h2.json", h2_records),
+                   ("grpc-h2-tls", "grpc-h2-tls.json", grpc_h2_tls_records),
+                   ("perf", "perf.json", perf_records)]
     elif opts.https_only:
         outputs = [("https", "https.json", records)]
     elif opts.h2_only:
         outputs = [("h2", "h2.json", records)]
+    elif opts.grpc_h2_tls_only:
+        outputs = [("grpc-h2-tls", "grpc-h2-tls.json", records)]
     elif opts.perf_only:
         outputs = [("perf", "perf.json", records)]
     else:
@@ -404,6 +421,12 @@ def _session(opts, session, argv):
             generated = report.h2_markdown(doc, files, image_prefix="bench/results/")
             report.splice(REPO / "BENCHMARKS.md", generated, marks=report.H2_MARKS)
             log("wrote BENCHMARKS.md's HTTP/2 results section and bench/results/h2-*.svg")
+        elif mode == "grpc-h2-tls":
+            files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
+            generated = report.grpc_h2_tls_markdown(doc, files, image_prefix="bench/results/")
+            report.splice(REPO / "BENCHMARKS.md", generated, marks=report.GRPC_H2_TLS_MARKS)
+            log("wrote BENCHMARKS.md's gRPC and HTTP/2-over-TLS results section and "
+                "bench/results/" + ", ".join(sorted(files.values())))
         elif mode == "perf":
             files = report.charts(RESULTS, doc["medians"], recs, contender_names, subtitle)
             generated = report.perf_markdown(doc, files, image_prefix="bench/results/")
@@ -483,6 +506,8 @@ def _one_line(record):
                 + (f"  {cpu:6.2f} µs/req" if cpu is not None else "")
                 + f"  errors {m.get('errors')}  load gen lag max "
                 f"{m.get('max_send_lag_us') or 0:,} µs")
+    if record["scenario"] in ("grpc-unary", "grpc-streaming"):
+        return _grpc_line(m)
     if record["scenario"] == "silent-clients":
         ok = m.get("bytes_per_silent_connection") is not None
         return (f"{m.get('silent_connections') or 0:,} silent connections held; RSS "
@@ -509,7 +534,7 @@ def _one_line(record):
     parts.append(f"errors {m.get('errors')}")
     if m.get("timeouts"):
         parts.append(f"timeouts {m['timeouts']}")
-    if record["scenario"] in scenarios.H2:
+    if record["scenario"] in scenarios.H2 + scenarios.GRPC_H2_TLS:
         parts.append(f"upstream: {m.get('upstream_open_max')} open at peak, "
                      f"{m.get('upstream_connections_total')} opened in warm-up + window")
         if m.get("upstream_h2_share") is not None:
@@ -521,6 +546,30 @@ def _one_line(record):
                      f"{m['clients']:,} clients, {m.get('upstream_open_max'):,} open at peak")
     if m.get("rss_kb"):
         parts.append(f"RSS {m['rss_kb'] / 1024:.1f} MB")
+    if (m.get("proxy_core_other") or 0) > 0.15:
+        parts.append(f"(other processes used {m['proxy_core_other'] * 100:.0f}% of the proxy core)")
+    return "  ".join(parts)
+
+
+def _grpc_line(m):
+    """A gRPC run in one line: calls/s, messages/s, CPU per call and per message, errors,
+    the upstream connections and the share of calls that reached the origin over HTTP/2."""
+    parts = [f"{m.get('calls_per_s') or 0:>9,.0f} calls/s",
+             f"{m.get('messages_per_s') or 0:,.0f} msg/s"]
+    if m.get("cpu_us_per_call") is not None:
+        parts.append(f"{m['cpu_us_per_call']:6.2f} µs/call")
+    if m.get("cpu_us_per_message") is not None:
+        parts.append(f"{m['cpu_us_per_message']:6.2f} µs/msg (user "
+                     f"{m.get('cpu_user_us_per_message') or 0:.2f} + sys "
+                     f"{m.get('cpu_sys_us_per_message') or 0:.2f})")
+    lat = m.get("latency_us") or {}
+    if lat.get("p99") is not None:
+        parts.append(f"round trip p99 {lat['p99']:,} µs")
+    parts.append(f"errors {m.get('errors')}")
+    parts.append(f"upstream: {m.get('upstream_open_max')} open at peak, "
+                 f"{m.get('upstream_connections_total')} opened in warm-up + window")
+    if m.get("upstream_h2_share") is not None:
+        parts.append(f"{m['upstream_h2_share'] * 100:.0f}% over HTTP/2")
     if (m.get("proxy_core_other") or 0) > 0.15:
         parts.append(f"(other processes used {m['proxy_core_other'] * 100:.0f}% of the proxy core)")
     return "  ".join(parts)
@@ -590,6 +639,10 @@ def _commands(records, origin_argvs, session, argv):
     return lines
 
 
+# The scenarios whose proxies must send every request to the h2c origin over HTTP/2.
+H2C_ORIGIN_SCENARIOS = tuple(s.name for s in scenarios.SCENARIOS if s.h2 in ("both", "grpc"))
+
+
 def _exit_status(opts, records, plan_contenders):
     failed = [r for r in records if not r["ok"]]
     empty = [r for r in records if r["ok"] and r["scenario"] not in scenarios.NO_REQUESTS
@@ -625,12 +678,12 @@ def _exit_status(opts, records, plan_contenders):
         # HTTP/2, so a proxy that quietly falls back to HTTP/1.1 upstream shows up.
         problems += [f"{r['scenario']}/{r['contender']}: {r['metrics']['errors']} errors over "
                      "HTTP/2" for r in records
-                     if r["ok"] and r["scenario"] in scenarios.H2
+                     if r["ok"] and r["scenario"] in scenarios.H2 + scenarios.GRPC_H2_TLS
                      and r["contender"] != "holdfast" and r["metrics"].get("errors")]
-        problems += [f"h2-to-h2c/{r['contender']}: "
+        problems += [f"{r['scenario']}/{r['contender']}: "
                      f"{(r['metrics'].get('upstream_h2_share') or 0) * 100:.1f}% of upstream "
                      "requests over HTTP/2, not all" for r in records
-                     if r["ok"] and r["scenario"] == "h2-to-h2c"
+                     if r["ok"] and r["scenario"] in H2C_ORIGIN_SCENARIOS
                      and (r["metrics"].get("upstream_h2_share") or 0) < 1]
     for problem in problems:
         log(f"problem: {problem.splitlines()[0][:300]}")

@@ -11,10 +11,14 @@ it against the session's CA); nginx and HAProxy then render the config for that 
 (`Contender.tls_configs`), holdfast gets the matching flags.
 
 The HTTP/2 scenarios start a contender with `h2="client"` (its cleartext listener speaks
-HTTP/2 with prior knowledge, h2c; it forwards over HTTP/1.1) or `h2="both"` (h2c on both
-sides, to an origin in h2c mode); nginx and HAProxy render the config for that side
-(`Contender.h2_configs`), holdfast gets `--h2c` (and `--upstream h2c://`). A contender
-without a config for the side does not run that scenario (see `scenarios.contenders_for`).
+HTTP/2 with prior knowledge, h2c; it forwards over HTTP/1.1), `h2="both"` (h2c on both
+sides, to an origin in h2c mode), `h2="grpc"` (gRPC calls over h2c on both sides, to the
+origin's gRPC echo) or `h2="client-tls"` (with `tls="client"`: its listener speaks TLS
+and offers HTTP/2 by ALPN, as to a browser; it forwards over HTTP/1.1); nginx and HAProxy
+render the config for that side (`Contender.h2_configs`), holdfast gets `--h2c` (and
+`--upstream h2c://`), or for `client-tls` its TLS flags, which offer HTTP/2 by ALPN. A
+contender without a config for the side does not run that scenario (see
+`scenarios.contenders_for`).
 
 `h2-floor` is no proxy to compare with but a floor: the smallest h2c-to-h2c relay on the
 `h2` crate (bench/tools/src/bin/h2-floor.rs), run only in h2-to-h2c, where holdfast's CPU
@@ -55,7 +59,9 @@ class Contender:
     # (HTTPS upstream); a side it has no template for, it does not run.
     tls_configs: tuple = ()
     # (side, template) pairs for the HTTP/2 scenarios: "client" (h2c listener, HTTP/1.1
-    # upstream) and "both" (h2c upstream too); template None: it takes no config (h2-floor).
+    # upstream), "both" (h2c upstream too), "grpc" (gRPC over h2c on both sides) and
+    # "client-tls" (TLS listener offering h2 by ALPN, HTTP/1.1 upstream); template None: it
+    # takes no config (h2-floor).
     h2_configs: tuple = ()
 
     def config_for(self, tls, h2=None):
@@ -87,7 +93,9 @@ CONTENDERS = [
               "nginx 1.22, keepalive 1024, keepalive_requests 100000, keepalive_timeout 60s",
               tls_configs=(("client", "nginx-tuned-https.conf"),
                            ("origin", "nginx-tuned-https-origin.conf")),
-              h2_configs=(("client", "nginx-tuned-h2.conf"),)),
+              h2_configs=(("client", "nginx-tuned-h2.conf"),
+                          ("grpc", "nginx-tuned-grpc.conf"),
+                          ("client-tls", "nginx-tuned-h2-https.conf"))),
     Contender("nginx-grpc", "nginx", None,
               "nginx 1.22 with grpc_pass grpc:// to an h2c origin (its only HTTP/2 upstream), "
               "keepalive 1024, HTTP/2 clients", only_where_named=True,
@@ -101,7 +109,8 @@ CONTENDERS = [
               "HAProxy 2.6 defaults (http-reuse safe), nbthread 1",
               tls_configs=(("client", "haproxy-https.cfg"),
                            ("origin", "haproxy-https-origin.cfg")),
-              h2_configs=(("client", "haproxy-h2.cfg"), ("both", "haproxy-h2c.cfg"))),
+              h2_configs=(("client", "haproxy-h2.cfg"), ("both", "haproxy-h2c.cfg"),
+                          ("grpc", "haproxy-h2c.cfg"), ("client-tls", "haproxy-h2-https.cfg"))),
     Contender("holdfast", "holdfast", None, "holdfast, no tuning, --threads 1"),
     Contender("h2-floor", "h2-floor", None,
               "the smallest h2c-to-h2c relay on the h2 crate (bench/tools/src/bin/h2-floor.rs), "
@@ -124,6 +133,11 @@ BY_NAME = {c.name: c for c in CONTENDERS}
 # (h2-floor, h2-engine-floor and floor never are: they are floors, see report.h2_floor_line and
 # report.floor_table).
 PEERS = ("nginx-tuned", "haproxy")
+
+# The HTTP/2 sides whose clients speak h2c to the proxy, and those whose proxy speaks h2c
+# to the origin.
+H2C_LISTENER_SIDES = ("client", "both", "grpc")
+H2C_UPSTREAM_SIDES = ("both", "grpc")
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
@@ -183,8 +197,9 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config
     `tls`: None (cleartext on both sides), "client" (the listener speaks TLS with `certs`'
     server certificate) or "origin" (`origin` speaks TLS; the contender verifies it
     against `certs`' CA). `h2`: None (HTTP/1.1), "client" (the listener speaks h2c, the
-    upstream HTTP/1.1) or "both" (h2c to `origin` too). For direct, the load goes to
-    `origin` as it is.
+    upstream HTTP/1.1), "both" or "grpc" (h2c to `origin` too) or "client-tls" (with
+    `tls="client"`: the TLS listener offers HTTP/2 by ALPN, the upstream HTTP/1.1). For
+    direct, the load goes to `origin` as it is.
 
     `config` ({"template": file in configs/, "values": {...}}) replaces the contender's
     own config (nginx, HAProxy or holdfast) with that template, rendered with the usual
@@ -236,8 +251,9 @@ def start(contender, *, origin, ports, bins, run_dir, nofile, netns=None, config
             elif tls == "origin":
                 upstream = f"https://{origin.address}"
                 tls_args = ["--upstream-ca", certs.ca]
-            h2_args = ["--h2c"] if h2 is not None else []
-            if h2 == "both":
+            # A TLS listener offers HTTP/2 by ALPN by itself; --h2c is for cleartext ones.
+            h2_args = ["--h2c"] if h2 in H2C_LISTENER_SIDES else []
+            if h2 in H2C_UPSTREAM_SIDES:
                 upstream = f"h2c://{origin.address}"
             argv = [bins["holdfast"], "--listen", listen, *tls_args, *h2_args, "--upstream",
                     upstream, "--threads", str(threads), "--admin", admin]

@@ -1,6 +1,9 @@
 """Runs the load generators (wrk, bench-load, h2load) and turns their output into one
 result shape.
 
+`bench-load grpc` adds to it `messages` (echoed right) and `messages_per_s`; its
+`requests` and `rps` count gRPC calls, its `latency_us` each message's round trip.
+
 Every load result is a dict with `requests`, `ok`, `non_2xx`, `socket_errors`, `errors`
 (non-2xx plus socket errors), `duration_s`, `rps`, `latency_us` (p50, p90, p99, p999, max,
 mean; h2load reports only mean and max) and `loadgen_cpu_s` (user + system time of the
@@ -83,6 +86,11 @@ _H2_REQUESTS = re.compile(
 _H2_STATUS = re.compile(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", re.M)
 _H2_REQUEST_TIME = re.compile(r"^time for request:\s+(\S+)\s+(\S+)\s+(\S+)", re.M)
 _H2_PROTOCOL = re.compile(r"^Application protocol: (\S+)", re.M)
+# Over TLS (an https:// URL) h2load also says what the handshake chose, e.g.
+#   TLS Protocol: TLSv1.3
+#   Cipher: TLS_AES_256_GCM_SHA384
+_H2_TLS_PROTOCOL = re.compile(r"^TLS Protocol: (\S+)", re.M)
+_H2_TLS_CIPHER = re.compile(r"^Cipher: (\S+)", re.M)
 _H2_UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1e6}
 
 
@@ -93,8 +101,9 @@ def _h2_time_us(text):
 
 
 def h2load(ctx, name, url, *, connections, streams, duration_s=None, requests=None):
-    """h2load -t1 -cN -mM over HTTP/2 with prior knowledge (h2c, an http:// URL), for
-    `duration_s` whole seconds (-D) or for a number of `requests` (-n).
+    """h2load -t1 -cN -mM over HTTP/2 with prior knowledge (h2c, an http:// URL) or over
+    TLS with h2 chosen by ALPN (an https:// URL; h2load does not verify the certificate),
+    for `duration_s` whole seconds (-D) or for a number of `requests` (-n).
 
     `requests` counts those done in the window; `errors` h2load's failed requests, of them
     `socket_errors` the ones that failed below HTTP (stream or connection errors, timeouts)
@@ -126,10 +135,14 @@ def h2load(ctx, name, url, *, connections, streams, duration_s=None, requests=No
     if timing:
         latency = {"max": _h2_time_us(timing.group(2)), "mean": _h2_time_us(timing.group(3))}
     protocol = _H2_PROTOCOL.search(done.stdout)
+    tls_protocol = _H2_TLS_PROTOCOL.search(done.stdout)
+    tls_cipher = _H2_TLS_CIPHER.search(done.stdout)
     return {
         "tool": "h2load",
         "argv": done.argv,
         "protocol": protocol.group(1) if protocol else None,
+        "tls_protocol": tls_protocol.group(1) if tls_protocol else None,
+        "tls_cipher": tls_cipher.group(1) if tls_cipher else None,
         "requests": done_n,
         "ok": succeeded,
         "status_2xx": int(status.group(1)),
@@ -210,6 +223,28 @@ def handshakes(ctx, name, url, *, ca, connections, duration_s, resume):
         args.append("--resume")
     result = _bench_load(ctx, name, "handshakes", args, timeout_s=duration_s + 30)
     result["tool"] = "bench-load handshakes"
+    return result
+
+
+# How long bench-load grpc may still take after its duration: calls under way finish, each
+# within its 10 s bound.
+GRPC_GRACE_S = 40
+
+
+def grpc(ctx, name, url, *, connections, streams, messages, payload_bytes, duration_s):
+    """bench-load grpc: closed-loop gRPC calls over h2c, `streams` at once on each of
+    `connections` connections, each sending `messages` messages of `payload_bytes` (1: a
+    unary call; more: a bidirectional stream, each message sent once the echo of the one
+    before came back), for `duration_s` seconds (a float: the check runs a fraction of
+    one)."""
+    result = _bench_load(
+        ctx, name, "grpc",
+        ["--url", url, "--connections", connections, "--streams", streams,
+         "--messages", messages, "--payload", payload_bytes,
+         "--duration", f"{round(duration_s * 1000)}ms"],
+        timeout_s=duration_s + GRPC_GRACE_S,
+    )
+    result["tool"] = "bench-load grpc"
     return result
 
 

@@ -16,6 +16,9 @@ HTTPS_MARKS = ("<!-- https-results:start -->", "<!-- https-results:end -->")
 # The HTTP/2 scenarios' generated section (from results/h2.json), inside BENCHMARKS.md's
 # hand-written HTTP/2 section.
 H2_MARKS = ("<!-- h2-results:start -->", "<!-- h2-results:end -->")
+# The gRPC and HTTP/2-over-TLS scenarios' generated section (from
+# results/grpc-h2-tls.json); appended to BENCHMARKS.md by the first run that writes it.
+GRPC_H2_TLS_MARKS = ("<!-- grpc-h2-tls-results:start -->", "<!-- grpc-h2-tls-results:end -->")
 # The performance scenarios' generated section (from results/perf.json), inside
 # BENCHMARKS.md's hand-written Performance section.
 PERF_MARKS = ("<!-- perf-results:start -->", "<!-- perf-results:end -->")
@@ -46,6 +49,11 @@ METRICS = (
     "mean_us", "upstream_h2_connections", "upstream_h2_requests", "upstream_h2_share",
     "upstream_h2_open_end", "upstream_open_end", "origin_max_streams",
     "holdfast_h2_connections", "upstream_connections_bound",
+    # gRPC: messages echoed right and their rate, the proxy's CPU per message, good calls
+    # (and the per-request figures under the names of calls)
+    "messages", "messages_per_s", "cpu_us_per_message", "cpu_user_us_per_message",
+    "cpu_sys_us_per_message", "grpc_ok", "calls_per_s", "cpu_us_per_call",
+    "cpu_user_us_per_call", "cpu_sys_us_per_call",
     # latency at one rate per round: the capacity (the lower of the wrk probe and the
     # open-loop calibration's estimate), the rate asked, its share of the
     # contender's own capacity and the share reached, bench-load's own lateness and
@@ -274,6 +282,43 @@ def h2_targets(medians, records):
     return checks
 
 
+# holdfast's CPU per request over the best of nginx-tuned and HAProxy in https-h2-to-h1.
+HTTPS_H2_CPU_LIMIT = 0.9
+# The CPU target of each gRPC and HTTP/2-over-TLS scenario: (metric, what, unit, limit).
+GRPC_H2_TLS_CPU_TARGETS = {
+    "grpc-unary": ("cpu_us_per_call", "CPU per call", "µs/call", 1.0),
+    "grpc-streaming": ("cpu_us_per_message", "CPU per message", "µs/msg", 1.0),
+    "https-h2-to-h1": ("cpu_us_per_request", "CPU per request", "µs/req", HTTPS_H2_CPU_LIMIT),
+}
+
+
+def grpc_h2_tls_targets(medians, records):
+    """The gRPC and HTTP/2-over-TLS targets, for the scenarios that ran: holdfast's CPU per
+    call (grpc-unary) and per message (grpc-streaming) at most the best peer's (1.0x), its
+    CPU per request in https-h2-to-h1 at most 0.9x the better of nginx-tuned and HAProxy,
+    and no errors in any run of each."""
+    checks = []
+    for scenario in scenarios.GRPC_H2_TLS:
+        if scenario not in medians:
+            continue
+        metric, what, unit, limit = GRPC_H2_TLS_CPU_TARGETS[scenario]
+        checks.append(_ratio_check(medians, f"{what} <= {limit:.1f}x best peer", scenario,
+                                   metric, True, limit, unit))
+        checks.append(_no_errors_check(records, scenario))
+    return checks
+
+
+def _no_errors_check(records, scenario):
+    """holdfast had no errors in any run of `scenario`: the most in one run, against 0."""
+    runs = [r for r in records if r["scenario"] == scenario
+            and r["contender"] == "holdfast" and r["ok"]]
+    errors = [r["metrics"].get("errors") or 0 for r in runs]
+    return {"target": "no errors (every run)", "scenario": scenario,
+            "holdfast": max(errors) if errors else None, "reference": None,
+            "reference_from": None, "ratio": None, "limit": "0", "unit": "errors",
+            "pass": (max(errors) == 0) if errors else None}
+
+
 def perf_targets(medians):
     """The performance targets, for the scenarios of scenarios.PERF that ran: in each
     latency scenario, holdfast's p99 and p99.9 at most the best peer's (medians)."""
@@ -417,6 +462,14 @@ COLUMNS = {
     "capacity_share": ("asked / own capacity", _pct),
     "rate_achieved_share": ("achieved / asked", lambda v: f"{v * 100:.1f}%"),
     "max_send_lag_us": ("load gen lag, max", _us),
+    "calls_per_s": ("calls/s", lambda v: _num(v)),
+    "cpu_us_per_call": ("CPU µs/call", lambda v: _num(v, 2)),
+    "cpu_user_us_per_call": ("user µs/call", lambda v: _num(v, 2)),
+    "cpu_sys_us_per_call": ("sys µs/call", lambda v: _num(v, 2)),
+    "messages_per_s": ("messages/s", lambda v: _num(v)),
+    "cpu_us_per_message": ("CPU µs/msg", lambda v: _num(v, 2)),
+    "cpu_user_us_per_message": ("user µs/msg", lambda v: _num(v, 2)),
+    "cpu_sys_us_per_message": ("sys µs/msg", lambda v: _num(v, 2)),
 }
 # https-handshakes' two windows: the same columns, suffixed with the window's name.
 for _window in scenarios.HANDSHAKE_WINDOWS:
@@ -490,7 +543,23 @@ H2_COLUMNS = ("rps", "mean_us", "max_us", "cpu_us_per_request", "cpu_user_us_per
               "origin_cpu_share", "rss_kb", "upstream_connections_warmup",
               "upstream_connections", "upstream_open_max", "upstream_open_end", "errors",
               "proxy_core_other")
+# gRPC: calls/s and CPU per call (a call is a message in grpc-unary), or per message in
+# grpc-streaming; p50 and p99 are one message's round trip.
+GRPC_UNARY_COLUMNS = ("calls_per_s", "p50_us", "p99_us", "cpu_us_per_call",
+                      "cpu_user_us_per_call", "cpu_sys_us_per_call", "proxy_cpu_share",
+                      "loadgen_cpu_share", "origin_cpu_share", "rss_kb",
+                      "upstream_connections_warmup", "upstream_connections",
+                      "upstream_open_max", "upstream_h2_share", "errors", "proxy_core_other")
+GRPC_STREAMING_COLUMNS = ("calls_per_s", "messages_per_s", "p50_us", "p99_us",
+                          "cpu_us_per_message", "cpu_user_us_per_message",
+                          "cpu_sys_us_per_message", "proxy_cpu_share", "loadgen_cpu_share",
+                          "origin_cpu_share", "rss_kb", "upstream_connections",
+                          "upstream_open_max", "upstream_h2_share", "errors",
+                          "proxy_core_other")
 SCENARIO_COLUMNS.update({
+    "grpc-unary": GRPC_UNARY_COLUMNS,
+    "grpc-streaming": GRPC_STREAMING_COLUMNS,
+    "https-h2-to-h1": H2_COLUMNS,
     "h2-to-h1": H2_COLUMNS,
     "h2-to-h2c": H2_COLUMNS[:-2] + ("upstream_h2_share", "holdfast_h2_connections",
                                     "errors", "proxy_core_other"),
@@ -581,6 +650,10 @@ def cpu_matrix(medians, scenario_order, contender_order):
     return _table(["contender"] + cols, rows)
 
 
+# Units of CPU per unit of work, shown with two decimals.
+CPU_UNITS = ("µs/req", "µs/call", "µs/msg")
+
+
 def _target_value(value, unit):
     if value is None:
         return "–"
@@ -590,7 +663,7 @@ def _target_value(value, unit):
         return _pct(value)
     if unit == "share of requests":
         return _pct3(value)
-    if unit == "µs/req":
+    if unit in CPU_UNITS:
         return _num(value, 2)
     return _num(value)
 
@@ -648,7 +721,16 @@ CHART_PANELS.update({
     name: (("rps", "requests/s (higher is better)"),
            ("cpu_us_per_request", "proxy CPU µs per request (lower is better)"),
            ("upstream_open_max", "upstream connections open at once (lower is better)"))
-    for name in scenarios.H2
+    for name in scenarios.H2 + ("https-h2-to-h1",)
+})
+CHART_PANELS.update({
+    "grpc-unary": (("calls_per_s", "calls/s (higher is better)"),
+                   ("cpu_us_per_call", "proxy CPU µs per call (lower is better)"),
+                   ("upstream_open_max", "upstream connections open at once (lower is better)")),
+    "grpc-streaming": (("messages_per_s", "messages/s (higher is better)"),
+                       ("cpu_us_per_message", "proxy CPU µs per message (lower is better)"),
+                       ("upstream_open_max",
+                        "upstream connections open at once (lower is better)")),
 })
 CHART_PANELS.update({
     s.name: (("p50_us", "p50 latency, µs (lower is better)"),
@@ -1151,6 +1233,63 @@ def h2_markdown(document, chart_files, *, image_prefix):
     if floor:
         out += [floor + ".", ""]
     for name in (n for n in scenarios.H2 if n in medians):
+        out += _scenario_section(name, [scenario_table(name, medians[name], order)],
+                                 chart_files, image_prefix)
+    out += _commands_and_failures(document)
+    return "\n".join(out)
+
+
+# ---- BENCHMARKS.md, gRPC and HTTP/2-over-TLS section ----------------------------------------
+
+# Rows of the ratio table: (scenario, metric, what it is, lower is better).
+GRPC_H2_TLS_RATIOS = (
+    ("grpc-unary", "calls_per_s", "calls/s", False),
+    ("grpc-unary", "cpu_us_per_call", "CPU µs per call", True),
+    ("grpc-unary", "upstream_open_max", "upstream connections open at once", True),
+    ("grpc-streaming", "messages_per_s", "messages/s", False),
+    ("grpc-streaming", "cpu_us_per_message", "CPU µs per message", True),
+    ("grpc-streaming", "upstream_open_max", "upstream connections open at once", True),
+    ("https-h2-to-h1", "rps", "requests/s", False),
+    ("https-h2-to-h1", "cpu_us_per_request", "CPU µs per request", True),
+    ("https-h2-to-h1", "upstream_open_max", "upstream connections open at once", True),
+)
+
+
+def grpc_h2_tls_markdown(document, chart_files, *, image_prefix):
+    """The generated gRPC and HTTP/2-over-TLS section of BENCHMARKS.md, from
+    results/grpc-h2-tls.json."""
+    m = document["machine"]
+    opts = document["options"]
+    medians = document["medians"]
+    order = [c.name for c in contenders.CONTENDERS]
+    v = m["versions"]
+    out = [
+        "## gRPC and HTTP/2 over TLS", "",
+        f"Generated by `{document['command']}` on {m['date']} into "
+        "[bench/results/grpc-h2-tls.json](bench/results/grpc-h2-tls.json); the text between "
+        "the `grpc-h2-tls-results` markers is rewritten by every run that writes that file.",
+        "",
+        _machine_line(m) + ".",
+        f"- **Versions:** holdfast `{document['holdfast_commit']}`; {v.get('nginx')}; "
+        f"{v.get('haproxy')}; {v.get('h2load') or 'h2load'}; {v.get('rustc')}; "
+        "bench-load grpc on the h2 crate's client; bench-origin's gRPC echo with hyper 1.",
+        f"- **Method:** {opts['runs']} run(s) per scenario and contender, contenders "
+        "interleaved within each round (order rotated per round); "
+        f"{opts['duration_s']:g} s windows after a {opts['warmup_s']:g} s warm-up. Cells "
+        f"show the median of the {opts['runs']} runs and, when they differ, (min–max). "
+        "Proxies run on core 0 (one worker or thread); the load generators and the origins "
+        "share core 1. In the gRPC tables p50 and p99 are one message's round trip.",
+    ]
+    for scenario, who in (opts.get("sitting_out") or {}).items():
+        for name, why in who.items():
+            out.append(f"- **{name} did not run {scenario}:** {why}.")
+    out += ["", "### Targets", "", targets_table(document["targets"]), "",
+            "### holdfast against the best peer", "",
+            "Best peer: the better of nginx-tuned (grpc_pass in the gRPC scenarios) and "
+            "HAProxy, on each metric, from the medians.", "",
+            _ratio_table(medians, [row for row in GRPC_H2_TLS_RATIOS if row[0] in medians]),
+            ""]
+    for name in (n for n in scenarios.GRPC_H2_TLS if n in medians):
         out += _scenario_section(name, [scenario_table(name, medians[name], order)],
                                  chart_files, image_prefix)
     out += _commands_and_failures(document)

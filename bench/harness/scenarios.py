@@ -12,6 +12,7 @@ TIME_WAIT sockets the window left. Each scenario returns one run record (a dict)
 import http.client
 import math
 import re
+import socket
 import ssl
 import threading
 import time
@@ -39,10 +40,16 @@ class Scenario:
     tls: str | None = None
     # HTTP/2: None; "client" (clients speak HTTP/2 with prior knowledge, h2c, to the
     # proxy, which forwards over HTTP/1.1); "both" (h2c on both sides, the origin in h2c
-    # mode). `direct` goes to the h2c origin in either.
+    # mode); "grpc" (gRPC calls over h2c on both sides, to the origin's gRPC echo);
+    # "client-tls" (with tls="client": clients speak HTTP/2 over TLS, chosen by ALPN, to
+    # the proxy, which forwards over HTTP/1.1). `direct` goes to the h2c origin in the
+    # cleartext ones.
     h2: str | None = None
-    # h2load's concurrent streams per client connection (HTTP/2 scenarios).
+    # h2load's (or bench-load grpc's) concurrent streams per client connection (HTTP/2
+    # scenarios).
     streams: int = 1
+    # gRPC: the messages each call sends (1: unary calls; more: bidirectional streams).
+    messages: int = 1
     # The contenders that make "best peer" here; None: contenders.PEERS.
     peers: tuple | None = None
     # The origin's path the clients ask for (the Node origin serves "/" whatever it is).
@@ -85,6 +92,20 @@ WITH_FLOOR = ("direct", "nginx-default", "nginx-recipe", "nginx-tuned", "haproxy
 # 64 connections of the HTTP/1.1 scenarios.
 H2_CONNECTIONS = 4
 H2_STREAMS = 16
+# gRPC: the proxies with a gRPC config (nginx-tuned's is grpc_pass, its gRPC proxy) and no
+# proxy at all (bench-load grpc straight to the origin's gRPC echo). The same clients as
+# h2load's: 4 connections with 16 calls in flight each.
+GRPC = ("direct", "nginx-tuned", "haproxy", "holdfast")
+# Bytes of each gRPC message after its 5-byte prefix: a protobuf message of 100 bytes.
+GRPC_PAYLOAD_BYTES = 100
+# Messages per call in grpc-streaming, each echoed before the next goes out.
+GRPC_STREAM_MESSAGES = 100
+# The methods' paths (the origin echoes any gRPC call, whatever its path).
+GRPC_PATHS = {"grpc-unary": "/holdfast.bench.Echo/Unary",
+              "grpc-streaming": "/holdfast.bench.Echo/Stream"}
+# HTTP/2 over TLS to an HTTP/1.1 origin: the proxies with a TLS listener that offers h2.
+# No `direct`: the HTTPS origin speaks HTTP/1.1 only.
+HTTPS_H2 = ("nginx-tuned", "haproxy", "holdfast")
 # Latency under load: the proxies compared elsewhere with 64 keep-alive clients, and no
 # proxy at all (the load side's own latency).
 LATENCY = ("direct", "nginx-tuned", "haproxy", "holdfast")
@@ -153,6 +174,23 @@ SCENARIOS = [
              "h2-engine-floor, the same on holdfast's own engine, run as floors, not peers", "rust-h2c", ("h2load",), clients=H2_CONNECTIONS,
              streams=H2_STREAMS, contenders=H2_TO_H2C, h2="both",
              peers=("nginx-grpc", "haproxy")),
+    Scenario("grpc-unary", f"unary gRPC calls over h2c (bench-load grpc, {H2_CONNECTIONS} "
+             f"connections x {H2_STREAMS} calls in flight), each a {GRPC_PAYLOAD_BYTES}-byte "
+             "protobuf message in gRPC's length-prefixed framing, through the proxy to the "
+             "h2c origin's gRPC echo, which answers the same bytes and `grpc-status: 0`",
+             "rust-h2c", (), clients=H2_CONNECTIONS, streams=H2_STREAMS, contenders=GRPC,
+             h2="grpc"),
+    Scenario("grpc-streaming", f"bidirectional gRPC streams over h2c (bench-load grpc, "
+             f"{H2_CONNECTIONS} connections x {H2_STREAMS} streams), each sending "
+             f"{GRPC_STREAM_MESSAGES} messages of {GRPC_PAYLOAD_BYTES} bytes, one at a time "
+             "as the origin's echo of the one before comes back, then `grpc-status: 0`",
+             "rust-h2c", (), clients=H2_CONNECTIONS, streams=H2_STREAMS, contenders=GRPC,
+             h2="grpc", messages=GRPC_STREAM_MESSAGES),
+    Scenario("https-h2-to-h1", f"HTTP/2 clients over TLS, h2 chosen by ALPN as a browser's "
+             f"(h2load -c{H2_CONNECTIONS} -m{H2_STREAMS}, TLS 1.3), through the proxy to the "
+             "HTTP/1.1 origin, 100 B responses", "rust", ("h2load", "openssl"),
+             clients=H2_CONNECTIONS, streams=H2_STREAMS, contenders=HTTPS_H2, tls="client",
+             h2="client-tls"),
     Scenario("latency-tiny", f"latency at one fixed rate, {LATENCY_SHARE:.0%} of the lowest "
              "capacity among the proxies, 100 B responses: a capacity probe of each proxy "
              "(wrk, 64 keep-alive clients) bounded by an open-loop calibration, then for "
@@ -178,14 +216,20 @@ HTTPS = ("https-keepalive-tiny", "https-handshakes", "https-origin")
 # The HTTP/2 scenarios; their results go to results/h2.json (see cli.py).
 H2 = ("h2-to-h1", "h2-to-h2c")
 
+# The gRPC scenarios and HTTP/2 over TLS; their results go to results/grpc-h2-tls.json
+# (see cli.py), apart from h2.json, so either group's run rewrites its own file only.
+GRPC_H2_TLS = ("grpc-unary", "grpc-streaming", "https-h2-to-h1")
+
 # The performance scenarios; their results go to results/perf.json (see cli.py). A
 # scenario joins the group, its results file and BENCHMARKS.md's Performance section by
 # its name here.
 PERF = ("latency-tiny", "latency-50k", threads_reuse.NAME)
 
 # latency-tiny is the one performance scenario in it: the probe and the rate run are the
-# code latency-50k shares, and it adds about 25 s.
-SMOKE = ("keepalive-tiny", "closing-tiny", "rate-latency", "latency-tiny") + HTTPS + H2
+# code latency-50k shares, and it adds about 25 s. The gRPC and HTTP/2-over-TLS scenarios
+# add about 40 s (11 short runs).
+SMOKE = (("keepalive-tiny", "closing-tiny", "rate-latency", "latency-tiny") + HTTPS + H2
+         + GRPC_H2_TLS)
 
 # Scenarios that measure memory, not requests: no requests/s, CPU per request or errors.
 NO_REQUESTS = ("pool-memory", "silent-clients")
@@ -223,9 +267,13 @@ def sitting_out(scenario, plan_contenders, *, holdfast_h2=True):
         if c.name == "holdfast" and not holdfast_h2:
             out.append((c.name, "this holdfast binary has no --h2c"))
         elif not c.runs_h2(scenario.h2):
-            out.append((c.name, "no config for " + ("an h2c origin" if scenario.h2 == "both"
-                                                    else "HTTP/2 clients")))
+            out.append((c.name, "no config for " + H2_SIDE_WORDS[scenario.h2]))
     return out
+
+
+# What a contender without a config for an HTTP/2 side lacks, in words.
+H2_SIDE_WORDS = {"client": "HTTP/2 clients", "both": "an h2c origin",
+                 "grpc": "gRPC to an h2c origin", "client-tls": "HTTP/2 clients over TLS"}
 
 
 # Seconds idle-clients waits after the last idle client's request before it reads RSS.
@@ -277,6 +325,8 @@ def run(ctx, scenario, contender, round_no, plan=None, slice_no=None):
             _silent_clients(ctx, scenario, contender, run_dir, record)
         elif scenario.name == "https-handshakes":
             _handshakes(ctx, scenario, contender, run_dir, record)
+        elif scenario.h2 == "grpc":
+            _grpc(ctx, scenario, contender, run_dir, record)
         elif scenario.h2 is not None:
             _h2(ctx, scenario, contender, run_dir, record)
         elif scenario.capacity_share is not None:
@@ -844,11 +894,14 @@ def _holdfast_tls_handshakes(running):
 
 
 def _h2(ctx, scenario, contender, run_dir, record):
-    """h2-to-h1 and h2-to-h2c: h2load's HTTP/2 clients (h2c, prior knowledge) through the
-    proxy, measured like the wrk scenarios.
+    """h2-to-h1, h2-to-h2c and https-h2-to-h1: h2load's HTTP/2 clients (h2c, prior
+    knowledge; or over TLS with h2 chosen by ALPN in https-h2-to-h1) through the proxy,
+    measured like the wrk scenarios.
 
-    A check first (a few requests with h2load, which must all answer 2xx over h2c, so a
-    contender that cannot serve HTTP/2 fails its run with the reason), then a warm-up with
+    Over TLS, the TLS check first (`_probe_tls_h2`: the certificate, and h2 chosen by
+    ALPN). A check first (a few requests with h2load, which must all answer 2xx over h2c,
+    or h2 over TLS, so a contender that cannot serve HTTP/2 fails its run with the
+    reason), then a warm-up with
     the same clients (it fills the proxy's upstream connections), then the window. During
     the window the connections open at the origin are counted every half second (`ss`),
     for the most the proxy had open at once; after it holdfast's own gauge of its HTTP/2
@@ -857,7 +910,7 @@ def _h2(ctx, scenario, contender, run_dir, record):
     plus one: ceil(streams in flight / the origin's max streams) + 1.
     """
     origin = _origin_for(ctx, scenario, contender)
-    running = _start(ctx, contender, origin, run_dir, h2=scenario.h2)
+    running = _start(ctx, contender, origin, run_dir, tls=scenario.tls, h2=scenario.h2)
     record["command"] = running.child.argv if running.child else None
     ctx_run = ctx.for_run(run_dir)
     url = running.base_url + "/tiny"
@@ -867,6 +920,8 @@ def _h2(ctx, scenario, contender, run_dir, record):
                            streams=scenario.streams, duration_s=seconds)
 
     try:
+        if scenario.tls == "client":
+            record["tls_probe"] = _probe_tls_h2(ctx, running)
         record["h2_probe"] = _probe_h2(ctx_run, running, url)
         cold = origin.stats()
         record["warmup_argv"] = drive("warmup", ctx.warmup_s)["argv"]
@@ -892,6 +947,9 @@ def _h2(ctx, scenario, contender, run_dir, record):
         metrics["upstream_connections_bound"] = math.ceil(
             in_flight / metrics["origin_max_streams"]) + 1
     metrics["protocol"] = result.get("protocol")
+    if scenario.tls is not None:
+        metrics["tls_protocol"] = result.get("tls_protocol")
+        metrics["tls_cipher"] = result.get("tls_cipher")
     record["metrics"].update(metrics)
     record["load"] = result
 
@@ -901,20 +959,135 @@ H2_PROBE_REQUESTS = 8
 
 
 def _probe_h2(ctx, running, url):
-    """A few requests over one h2c connection (h2load) before the load; raises RunFailed
-    unless every one answered 2xx over h2c. Returns what h2load saw."""
+    """A few requests over one HTTP/2 connection (h2load) before the load; raises
+    RunFailed unless every one answered 2xx over HTTP/2: h2c for an http:// URL, h2 over
+    TLS for an https:// one. Returns what h2load saw."""
+    over_tls = url.startswith("https://")
+    expected = "h2" if over_tls else "h2c"
+    how = "over TLS" if over_tls else "with prior knowledge"
     try:
         result = load.h2load(ctx, "probe", url, connections=1, streams=1,
                              requests=H2_PROBE_REQUESTS)
     except load.LoadError as err:
-        raise RunFailed(f"{running.contender.name} does not serve HTTP/2 with prior "
-                        f"knowledge at {running.base_url}: {err}") from err
+        raise RunFailed(f"{running.contender.name} does not serve HTTP/2 {how} at "
+                        f"{running.base_url}: {err}") from err
     probe = {"protocol": result["protocol"], "requests": result["requests"],
              "status_2xx": result["status_2xx"], "errors": result["errors"]}
-    if result["protocol"] != "h2c" or result["status_2xx"] != H2_PROBE_REQUESTS:
+    if result["protocol"] != expected or result["status_2xx"] != H2_PROBE_REQUESTS:
         raise RunFailed(f"{running.contender.name} at {running.base_url}: {H2_PROBE_REQUESTS} "
-                        f"requests over HTTP/2 with prior knowledge gave {probe}")
+                        f"requests over HTTP/2 {how} gave {probe}")
     return probe
+
+
+def _probe_tls_h2(ctx, running):
+    """A TLS handshake with the proxy before the load, offering h2 and http/1.1 by ALPN as
+    a browser does and verifying the certificate for 127.0.0.1 against the session's CA;
+    returns the version, cipher and ALPN protocol chosen. Raises RunFailed unless the
+    handshake succeeds and the proxy chose h2."""
+    host, port = running.base_url.removeprefix("https://").rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ctx.certs.ca))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                probe = {"version": tls.version(), "cipher": tls.cipher()[0],
+                         "alpn": tls.selected_alpn_protocol()}
+    except (OSError, ssl.SSLError) as err:
+        raise RunFailed(f"{running.contender.name} does not serve TLS at "
+                        f"{running.base_url}: {err}") from err
+    if probe["alpn"] != "h2":
+        raise RunFailed(f"{running.contender.name} at {running.base_url} chose ALPN "
+                        f"{probe['alpn']!r} when offered h2 and http/1.1")
+    return probe
+
+
+# gRPC: the check before the load, one call at a time over one connection, this long.
+GRPC_PROBE_S = 0.2
+
+
+def _grpc(ctx, scenario, contender, run_dir, record):
+    """grpc-unary and grpc-streaming: bench-load grpc's calls over h2c through the proxy to
+    the origin's gRPC echo, measured like the other windows.
+
+    A check first (`_probe_grpc`: calls over one connection, every one good), then a
+    warm-up with the same clients, then the window. Besides the window's figures, whose
+    requests are calls (`requests`, `rps`, `cpu_us_per_request`; also as `calls_per_s`
+    and `cpu_us_per_call`), per message: `messages`, `messages_per_s` and the proxy's
+    CPU per message (`cpu_us_per_message` and its user and system parts); for unary
+    calls a message is a call. Latency is a message's round trip. The h2c origin counts
+    the calls that reached it over HTTP/2 (`upstream_h2_share`).
+    """
+    origin = _origin_for(ctx, scenario, contender)
+    running = _start(ctx, contender, origin, run_dir, h2=scenario.h2)
+    record["command"] = running.child.argv if running.child else None
+    ctx_run = ctx.for_run(run_dir)
+    url = running.base_url + GRPC_PATHS[scenario.name]
+
+    def drive(name, seconds, connections=scenario.clients, streams=scenario.streams):
+        return load.grpc(ctx_run, name, url, connections=connections, streams=streams,
+                         messages=scenario.messages, payload_bytes=GRPC_PAYLOAD_BYTES,
+                         duration_s=seconds)
+
+    try:
+        record["grpc_probe"] = _probe_grpc(running, lambda: drive(
+            "probe", GRPC_PROBE_S, connections=1, streams=1))
+        cold = origin.stats()
+        record["warmup_argv"] = drive("warmup", ctx.warmup_s)["argv"]
+        time.sleep(ctx.settle_s)
+        metrics, result = measure(running, origin, ctx.ports,
+                                  lambda: drive("load", ctx.duration_s), sample_upstream=True)
+        if running.admin_url:
+            record["holdfast_status"] = running.status()
+        if not running.is_alive():
+            raise RunFailed(f"{contender.name} exited during the window: "
+                            f"{running.child.stderr_tail(1000)}")
+    finally:
+        running.stop()
+    warm = origin.delta(cold, metrics["origin_stats"]["before"])
+    metrics["upstream_connections_warmup"] = warm["connections"]
+    metrics["upstream_connections_total"] = warm["connections"] + metrics["upstream_connections"]
+    metrics.update(_per_message(metrics, result))
+    record["metrics"].update(metrics)
+    record["load"] = result
+
+
+def _probe_grpc(running, drive):
+    """Calls over one connection, one at a time, for GRPC_PROBE_S before the load; raises
+    RunFailed unless some were made and every one was good (each echo right, status 200,
+    `grpc-status: 0`). Returns what the client counted."""
+    try:
+        result = drive()
+    except load.LoadError as err:
+        raise RunFailed(f"{running.contender.name} does not carry gRPC calls at "
+                        f"{running.base_url}: {err}") from err
+    probe = {key: result.get(key) for key in ("requests", "ok", "messages", "errors",
+                                              "errors_by_kind")}
+    if not result.get("ok") or result.get("errors"):
+        first = "; ".join(f"{kind}: {message}" for kind, message in
+                          result.get("first_errors") or [])
+        raise RunFailed(f"{running.contender.name} at {running.base_url}: gRPC calls over "
+                        f"one connection gave {probe}" + (f" ({first})" if first else ""))
+    return probe
+
+
+def _per_message(metrics, result):
+    """A gRPC window's figures per call and per message: the window's per-request figures
+    under the names of calls (`calls_per_s`, `cpu_us_per_call` and its parts), the
+    messages echoed right, their rate, and the proxy's CPU per message (total, user,
+    system); None without a proxy or a message."""
+    messages = result.get("messages") or 0
+
+    def per_message(seconds):
+        return seconds * 1e6 / messages if seconds is not None and messages else None
+
+    return {"calls_per_s": metrics.get("rps"), "grpc_ok": result.get("ok"),
+            "cpu_us_per_call": metrics.get("cpu_us_per_request"),
+            "cpu_user_us_per_call": metrics.get("cpu_user_us_per_request"),
+            "cpu_sys_us_per_call": metrics.get("cpu_sys_us_per_request"),
+            "messages": messages, "messages_per_s": result.get("messages_per_s"),
+            "cpu_us_per_message": per_message(metrics.get("proxy_cpu_s")),
+            "cpu_user_us_per_message": per_message(metrics.get("proxy_cpu_user_s")),
+            "cpu_sys_us_per_message": per_message(metrics.get("proxy_cpu_sys_s"))}
 
 
 def _holdfast_gauge(running, name):

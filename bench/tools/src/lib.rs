@@ -5,7 +5,7 @@
 //! they run lives here so tests start the same origin and load shapes in-process.
 //!
 //! ```text
-//! bench-load: load::{rate, mixed, hold, burst, handshakes, steady, slow_read, zero_window}
+//! bench-load: load::{rate, mixed, hold, burst, handshakes, grpc, steady, slow_read, zero_window}
 //!                 -> load::exchange (zero_window: load::h2_frame) -> (proxy) -> origin
 //!                  \-> load::tally, histogram (count only, never decide)
 //! ```

@@ -13,10 +13,11 @@
 //! tests; this file adds the routes and the request count. [`serve_tls`] serves the same
 //! routes over TLS and also counts handshakes (see `tls.rs`); [`serve_h2c`] serves them
 //! over HTTP/2 with prior knowledge as well as HTTP/1.1 and counts what went over HTTP/2
-//! (see `h2c.rs`). [`serve_many`] serves them on several listeners at once and counts per
+//! (see `h2c.rs`), and answers gRPC calls there with an echo (see `grpc.rs`). [`serve_many`] serves them on several listeners at once and counts per
 //! listener (see `listeners.rs`).
 
 mod body;
+mod grpc;
 mod h2c;
 mod listeners;
 mod tls;
@@ -41,6 +42,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use body::{OriginBody, CHUNK_BYTES};
+pub use grpc::CONTENT_TYPE_GRPC;
 pub use h2c::{serve as serve_h2c, H2Snapshot, Options as H2cOptions, DEFAULT_MAX_STREAMS};
 /// Binds `addr` with a deep accept queue (the kernel caps it at `net.core.somaxconn`), so
 /// a burst of thousands of connects is not dropped at the listen queue.

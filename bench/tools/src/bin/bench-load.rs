@@ -1,4 +1,4 @@
-//! `bench-load [--threads N] rate|hosts|mixed|hold|burst|handshakes|steady|zero-window|slow-read ...`:
+//! `bench-load [--threads N] rate|hosts|mixed|hold|burst|handshakes|grpc|steady|zero-window|slow-read ...`:
 //! load shapes wrk cannot produce
 //! (logic in `holdfast_bench_tools::load`). Each prints one JSON object on stdout at the end
 //! and exits 0, failed requests included; progress and errors go to stderr. Non-zero exit
@@ -15,7 +15,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use holdfast_bench_tools::load::exchange::ErrorKind;
 use holdfast_bench_tools::load::target::{Target, TargetError};
 use holdfast_bench_tools::load::{
-    burst, handshakes, hold, hosts, mixed, rate, slow_read, steady, zero_window,
+    burst, grpc, grpc_message, handshakes, hold, hosts, mixed, rate, slow_read, steady, zero_window,
 };
 use holdfast_bench_tools::{fd_limit, runtime, tls};
 use serde::Serialize;
@@ -34,6 +34,10 @@ const MAX_HOSTS: u64 = hosts::MAX_HOSTS as u64;
 const MAX_STREAMS: u32 = 1 << 20;
 /// Most bytes `slow-read` sets as a receive buffer or takes in one read.
 const MAX_BUFFER_BYTES: u64 = 1 << 24;
+/// Most messages one `grpc` call sends.
+const MAX_MESSAGES: u32 = 1_000_000;
+/// Most calls in flight at once on one `grpc` connection.
+const MAX_GRPC_STREAMS: u64 = 10_000;
 
 #[derive(Debug, Parser)]
 #[command(name = "bench-load", about = "Load shapes for holdfast's benchmarks (loopback only)")]
@@ -128,6 +132,29 @@ enum Command {
         /// handshakes); without it every handshake is a full one.
         #[arg(long)]
         resume: bool,
+    },
+    /// Closed loop gRPC calls over HTTP/2 with prior knowledge (h2c): unary with
+    /// `--messages 1`, else bidirectional streams in lockstep (each message goes out once
+    /// the echo of the one before came back). Each echo must come back byte for byte,
+    /// and the call end with `grpc-status: 0`.
+    Grpc {
+        /// `http://IP:PORT/package.Service/Method` on loopback.
+        #[arg(long, value_parser = parse_target)]
+        url: Target,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_CONNECTIONS))]
+        connections: u64,
+        /// Calls in flight at once on each connection.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_GRPC_STREAMS))]
+        streams: u64,
+        /// Messages each call sends (1: unary).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_MESSAGES)), default_value = "1")]
+        messages: u32,
+        /// Bytes of each message after gRPC's 5-byte prefix (a protobuf `bytes` field).
+        #[arg(long, value_parser = parse_payload, default_value = "100")]
+        payload: usize,
+        /// No call starts after this; calls under way finish (each within 10 s).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Duration,
     },
     /// A well-behaved client: open loop at a steady rate, each request with a deadline,
     /// every request reported on its own.
@@ -250,6 +277,15 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
+fn parse_payload(text: &str) -> Result<usize, String> {
+    let bytes: usize = text.parse().map_err(|_| format!("{text:?} is not a byte count"))?;
+    let (min, max) = (grpc_message::MIN_PAYLOAD_BYTES, grpc_message::MAX_PAYLOAD_BYTES);
+    if !(min..=max).contains(&bytes) {
+        return Err(format!("must be {min} to {max} bytes"));
+    }
+    Ok(bytes)
+}
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     let rate: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
     if !(rate > 0.0 && rate <= MAX_RATE) {
@@ -349,6 +385,21 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
             let report = handshakes::run(config).await;
             finish(&report, &report.first_errors)
         }
+        Command::Grpc { url, connections, streams, messages, payload, duration } => {
+            let config = grpc::GrpcConfig {
+                target: url,
+                connections: to_usize(connections),
+                streams: to_usize(streams),
+                messages,
+                payload_bytes: payload,
+                duration,
+            };
+            let report = grpc::run(config).await;
+            for (kind, message) in &report.first_errors {
+                eprintln!("bench-load: first {}: {message}", kind.as_str());
+            }
+            print_json_line(&report)
+        }
         Command::Steady { url, rate, duration, deadline, bind, h2c } => {
             let config = steady::SteadyConfig {
                 target: url,
@@ -397,8 +448,9 @@ async fn run_command(command: Command) -> anyhow::Result<()> {
 }
 
 fn to_usize(count: u64) -> usize {
-    usize::try_from(count)
-        .expect("counts are capped at MAX_CONNECTIONS or MAX_HOSTS, which fit a usize")
+    usize::try_from(count).expect(
+        "counts are capped at MAX_CONNECTIONS, MAX_HOSTS or MAX_GRPC_STREAMS, which fit a usize",
+    )
 }
 
 /// The `holding` line must reach the harness as soon as it is printed; a failed write is

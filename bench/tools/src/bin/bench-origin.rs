@@ -1,7 +1,8 @@
 //! `bench-origin --listen ADDR [--listen ADDR ...] [--threads N] [--tls-cert FILE --tls-key
 //! FILE | --h2c [--h2-max-streams N]] [--workers N]`: the HTTP/1.1 origin the benchmarked
 //! proxies front (routes in `holdfast_bench_tools::origin`), over TLS when given a
-//! certificate and key, or also speaking HTTP/2 with prior knowledge (h2c) with `--h2c`.
+//! certificate and key, or also speaking HTTP/2 with prior knowledge (h2c) with `--h2c`
+//! (where it also echoes gRPC calls).
 //! Several `--listen` (cleartext HTTP/1.1 only) serve the same routes on each address,
 //! counted per listener. `--workers N` lets at most N responses be in progress at once, as
 //! an app server with N sync workers (one listener only). Prints
@@ -39,7 +40,9 @@ struct Args {
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// Also serve HTTP/2 with prior knowledge (h2c) on the cleartext listener, beside
-    /// HTTP/1.1: the first bytes of each connection decide.
+    /// HTTP/1.1: the first bytes of each connection decide. gRPC calls
+    /// (`content-type: application/grpc`, any path) are answered with an echo of their
+    /// messages and `grpc-status: 0`.
     #[arg(long, conflicts_with = "tls_cert")]
     h2c: bool,
     /// SETTINGS_MAX_CONCURRENT_STREAMS of each HTTP/2 connection; needs --h2c.

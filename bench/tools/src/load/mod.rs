@@ -8,6 +8,8 @@
 //! - [`burst`]: many requests in flight at once, each on its own new connection;
 //! - [`handshakes`]: closed loop over HTTPS, a new connection and TLS handshake (full, or
 //!   resuming a session) for every request;
+//! - [`grpc`]: closed-loop gRPC calls over h2c on the `h2` crate's client, unary or
+//!   bidirectional streams in lockstep, every echo checked (messages: [`grpc_message`]);
 //! - [`steady`]: a well-behaved client at a steady rate, each request with a deadline and
 //!   reported on its own (HTTP/1.1 or h2c), for the slow-reader drills;
 //! - [`zero_window`]: HTTP/2 connections whose streams never open their window again (their
@@ -20,6 +22,8 @@
 
 pub mod burst;
 pub mod exchange;
+pub mod grpc;
+pub mod grpc_message;
 pub mod h2_frame;
 pub mod handshakes;
 pub mod hold;

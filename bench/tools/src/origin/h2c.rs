@@ -9,21 +9,26 @@
 //! it speaks h2c to its origin shows here whether it did, and how many connections it
 //! spread its streams over. Each connection allows [`Options::max_streams`] concurrent
 //! streams (SETTINGS_MAX_CONCURRENT_STREAMS).
+//!
+//! A gRPC call (`content-type: application/grpc`, any path) is answered by the gRPC echo
+//! (see `grpc.rs`) instead of the routes, and counted as a request like them.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use holdfast_origin::ACCEPT_ERROR_BACKOFF;
-use http::Version;
+use http::{Response, Version};
+use http_body_util::Either;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{respond, ClosedOnDrop, Gate, OriginStats};
+use super::{grpc, respond, ClosedOnDrop, Gate, OriginBody, OriginStats};
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS the origin announces unless told otherwise: 100, the
 /// value RFC 9113 recommends as the least a server should allow (section 6.5.2), and what
@@ -167,7 +172,24 @@ async fn serve_connection(
                 counts.h2_requests.fetch_add(1, Ordering::Relaxed);
             }
         }
-        respond(request, Arc::clone(&stats), Arc::clone(&gate))
+        answer(request, Arc::clone(&stats), Arc::clone(&gate))
     });
     let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+}
+
+/// A response body of the h2c origin: one of the routes' bodies, or a gRPC call's echo.
+type H2cBody = Either<OriginBody, grpc::EchoBody>;
+
+/// Answers a gRPC call with its echo, anything else from the routes.
+async fn answer(
+    request: http::Request<hyper::body::Incoming>,
+    stats: Arc<OriginStats>,
+    gate: Arc<Gate>,
+) -> Result<Response<H2cBody>, Infallible> {
+    if grpc::is_call(&request) {
+        stats.requests.fetch_add(1, Ordering::Relaxed);
+        return Ok(grpc::echo(request).map(Either::Right));
+    }
+    let response = respond(request, stats, gate).await?;
+    Ok(response.map(Either::Left))
 }

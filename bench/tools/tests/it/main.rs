@@ -4,6 +4,7 @@ mod binaries; // bench-origin and bench-load end to end, as the harness runs the
 mod burst; // many requests in flight on new connections
 mod drills; // the slow-reader drills' clients: steady, zero-window HTTP/2, slow readers
 mod floor; // the minimal HTTP/1.1 relay: keep-alive, pooling, Connection: close
+mod grpc; // gRPC calls, unary and streaming, against the origin's gRPC echo
 mod h2_engine_floor; // the minimal h2c relay on holdfast's own HTTP/2 engine
 mod h2c; // the origin speaking HTTP/2 with prior knowledge beside HTTP/1.1
 mod hold; // many idle connections held open
