@@ -498,12 +498,10 @@ impl Connection {
     fn on_window_update(&mut self, stream: u32, increment: u32) -> Result<(), H2Error> {
         if stream == 0 {
             self.send_window.grow(increment, 0)?;
-            // Streams that waited on the connection's window may go.
-            let waiting: Vec<u32> =
-                self.streams.iter().filter(|(_, s)| s.has_pending()).map(|(id, _)| *id).collect();
-            for id in waiting {
-                self.output.mark_ready(id);
-            }
+            // Streams that waited on the connection's window may go, in the order they
+            // began to wait (not the table's order, which would favour the same
+            // streams at every update and starve others).
+            self.output.unblock_connection();
             return Ok(());
         }
         let Some(s) = self.streams.get_mut(&stream) else {

@@ -27,6 +27,10 @@ pub(super) struct Output {
     len: usize,
     /// Streams with DATA, END_STREAM or trailers waiting, in turn.
     ready: VecDeque<u32>,
+    /// Streams with DATA the connection's window holds back, in the order they were
+    /// held: the next connection WINDOW_UPDATE gives them their turn in that order, so
+    /// none starves behind others while the window is short.
+    blocked: VecDeque<u32>,
     /// Where header blocks are encoded before they are cut into frames; kept, so a
     /// block costs no allocation once the connection has sent one of its size.
     block: BytesMut,
@@ -116,6 +120,21 @@ impl Output {
         }
     }
 
+    /// `stream` waits for the connection's window.
+    pub fn block_on_connection(&mut self, stream: u32) {
+        if !self.blocked.contains(&stream) {
+            self.blocked.push_back(stream);
+        }
+    }
+
+    /// The connection's window grew: the streams it held take their turn, those held
+    /// longest first.
+    pub fn unblock_connection(&mut self) {
+        while let Some(stream) = self.blocked.pop_front() {
+            self.mark_ready(stream);
+        }
+    }
+
     /// `stream` has something to send: it joins the turn if not in it.
     pub fn mark_ready(&mut self, stream: u32) {
         if !self.ready.contains(&stream) {
@@ -147,8 +166,14 @@ impl Connection {
             return Turn::Done;
         }
         if s.queued_len > 0 {
-            let room = s.send.available().min(conn_room).min(max_frame);
+            let stream_room = s.send.available();
+            let room = stream_room.min(conn_room).min(max_frame);
             if room == 0 {
+                // Its own WINDOW_UPDATE brings a stream out of its window's block; the
+                // connection's brings out those blocked on it, in the order they came.
+                if stream_room > 0 {
+                    self.output.block_on_connection(id);
+                }
                 return Turn::Blocked;
             }
             let Some(front) = s.queued.front_mut() else { return Turn::Done };

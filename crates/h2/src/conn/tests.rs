@@ -812,6 +812,36 @@ fn a_client_opens_odd_streams_and_reads_informational_then_final_heads() {
     assert_eq!(conn.active_streams(), 1);
 }
 
+/// Section 6.9.1: while the connection's window is short, each WINDOW_UPDATE on it goes
+/// to the streams held back longest: none starves behind the others.
+#[test]
+fn streams_held_by_the_connections_window_take_turns_as_it_opens() {
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    let ids: Vec<u32> = (0..4).map(|_| conn.open(&request(POST), false, false).unwrap()).collect();
+    for &id in &ids {
+        conn.send_data(id, Bytes::from(vec![b'x'; 60_000]), true).unwrap();
+    }
+    // The first 65,535 bytes of the connection's window go out; then each update of one
+    // frame's worth is served to the stream that waited longest.
+    peer.read(&mut conn);
+    let mut served = Vec::new();
+    for _ in 0..8 {
+        peer.window_update(0, 16_384).send(&mut conn).unwrap();
+        let out = peer.read(&mut conn);
+        for f in &out {
+            if let Out::Frame(Frame::Data(d)) = f {
+                served.push(d.stream_id);
+            }
+        }
+    }
+    for window in served.windows(ids.len()) {
+        let mut turn = window.to_vec();
+        turn.sort_unstable();
+        turn.dedup();
+        assert_eq!(turn.len(), ids.len(), "a stream served twice before another once: {served:?}");
+    }
+}
+
 #[test]
 fn a_response_to_head_may_declare_a_length_it_does_not_send() {
     let (mut conn, mut peer) = client_with(frame::Settings::default());
