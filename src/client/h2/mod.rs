@@ -217,17 +217,14 @@ impl Driver {
         }
     }
 
-    /// Hands the bytes read to the engine; false when it made nothing of them yet.
-    fn receive(&mut self) -> bool {
-        let before = self.read.len();
-        let received = self.session.get_mut().conn.receive(&mut self.read);
-        if let Err(code) = received {
+    /// Hands the bytes read to the engine.
+    fn receive(&mut self) {
+        if let Err(code) = self.session.get_mut().conn.receive(&mut self.read) {
             CLIENT.failed(code, self.client.addr);
             self.stopping = true;
             self.read_closed = true;
             self.session.get_mut().end();
         }
-        self.read.len() != before
     }
 
     /// The client closed its side, or the socket failed: streams hear of it, and the
