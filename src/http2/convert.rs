@@ -2,8 +2,8 @@
 //! carries them ([`trailers_from_h1`], [`h1_chunked_end`], [`passable_trailers`]), and
 //! the fields of holdfast's own responses.
 //!
-//! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the `h2` crate
-//! refuses them from peers, and they are left out of what holdfast sends.
+//! HTTP/2 forbids the connection-specific fields (RFC 9113, 8.2.2): the engine refuses
+//! them from peers, and they are left out of what holdfast sends.
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -67,7 +67,7 @@ pub fn header_lines(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
 
 /// Writes HTTP/2 trailers as the trailer section of a chunked body for an HTTP/1.1
 /// peer (RFC 9112, 7.1.2): one `name: value\r\n` line for each field that may pass
-/// ([`may_pass_trailer`]). The `h2` crate has checked the values (no CR, LF or NUL).
+/// ([`may_pass_trailer`]). The engine has checked the values (no CR, LF or NUL).
 pub fn write_h1_trailers(trailers: &HeaderMap, out: &mut Vec<u8>) {
     for (name, value) in trailers {
         if may_pass_trailer(name.as_str()) {
@@ -89,8 +89,8 @@ pub fn h1_chunked_end(trailers: Option<&HeaderMap>) -> Vec<u8> {
 }
 
 /// HTTP/2 trailers as they go on to an HTTP/2 peer: without the fields that may not
-/// pass ([`may_pass_trailer`]). The `h2` crate keeps pseudo-headers out of trailers
-/// both ways (RFC 9113, 8.1).
+/// pass ([`may_pass_trailer`]). The engine keeps pseudo-headers out of trailers both
+/// ways (RFC 9113, 8.1).
 pub fn passable_trailers(mut trailers: HeaderMap) -> HeaderMap {
     let refused: Vec<HeaderName> =
         trailers.keys().filter(|name| !may_pass_trailer(name.as_str())).cloned().collect();

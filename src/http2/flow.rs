@@ -6,15 +6,15 @@ use std::io;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::Reason;
+use holdfast_h2::error::ErrorCode;
 
 use super::halves::{RecvHalf, SendHalf};
 use crate::net::{self, Deadline};
 
-/// An `h2` crate error as an I/O error, for the callers that report either the same
-/// way.
-pub fn to_io(e: h2::Error) -> io::Error {
-    super::halves::h2_to_io(e)
+/// An origin stream's error as an I/O error, for the callers that report either the
+/// same way.
+pub fn to_io(e: super::origin::Error) -> io::Error {
+    e.into_io()
 }
 
 fn timed_out() -> io::Error {
@@ -117,7 +117,7 @@ pub async fn trailers(
 /// was refused (`REFUSED_STREAM`), or it was above the last stream of a graceful
 /// GOAWAY (RFC 9113, 6.8). A GOAWAY with an error code may also end streams the origin
 /// was working on, so it does not count.
-pub fn refused(e: &h2::Error) -> bool {
-    e.reason() == Some(Reason::REFUSED_STREAM)
-        || (e.is_go_away() && e.is_remote() && e.reason() == Some(Reason::NO_ERROR))
+pub fn refused(e: &super::origin::Error) -> bool {
+    e.reason() == Some(ErrorCode::RefusedStream)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(ErrorCode::NoError))
 }

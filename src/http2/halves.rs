@@ -1,7 +1,6 @@
 //! The two halves of an HTTP/2 stream as the proxy path moves bytes on them, whichever
-//! codec carries the stream: a client's stream ([`super::session`], holdfast's own
-//! engine) or an origin's (the `h2` crate). [`super::flow`] and the tunnels are written
-//! once against these.
+//! side the stream is on: a client's ([`super::session`]) or an origin's
+//! ([`super::origin`]). [`super::flow`] and the tunnels are written once against these.
 //!
 //! Errors are I/O errors; a stream the peer reset carries its code
 //! ([`reset_code`]), so a reset with `NO_ERROR` can be told from a failure.
@@ -10,7 +9,6 @@ use std::io;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use h2::{Reason, RecvStream, SendStream};
 use holdfast_h2::error::ErrorCode;
 use http::HeaderMap;
 
@@ -54,78 +52,76 @@ pub fn reset_error(code: ErrorCode) -> io::Error {
     io::Error::new(io::ErrorKind::ConnectionReset, StreamReset(code))
 }
 
-/// The code of the reset an error stands for, from either codec.
+/// The code of the reset an error stands for, on either side.
 pub fn reset_code(e: &io::Error) -> Option<ErrorCode> {
     let inner = e.get_ref()?;
     if let Some(StreamReset(code)) = inner.downcast_ref::<StreamReset>() {
         return Some(*code);
     }
-    let h2 = inner.downcast_ref::<h2::Error>()?;
-    h2.is_reset().then(|| h2.reason()).flatten().map(|r| ErrorCode::from_u32(r.into()))
+    let origin = inner.downcast_ref::<super::origin::Error>()?;
+    origin.is_reset().then(|| origin.reason()).flatten()
 }
 
-/// An `h2` crate error as an I/O error: its own I/O error if it is one, else the error
-/// inside one (so [`reset_code`] can find it).
-pub fn h2_to_io(e: h2::Error) -> io::Error {
-    if e.is_io() {
-        if let Some(io) = e.into_io() {
-            return io;
+/// The `h2` crate's streams as halves, for the tests that run the tunnels between two
+/// of its in-memory connections.
+#[cfg(test)]
+mod h2_crate {
+    use super::*;
+    use h2::{Reason, RecvStream, SendStream};
+
+    fn to_io(e: h2::Error) -> io::Error {
+        match e.reason() {
+            Some(r) if e.is_reset() => reset_error(ErrorCode::from_u32(r.into())),
+            _ => io::Error::other(e),
         }
-        return io::Error::other("HTTP/2 connection failed");
-    }
-    io::Error::other(e)
-}
-
-fn reason(code: ErrorCode) -> Reason {
-    Reason::from(code.to_u32())
-}
-
-impl RecvHalf for RecvStream {
-    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
-        RecvStream::poll_data(self, cx).map(|d| d.map(|d| d.map_err(h2_to_io)))
     }
 
-    fn poll_trailers(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<HeaderMap>>> {
-        RecvStream::poll_trailers(self, cx).map(|t| t.map_err(h2_to_io))
+    impl RecvHalf for RecvStream {
+        fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+            RecvStream::poll_data(self, cx).map(|d| d.map(|d| d.map_err(to_io)))
+        }
+
+        fn poll_trailers(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<HeaderMap>>> {
+            RecvStream::poll_trailers(self, cx).map(|t| t.map_err(to_io))
+        }
+
+        fn release(&mut self, n: usize) {
+            let _ = self.flow_control().release_capacity(n);
+        }
+
+        fn is_end_stream(&self) -> bool {
+            RecvStream::is_end_stream(self)
+        }
     }
 
-    fn release(&mut self, n: usize) {
-        // Fails only once the stream is gone, when the window no longer matters.
-        let _ = self.flow_control().release_capacity(n);
-    }
+    impl SendHalf for SendStream<Bytes> {
+        fn reserve_capacity(&mut self, n: usize) {
+            SendStream::reserve_capacity(self, n);
+        }
 
-    fn is_end_stream(&self) -> bool {
-        RecvStream::is_end_stream(self)
-    }
-}
+        fn capacity(&self) -> usize {
+            SendStream::capacity(self)
+        }
 
-impl SendHalf for SendStream<Bytes> {
-    fn reserve_capacity(&mut self, n: usize) {
-        SendStream::reserve_capacity(self, n);
-    }
+        fn poll_capacity(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<usize>>> {
+            SendStream::poll_capacity(self, cx).map(|c| c.map(|c| c.map_err(to_io)))
+        }
 
-    fn capacity(&self) -> usize {
-        SendStream::capacity(self)
-    }
+        fn send_data(&mut self, data: Bytes, end: bool) -> io::Result<()> {
+            SendStream::send_data(self, data, end).map_err(to_io)
+        }
 
-    fn poll_capacity(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<usize>>> {
-        SendStream::poll_capacity(self, cx).map(|c| c.map(|c| c.map_err(h2_to_io)))
-    }
+        fn send_trailers(&mut self, trailers: HeaderMap) -> io::Result<()> {
+            SendStream::send_trailers(self, trailers).map_err(to_io)
+        }
 
-    fn send_data(&mut self, data: Bytes, end: bool) -> io::Result<()> {
-        SendStream::send_data(self, data, end).map_err(h2_to_io)
-    }
+        fn send_reset(&mut self, code: ErrorCode) {
+            SendStream::send_reset(self, Reason::from(code.to_u32()));
+        }
 
-    fn send_trailers(&mut self, trailers: HeaderMap) -> io::Result<()> {
-        SendStream::send_trailers(self, trailers).map_err(h2_to_io)
-    }
-
-    fn send_reset(&mut self, code: ErrorCode) {
-        SendStream::send_reset(self, reason(code));
-    }
-
-    fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ErrorCode>> {
-        SendStream::poll_reset(self, cx)
-            .map(|r| r.map(|r| ErrorCode::from_u32(r.into())).map_err(h2_to_io))
+        fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<ErrorCode>> {
+            SendStream::poll_reset(self, cx)
+                .map(|r| r.map(|r| ErrorCode::from_u32(r.into())).map_err(to_io))
+        }
     }
 }

@@ -1,7 +1,11 @@
-//! HTTP/2 message syntax as the proxy path needs it: the preface, what HTTP/2 does not
-//! carry, trailers between the two protocols ([`convert`]), and flow-control credit
-//! for the bodies holdfast sends ([`flow`]). Framing and HPACK are the `h2` crate's;
-//! client connections are served in `client::h2`.
+//! HTTP/2 as the proxy path needs it, on holdfast's own engine (`holdfast-h2`, which
+//! does framing, HPACK, flow control and the protocol's rules): a client connection's
+//! streams ([`session`]; the connection is served in `client::h2`), connections to
+//! origins ([`origin`]), the socket under both ([`socket`]), a stream's two halves
+//! ([`halves`]) and moving bytes on them within flow control ([`flow`]), the request
+//! and response heads read into the message model ([`request`], [`response`]) and
+//! written from it ([`encode`]), the preface, and trailers between the two protocols
+//! ([`convert`]).
 //!
 //! Like the rest of the request path, this module handles bytes from clients and
 //! origins: the lints below keep indexing and unchecked arithmetic out of it.
@@ -12,9 +16,11 @@ pub mod convert;
 pub mod encode;
 pub mod flow;
 pub mod halves;
+pub mod origin;
 pub mod request;
 pub mod response;
 pub mod session;
+pub mod socket;
 
 /// What an HTTP/2 client sends first (RFC 9113, 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -1,6 +1,6 @@
 //! Reading an HTTP/2 origin's response head into the response model: `:status` and
-//! the fields become a [`ResponseHead`] whose fields are slices of the `h2` crate's
-//! header map, checked by the same rules as an HTTP/1.1 head
+//! the fields become a [`ResponseHead`] whose fields are slices of the header map the
+//! engine's field values are shared into, checked by the same rules as an HTTP/1.1 head
 //! (`http1::response::check`). An HTTP/2 body is framed by its stream: a declared
 //! `content-length`, or the DATA frames until the stream ends.
 

@@ -198,7 +198,7 @@ fn field_refs(headers: &HeaderMap) -> impl Iterator<Item = FieldRef<'_>> {
 }
 
 /// Trailers as the engine keeps them until they go out.
-fn to_fields(headers: &HeaderMap) -> Vec<Field> {
+pub fn to_fields(headers: &HeaderMap) -> Vec<Field> {
     field_refs(headers)
         .map(|f| Field {
             name: Bytes::copy_from_slice(f.name),
@@ -373,15 +373,20 @@ impl SendHalf for ResponseBody {
     fn poll_capacity(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<usize>>> {
         let stream = self.stream;
         let polled = with_slot(stream, |slot, conn| {
+            // A stream whose sending side is over takes nothing more.
+            if !conn.is_open_stream(stream) {
+                return Ok(None);
+            }
             let room = conn.capacity(stream);
             if room == 0 {
                 slot.park(cx);
             }
-            Ok(room)
+            Ok(Some(room))
         });
         match polled {
-            Ok(0) => Poll::Pending,
-            Ok(room) => Poll::Ready(Some(Ok(room))),
+            Ok(None) => Poll::Ready(None),
+            Ok(Some(0)) => Poll::Pending,
+            Ok(Some(room)) => Poll::Ready(Some(Ok(room))),
             Err(e) => Poll::Ready(Some(Err(e))),
         }
     }

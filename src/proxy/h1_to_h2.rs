@@ -26,8 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::{RecvStream, SendStream};
 use http::HeaderMap;
 
 use super::backlog::{while_serving, Backlog, ServeH1};
@@ -44,8 +42,10 @@ use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
+use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
 use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
+use holdfast_h2::error::ErrorCode;
 
 /// What an exchange with an HTTP/2 origin keeps in its [`H1Wire`] (boxed there: rare).
 pub(super) struct H1ToH2 {
@@ -55,7 +55,7 @@ pub(super) struct H1ToH2 {
     response: Option<RecvStream>,
     /// The stream's sending side, when the body still goes up after the response head
     /// came: [`H2OriginWire::relay_h2`] goes on with it.
-    upload: Option<SendStream<Bytes>>,
+    upload: Option<SendStream>,
 }
 
 /// The client's body on its way to an HTTP/2 origin.
@@ -142,14 +142,14 @@ struct PumpLimits {
 /// What finished first while a request body streamed to an HTTP/2 origin.
 enum First {
     Pumped(Result<(), Attempt>),
-    Answered(Result<http::Response<RecvStream>, h2::Error>),
+    Answered(Result<http::Response<RecvStream>, H2Error>),
 }
 
 impl H2OriginWire for H1Wire<'_> {
     async fn attempt_h2(
         &mut self,
         out: &mut Outbound,
-        mut send: SendRequest<Bytes>,
+        mut send: SendRequest,
         request: http::Request<()>,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
@@ -263,13 +263,13 @@ impl H2OriginWire for H1Wire<'_> {
                             // sent: the rest does not go (the client's connection
                             // closes after the response unless its body was read to
                             // the end).
-                            upload.send_reset(h2::Reason::CANCEL);
+                            upload.send_reset(ErrorCode::Cancel);
                         }
                         downloaded
                     }
                     Relayed::ClientFailed(kind) => {
                         // The origin hears at once that the request will not end.
-                        upload.send_reset(h2::Reason::CANCEL);
+                        upload.send_reset(ErrorCode::Cancel);
                         let error = match kind {
                             ProxyErrorKind::ClientTimeout => WaitError::TimedOut,
                             ProxyErrorKind::ClientBody(ClientBodyError::Io(e)) => WaitError::Io(e),
@@ -411,7 +411,7 @@ impl H1Wire<'_> {
     async fn await_head(
         &mut self,
         out: &Outbound,
-        response: impl std::future::Future<Output = Result<http::Response<RecvStream>, h2::Error>>,
+        response: impl std::future::Future<Output = Result<http::Response<RecvStream>, H2Error>>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let limit = out.route.timeouts.response_header;
         // The origin may take long to answer: the client's buffer, unless it holds a
@@ -434,7 +434,7 @@ impl H1Wire<'_> {
         out: &Outbound,
         answered: http::Response<RecvStream>,
         upload: Upload,
-        sending: Option<SendStream<Bytes>>,
+        sending: Option<SendStream>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
         let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
@@ -469,7 +469,7 @@ async fn pump(
     client: &Stream,
     buf: &mut InBuf,
     body: &mut Body,
-    upload: &mut SendStream<Bytes>,
+    upload: &mut SendStream,
     mut copy: Option<&mut BodyCopy>,
     limits: PumpLimits,
 ) -> Result<(), Attempt> {

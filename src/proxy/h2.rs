@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::{RecvStream, SendStream};
 use holdfast_h2::error::ErrorCode;
 use http::{HeaderMap, Method, Response, StatusCode};
 use tokio::time::Instant;
@@ -39,6 +37,7 @@ use crate::http1::Framing;
 use crate::http2::convert;
 use crate::http2::flow;
 use crate::http2::halves::{RecvHalf, SendHalf};
+use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
 use crate::http2::response as h2_response;
 use crate::http2::session::{RequestBody, Responder, ResponseBody};
 use crate::message::ResponseHead;
@@ -57,7 +56,7 @@ pub(crate) struct H2Wire {
     /// The response head as the client gets it.
     head: H2Head,
     /// To an HTTP/2 origin: the request body still streaming when the response came.
-    upload: Option<SendStream<Bytes>>,
+    upload: Option<SendStream>,
     /// To an HTTP/2 origin: its response body.
     origin_body: Option<RecvStream>,
     /// The client reset the stream or did not take the response.
@@ -527,7 +526,7 @@ impl H2Wire {
 /// after a complete response, RFC 9113, 8.1); [`Attempt::Refused`], if the origin
 /// refused the stream, wherever its body was; else a stream that may have reached it.
 pub(super) async fn upload_failed(
-    response: impl std::future::Future<Output = Result<Response<RecvStream>, h2::Error>>,
+    response: impl std::future::Future<Output = Result<Response<RecvStream>, H2Error>>,
     limit: Duration,
     error: io::Error,
 ) -> Result<Response<RecvStream>, Attempt> {
@@ -542,7 +541,7 @@ pub(super) async fn upload_failed(
 /// `copy` holds, then, once the body had ended (`ended`), the `trailers` that ended
 /// it or the end of the stream.
 pub(super) async fn send_again(
-    upload: &mut SendStream<Bytes>,
+    upload: &mut SendStream,
     copy: &BodyCopy,
     trailers: Option<&HeaderMap>,
     ended: bool,
@@ -564,7 +563,7 @@ pub(super) async fn send_again(
 /// Sends a body read whole beforehand, and the trailers that ended it, ending the
 /// stream.
 async fn send_kept(
-    upload: &mut SendStream<Bytes>,
+    upload: &mut SendStream,
     kept: &[u8],
     trailers: Option<&HeaderMap>,
     stall: Duration,
@@ -579,7 +578,7 @@ async fn send_kept(
 /// What finished first while a request body streamed to an HTTP/2 origin.
 enum First {
     Pumped(Result<(), Attempt>),
-    Answered(Result<Response<RecvStream>, h2::Error>),
+    Answered(Result<Response<RecvStream>, H2Error>),
 }
 
 /// Where [`pump`] keeps what it sends, so a refused stream can send it again.
@@ -596,7 +595,7 @@ struct Keep<'a> {
 /// and had not sent yet waits in `in_hand`, and a pump started again sends it first.
 async fn pump(
     body: &mut RequestBody,
-    to: &mut SendStream<Bytes>,
+    to: &mut SendStream,
     read: &mut BodyRead,
     in_hand: &mut Option<InHand>,
     max: Option<u64>,
@@ -648,7 +647,7 @@ impl H2OriginWire for H2Wire {
     async fn attempt_h2(
         &mut self,
         out: &mut Outbound,
-        mut send: SendRequest<Bytes>,
+        mut send: SendRequest,
         request: http::Request<()>,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
@@ -753,7 +752,7 @@ impl H2OriginWire for H2Wire {
                 let max = out.route.max_body;
                 let (body, read, in_hand) = (&mut self.body, &mut self.read, &mut self.in_hand);
                 if pump(body, &mut upload, read, in_hand, max, stall, None).await.is_err() {
-                    upload.send_reset(h2::Reason::CANCEL);
+                    upload.send_reset(ErrorCode::Cancel);
                 }
             }
         };
@@ -771,7 +770,7 @@ impl H2Wire {
         &mut self,
         out: &Outbound,
         answered: Response<RecvStream>,
-        upload: Option<SendStream<Bytes>>,
+        upload: Option<SendStream>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let (parts, body) = answered.into_parts();
         let start = read_h2_head(out, &parts, body.is_end_stream(), |_, start| start)?;
@@ -829,7 +828,7 @@ pub(super) fn start_from(out: &Outbound, head: &ResponseHead<'_, '_>) -> Respons
 /// What a stream that failed before its response means for the attempt: a refused one
 /// ([`flow::refused`]) never reached the origin, wherever its body was; others may
 /// have, and are `retry`'s to judge.
-pub(super) fn stream_failed(e: h2::Error) -> Attempt {
+pub(super) fn stream_failed(e: H2Error) -> Attempt {
     let goaway = e.is_go_away();
     if flow::refused(&e) {
         Attempt::Refused { goaway, error: flow::to_io(e) }

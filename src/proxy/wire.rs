@@ -19,9 +19,8 @@ use super::transfer::{DownloadError, Downloaded, Upload};
 use super::Outbound;
 use crate::http1::encode::{BodyOut, ConnectionOut};
 use crate::http1::Framing;
+use crate::http2::origin::SendRequest;
 use crate::upstream::{Lease, OriginConn};
-use bytes::Bytes;
-use h2::client::SendRequest;
 use holdfast_pool::OriginLimits;
 
 /// How one exchange's bytes move between the client and an origin connection.
@@ -135,7 +134,7 @@ pub(crate) trait H2OriginWire: Wire {
     fn attempt_h2(
         &mut self,
         out: &mut Outbound,
-        send: SendRequest<Bytes>,
+        send: SendRequest,
         request: http::Request<()>,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,

@@ -192,7 +192,7 @@ async fn probe_h2(
         .header(http::header::USER_AGENT, "holdfast-health-check")
         .body(())
         .map_err(|e| CheckError::Io(std::io::Error::other(e)))?;
-    let io = |e: h2::Error| CheckError::Io(std::io::Error::other(e));
+    let io = |e: crate::http2::origin::Error| CheckError::Io(std::io::Error::other(e));
     let (response, _) = stream.sender().send_request(request, true).map_err(io)?;
     let response = tokio::time::timeout(check.timeout, response).await;
     let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status().as_u16();

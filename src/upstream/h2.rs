@@ -16,19 +16,17 @@
 //! connection tells what the backend speaks: one that negotiated HTTP/1.1 is handed
 //! back ([`Leased::Http1`]) with its slot, for the HTTP/1.1 pool.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use h2::client::SendRequest;
 use holdfast_pool::{Claim, ClaimError, Exhausted, Found, Opening, Shareable, SharedPool};
 use tokio::time::Instant;
 
 use super::connect::{self, ConnectError, Dial, OriginConn, TlsCounts};
 use super::lease::LeaseError;
 use super::settings::Speaks;
+use crate::http2::origin::{self as h2_conn, SendRequest};
 use crate::net::Stream;
 
 /// Streams a new connection is assumed to take before the origin's SETTINGS say: RFC
@@ -54,11 +52,10 @@ pub struct H2Conns {
     stats: Arc<H2Stats>,
 }
 
-/// One HTTP/2 connection to the origin.
+/// One HTTP/2 connection to the origin (its driver runs in a task of its own, see
+/// [`h2_conn`]).
 pub struct H2Conn {
-    send: SendRequest<Bytes>,
-    /// The connection ended (its driver returned), or a ping went unanswered.
-    closed: Arc<AtomicBool>,
+    send: SendRequest,
 }
 
 /// Counters of a backend's HTTP/2 streams that the pool does not keep.
@@ -213,84 +210,24 @@ impl H2Conns {
         }
     }
 
-    /// The HTTP/2 preface both ways; the origin's SETTINGS are in once its answer to
-    /// a PING (sent after them) is.
+    /// The HTTP/2 preface both ways, and the origin's first SETTINGS (what it allows).
     async fn handshake(&self, stream: Stream) -> Result<H2Conn, ConnectError> {
-        let fail = |e: h2::Error| ConnectError::Http2(e.to_string());
-        let (send, mut connection) = h2::client::Builder::new()
-            .initial_max_send_streams(ASSUMED_STREAMS)
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .max_header_list_size(MAX_HEADER_LIST)
-            .enable_push(false)
-            .handshake::<_, Bytes>(stream)
-            .await
-            .map_err(fail)?;
-        let mut pings = connection.ping_pong();
-        let closed = Arc::new(AtomicBool::new(false));
-        let ended = Arc::clone(&closed);
-        let addr = self.dial.addr;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(backend = %addr, error = %e, "HTTP/2 connection to the origin ended");
-            }
-            ended.store(true, Ordering::Release);
-        });
-        let pinged = match pings.as_mut() {
-            Some(pings) => pings.ping(h2::Ping::opaque()).await.map(|_| ()),
-            None => Ok(()),
+        let settings = h2_conn::Settings {
+            stream_window: STREAM_WINDOW,
+            connection_window: CONNECTION_WINDOW,
+            max_header_list_size: MAX_HEADER_LIST,
         };
-        // A graceful GOAWAY before the session was ready, whether or not the ping's
-        // answer came first: the origin is going away, and the connection never took a
-        // stream. (Adopted, it would be dropped at once and another opened, without
-        // end if the origin always does this.)
-        if went_away(&send) {
+        let send = h2_conn::start(stream, &settings, self.ping);
+        let ready = send.ready().await;
+        // A graceful GOAWAY before the session was ready: the origin is going away, and
+        // the connection never took a stream. (Adopted, it would be dropped at once and
+        // another opened, without end if the origin always does this.)
+        if send.went_away() {
             return Err(ConnectError::WentAway);
         }
-        pinged.map_err(fail)?;
-        if let (Some(every), Some(pings)) = (self.ping, pings) {
-            tokio::spawn(keep_pinging(Arc::downgrade(&closed), pings, every, addr));
-        }
-        Ok(H2Conn { send, closed })
+        ready.map_err(|e| ConnectError::Http2(e.to_string()))?;
+        Ok(H2Conn { send })
     }
-}
-
-/// Pings the origin every `every` while the connection lives; one not answered within
-/// `every` marks it closed, so no new stream goes on it. It ends with the connection.
-async fn keep_pinging(
-    closed: Weak<AtomicBool>,
-    mut pings: h2::PingPong,
-    every: Duration,
-    addr: std::net::SocketAddr,
-) {
-    loop {
-        tokio::time::sleep(every).await;
-        // The connection's driver holds the flag until the connection ends.
-        let Some(alive) = closed.upgrade() else { return };
-        if alive.load(Ordering::Acquire) {
-            return;
-        }
-        drop(alive);
-        let answered = tokio::time::timeout(every, pings.ping(h2::Ping::opaque())).await;
-        if !matches!(answered, Ok(Ok(_))) {
-            tracing::info!(backend = %addr, "HTTP/2 connection did not answer a ping; closing it");
-            if let Some(closed) = closed.upgrade() {
-                closed.store(true, Ordering::Release);
-            }
-            return;
-        }
-    }
-}
-
-/// Whether the origin sent a graceful GOAWAY (NO_ERROR) on the connection of `send`.
-fn went_away(send: &SendRequest<Bytes>) -> bool {
-    let mut probe = send.clone();
-    let mut cx = Context::from_waker(Waker::noop());
-    matches!(
-        probe.poll_ready(&mut cx),
-        Poll::Ready(Err(e))
-            if e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR)
-    )
 }
 
 /// Whether the TLS session on `stream` negotiated `h2`.
@@ -303,12 +240,7 @@ fn negotiated_h2(stream: &Stream) -> bool {
 impl Shareable for H2Conn {
     /// Open, and the session takes streams (a GOAWAY received makes it refuse them).
     fn is_open(&self) -> bool {
-        if self.closed.load(Ordering::Acquire) {
-            return false;
-        }
-        let mut probe = self.send.clone();
-        let mut cx = Context::from_waker(Waker::noop());
-        !matches!(probe.poll_ready(&mut cx), Poll::Ready(Err(_)))
+        self.send.is_open()
     }
 
     /// Streams it may carry at once, as the origin's SETTINGS say.
@@ -319,7 +251,7 @@ impl Shareable for H2Conn {
 
 impl StreamLease {
     /// A handle to send the request on.
-    pub fn sender(&self) -> SendRequest<Bytes> {
+    pub fn sender(&self) -> SendRequest {
         self.claim.get().send.clone()
     }
 
@@ -351,6 +283,7 @@ impl StreamLease {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use holdfast_pool::{Pool, PoolConfig};
     use std::sync::atomic::AtomicUsize;
     use tokio::net::TcpListener;

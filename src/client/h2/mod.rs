@@ -18,9 +18,8 @@
 mod connect;
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
-use std::io::{self, IoSlice};
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -28,11 +27,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use holdfast_h2::conn::{Config, Connection, Event, Head};
 use holdfast_h2::error::ErrorCode;
-use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
 use crate::connections::OpenConnection;
@@ -40,6 +38,7 @@ use crate::http1::encode::PeerText;
 use crate::http1::request::{HeadLimits, Refusal};
 use crate::http2::request;
 use crate::http2::session::{self, RequestBody, Responder, Session};
+use crate::http2::socket::{Read, Socket, WRITE_PIECES};
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
 use crate::net::{self, Stream, TlsFacts};
 use crate::proxy::{ClientLimits, H2Wire, Proxy};
@@ -84,15 +83,12 @@ pub async fn serve(
         limits,
         connection: NEXT_CONNECTION.fetch_add(1, Relaxed),
     });
-    let mut read = BytesMut::with_capacity(prefix.len().max(READ_SIZE));
-    read.extend_from_slice(&prefix);
+    let read = BytesMut::from(&prefix[..]);
     drop(prefix);
     let mut driver = Driver {
-        io: stream,
-        read,
+        socket: Socket::new(stream, read),
         read_closed: false,
         broken: false,
-        pending: VecDeque::new(),
         session: RefCell::new(Session::new(Connection::server(config))),
         streams: FuturesUnordered::new(),
         client,
@@ -105,7 +101,7 @@ pub async fn serve(
     };
     // The first bytes, read before HTTP/2 was recognised, may hold whole frames (a
     // client that sent its preface, SETTINGS and first request at once).
-    if !driver.read.is_empty() {
+    if !driver.socket.read.is_empty() {
         driver.receive();
     }
     poll_fn(|cx| driver.poll(cx, open)).await;
@@ -115,24 +111,16 @@ pub async fn serve(
 /// abandoned it.
 type Exchange = Pin<Box<dyn Future<Output = (u32, bool)> + Send>>;
 
-/// Bytes read from the socket at once (more when a frame needs it).
-const READ_SIZE: usize = 16 * 1024;
-/// Output pieces gathered into one vectored write.
-const WRITE_PIECES: usize = 32;
 /// Rounds of reading, running streams and writing in one poll before the task lets
 /// others run.
 const ROUNDS: usize = 16;
 
 /// One connection's state: the socket, the engine and its streams, and the exchanges.
 struct Driver {
-    io: Stream,
-    /// Bytes read and not yet whole frames.
-    read: BytesMut,
+    socket: Socket,
     read_closed: bool,
     /// The socket failed or the client closed it: nothing more is written.
     broken: bool,
-    /// Output taken from the engine and not yet written.
-    pending: VecDeque<Bytes>,
     session: RefCell<Session>,
     streams: FuturesUnordered<Exchange>,
     client: Arc<ClientSide>,
@@ -162,7 +150,7 @@ impl Driver {
             self.dispatch();
             progress |= self.poll_write(cx);
             if self.is_over() {
-                self.io.shutdown_write();
+                self.socket.io.shutdown_write();
                 return Poll::Ready(());
             }
             if !progress {
@@ -178,7 +166,7 @@ impl Driver {
     /// exchange left, nothing left to write.
     fn is_over(&self) -> bool {
         let closed = self.read_closed || self.session.borrow().conn.is_closed();
-        closed && self.streams.is_empty() && self.pending.is_empty()
+        closed && self.streams.is_empty() && !self.socket.has_pending()
     }
 
     /// Reads what the socket has into the engine; true if anything came.
@@ -186,32 +174,14 @@ impl Driver {
         if self.read_closed {
             return false;
         }
-        if self.read.capacity().saturating_sub(self.read.len()) < READ_SIZE / 4 {
-            self.read.reserve(READ_SIZE);
-        }
-        let read = {
-            let fill = std::pin::pin!(self.io.read_buf(&mut self.read));
-            fill.poll(cx)
-        };
-        match read {
-            Poll::Pending => {
-                // An idle connection holds no read buffer (a frame split across reads
-                // keeps its start in it until the rest comes).
-                if self.read.is_empty() {
-                    self.read = BytesMut::new();
-                }
-                false
-            }
-            Poll::Ready(Ok(0)) => {
-                self.socket_ended(None);
-                true
-            }
-            Poll::Ready(Ok(_)) => {
+        match self.socket.poll_read(cx) {
+            Read::Nothing => false,
+            Read::Bytes => {
                 self.receive();
                 true
             }
-            Poll::Ready(Err(e)) => {
-                self.socket_ended(Some(e));
+            Read::Closed(error) => {
+                self.socket_ended(error);
                 true
             }
         }
@@ -219,7 +189,7 @@ impl Driver {
 
     /// Hands the bytes read to the engine.
     fn receive(&mut self) {
-        if let Err(code) = self.session.get_mut().conn.receive(&mut self.read) {
+        if let Err(code) = self.session.get_mut().conn.receive(&mut self.socket.read) {
             CLIENT.failed(code, self.client.addr);
             self.stopping = true;
             self.read_closed = true;
@@ -236,7 +206,7 @@ impl Driver {
         self.read_closed = true;
         self.broken = true;
         self.stopping = true;
-        self.pending.clear();
+        self.socket.discard();
         self.session.get_mut().end();
     }
 
@@ -297,37 +267,20 @@ impl Driver {
 
     /// Writes what the engine produced; true if anything was written.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> bool {
-        let mut wrote = false;
-        // Bounded: each round writes bytes, or stops.
-        loop {
-            let conn = &mut self.session.get_mut().conn;
-            while self.pending.len() < WRITE_PIECES {
-                let Some(piece) = conn.next_output() else { break };
-                self.pending.push_back(piece);
-            }
-            if self.broken {
-                self.pending.clear();
-                return wrote;
-            }
-            if self.pending.is_empty() {
-                if wrote {
-                    let _ = Pin::new(&mut self.io).poll_flush(cx);
-                }
-                return wrote;
-            }
-            let slices: Vec<IoSlice<'_>> = self.pending.iter().map(|b| IoSlice::new(b)).collect();
-            match Pin::new(&mut self.io).poll_write_vectored(cx, &slices) {
-                Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                    self.socket_ended(None);
-                    return true;
-                }
-                Poll::Ready(Ok(n)) => {
-                    advance(&mut self.pending, n);
-                    wrote = true;
-                }
-                Poll::Pending => return wrote,
-            }
+        if self.broken {
+            return false;
         }
+        let conn = &mut self.session.get_mut().conn;
+        let written = self.socket.poll_write(cx, |pending| {
+            while pending.len() < WRITE_PIECES {
+                let Some(piece) = conn.next_output() else { break };
+                pending.push_back(piece);
+            }
+        });
+        written.unwrap_or_else(|e| {
+            self.socket_ended(Some(e));
+            true
+        })
     }
 
     /// GOAWAY: the streams the client opened finish, no new one is taken.
@@ -357,21 +310,6 @@ impl Driver {
             let _ = self.timer.as_mut().poll(cx);
         } else {
             self.go_away();
-        }
-    }
-}
-
-/// Drops the first `n` bytes of `pending`.
-fn advance(pending: &mut VecDeque<Bytes>, mut n: usize) {
-    // Bounded by the pieces.
-    while n > 0 {
-        let Some(front) = pending.front_mut() else { break };
-        if front.len() <= n {
-            n = n.saturating_sub(front.len());
-            pending.pop_front();
-        } else {
-            let _ = front.split_to(n);
-            n = 0;
         }
     }
 }

@@ -22,10 +22,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use h2::client::SendRequest;
-use h2::ext::Protocol;
-use h2::SendStream;
 use http::header::{self, HeaderMap};
 use http::{Method, Request};
 
@@ -34,6 +30,7 @@ use super::{abandoned, client_reset, stream_failed, H2Wire};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::response::BadResponse;
 use crate::http1::websocket::WebSocketKey;
+use crate::http2::origin::{Protocol, SendRequest, SendStream};
 use crate::http2::session::ResponseBody;
 use crate::net::WaitError;
 use crate::proxy::error::ProxyErrorKind;
@@ -41,6 +38,7 @@ use crate::proxy::transfer::{DownloadError, Downloaded, Upload};
 use crate::proxy::wire::{Attempt, ResponseStart};
 use crate::proxy::Outbound;
 use crate::upstream::OriginConn;
+use holdfast_h2::error::ErrorCode;
 
 /// A stream that is a WebSocket, as far as it got.
 pub(super) struct WebSocket {
@@ -49,7 +47,7 @@ pub(super) struct WebSocket {
     /// The client's stream, once answered `200` for an HTTP/1.1 origin's `101`.
     client: Option<ResponseBody>,
     /// The sending side of an HTTP/2 origin's stream that accepted the tunnel.
-    upload: Option<SendStream<Bytes>>,
+    upload: Option<SendStream>,
 }
 
 impl H2Wire {
@@ -118,7 +116,7 @@ impl H2Wire {
     pub(super) async fn websocket_attempt(
         &mut self,
         out: &mut Outbound,
-        mut send: SendRequest<Bytes>,
+        mut send: SendRequest,
         request: Request<()>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         // Known once the connection's first SETTINGS are in, which they are before a
@@ -161,14 +159,14 @@ impl H2Wire {
     ) -> Option<Result<Downloaded, DownloadError>> {
         let mut upload = self.websocket.as_deref_mut()?.upload.take()?;
         let Some(mut from_origin) = self.origin_body.take() else {
-            upload.send_reset(h2::Reason::CANCEL);
+            upload.send_reset(ErrorCode::Cancel);
             return None;
         };
         let headers = tunnel_fields(std::mem::take(&mut self.head.headers));
         let mut client = match self.start_response(start.status, headers, false) {
             Ok(client) => client,
             Err(e) => {
-                upload.send_reset(h2::Reason::CANCEL);
+                upload.send_reset(ErrorCode::Cancel);
                 self.client_failed = true;
                 let error = WaitError::Io(e);
                 return Some(Err(DownloadError::Client { error, bytes: 0, remaining: None }));
@@ -202,7 +200,7 @@ impl H2Wire {
 /// origin needs.
 fn extended_connect(mut request: Request<()>) -> Request<()> {
     *request.method_mut() = Method::CONNECT;
-    request.extensions_mut().insert(Protocol::from_static("websocket"));
+    request.extensions_mut().insert(Protocol("websocket".to_string()));
     request.headers_mut().remove(header::SEC_WEBSOCKET_KEY);
     request
 }
@@ -245,7 +243,7 @@ mod tests {
         let request = extended_connect(request);
         assert_eq!(request.method(), Method::CONNECT);
         assert_eq!(request.uri(), "http://app/chat");
-        let protocol = request.extensions().get::<Protocol>().map(Protocol::as_str);
+        let protocol = request.extensions().get::<Protocol>().map(|p| p.0.as_str());
         assert_eq!(protocol, Some("websocket"));
         assert!(request.headers().get("sec-websocket-key").is_none());
         assert_eq!(request.headers()["sec-websocket-version"], "13");

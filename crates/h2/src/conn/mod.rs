@@ -170,13 +170,16 @@ pub struct Connection {
     partial: Option<recv::PartialBlock>,
     send_window: flow::SendWindow,
     recv_window: flow::RecvWindow,
-    /// The GOAWAY the peer sent, if any: its last stream.
+    /// The GOAWAY the peer sent, if any: its last stream, and its code.
     peer_last_stream: Option<u32>,
+    peer_goaway_code: Option<ErrorCode>,
     output: Output,
     events: VecDeque<Event>,
     guard: guard::Guard,
     /// The code of the connection error that closed it, if one did.
     error: Option<ErrorCode>,
+    /// PINGs we sent whose ACK has not come.
+    pings_out: u32,
 }
 
 /// The peer's SETTINGS that matter to us (RFC 9113 section 6.5.2 defaults, but for the
@@ -233,10 +236,12 @@ impl Connection {
             send_window: flow::SendWindow::new(flow::DEFAULT_WINDOW),
             recv_window: flow::RecvWindow::new(config.connection_window.max(flow::DEFAULT_WINDOW)),
             peer_last_stream: None,
+            peer_goaway_code: None,
             output: Output::default(),
             events: VecDeque::new(),
             guard: guard::Guard::new(config.limits),
             error: None,
+            pings_out: 0,
             config,
         };
         conn.start();
@@ -330,6 +335,11 @@ impl Connection {
                 && (self.phase == Phase::GoingAway || self.peer_last_stream.is_some()))
     }
 
+    /// Whether a stream is still tracked: open, or half-closed either way.
+    pub fn is_open_stream(&self, stream: u32) -> bool {
+        self.streams.contains_key(&stream)
+    }
+
     /// Streams open or half-closed.
     pub fn active_streams(&self) -> u32 {
         self.active
@@ -343,6 +353,41 @@ impl Connection {
     /// Whether the peer allows extended CONNECT (RFC 8441), client side.
     pub fn peer_allows_connect_protocol(&self) -> bool {
         self.peer.connect_protocol
+    }
+
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of the peer (client side: how many streams it
+    /// takes at once; until its first SETTINGS, the 100 assumed).
+    pub fn peer_max_concurrent_streams(&self) -> u32 {
+        self.peer.max_concurrent_streams
+    }
+
+    /// Whether the peer sent GOAWAY: it takes no new stream.
+    pub fn peer_went_away(&self) -> bool {
+        self.peer_last_stream.is_some()
+    }
+
+    /// The code of the GOAWAY the peer sent, if it sent one.
+    pub fn peer_goaway_code(&self) -> Option<ErrorCode> {
+        self.peer_goaway_code
+    }
+
+    /// Whether the peer's first SETTINGS came.
+    pub fn is_ready(&self) -> bool {
+        self.peer_ready
+    }
+
+    /// Sends a PING, to see the peer is alive; [`Connection::unanswered_pings`] says
+    /// whether it answered.
+    pub fn ping(&mut self) {
+        if self.phase != Phase::Closed {
+            self.pings_out = self.pings_out.saturating_add(1);
+            self.output.ping(self.pings_out.to_be_bytes().repeat(2).try_into().unwrap_or_default());
+        }
+    }
+
+    /// PINGs sent whose ACK has not come.
+    pub fn unanswered_pings(&self) -> u32 {
+        self.pings_out
     }
 
     /// Whether a new stream may be opened now (client side).
@@ -361,6 +406,16 @@ impl Connection {
         end_stream: bool,
         head_request: bool,
     ) -> Result<u32, SendError> {
+        self.open_of(fields.iter().map(Field::as_field_ref), end_stream, head_request)
+    }
+
+    /// [`Connection::open`], the fields borrowed from wherever the caller keeps them.
+    pub fn open_of<'f>(
+        &mut self,
+        fields: impl IntoIterator<Item = FieldRef<'f>>,
+        end_stream: bool,
+        head_request: bool,
+    ) -> Result<u32, SendError> {
         if !self.can_open() {
             return Err(SendError::Refused);
         }
@@ -371,7 +426,7 @@ impl Connection {
         stream.head_request = head_request;
         self.streams.insert(id, stream);
         self.active = self.active.saturating_add(1);
-        self.write_head(id, fields.iter().map(Field::as_field_ref), end_stream);
+        self.write_head(id, fields, end_stream);
         Ok(id)
     }
 
@@ -498,7 +553,8 @@ impl Connection {
     }
 
     /// The application is done with a stream: what it did not release goes back to the
-    /// windows, and a stream the peer is still sending on is reset, with NO_ERROR when
+    /// windows. On the client side a stream still open is reset (CANCEL). On the server
+    /// side a stream the peer is still sending on is reset, with NO_ERROR when
     /// our side ended (the answer is whole, the rest of the peer's message is not
     /// needed: RFC 9113 section 8.1), CANCEL when it did not (the answer was given up).
     /// What was queued before our end still goes out.
@@ -506,6 +562,11 @@ impl Connection {
         let unreleased = self.streams.get(&stream).map_or(0, |s| s.unreleased);
         self.release(stream, usize::try_from(unreleased).unwrap_or(usize::MAX));
         let Some(s) = self.streams.get_mut(&stream) else { return };
+        if self.role == Role::Client {
+            // The response (or the request) was given up: the origin stops.
+            self.reset(stream, ErrorCode::Cancel);
+            return;
+        }
         let ended = s.end_queued || !s.state.can_send();
         match (ended, s.state.can_receive()) {
             (false, _) => self.reset(stream, ErrorCode::Cancel),

@@ -461,6 +461,9 @@ impl Connection {
 
     fn on_ping(&mut self, ack: bool, payload: [u8; 8]) -> Result<(), H2Error> {
         if ack {
+            // The peer is alive: every PING sent so far is answered for (they are
+            // answered in order, section 6.7).
+            self.pings_out = 0;
             return Ok(());
         }
         self.guard.on_ping().map_err(H2Error::Connection)?;
@@ -476,6 +479,7 @@ impl Connection {
     ) -> Result<(), H2Error> {
         let last = self.peer_last_stream.map_or(last_stream, |seen| seen.min(last_stream));
         self.peer_last_stream = Some(last);
+        self.peer_goaway_code = Some(code);
         if self.role == Role::Client {
             // Streams above its last were never processed: refused, they may go again.
             let refused: Vec<u32> = self.streams.keys().copied().filter(|&id| id > last).collect();

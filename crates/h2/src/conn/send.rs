@@ -77,6 +77,10 @@ impl Output {
         self.put(frame::write_settings_ack);
     }
 
+    pub fn ping(&mut self, payload: [u8; 8]) {
+        self.put(|buf| frame::write_ping(buf, payload));
+    }
+
     pub fn ping_ack(&mut self, payload: [u8; 8]) {
         self.put(|buf| frame::write_ping_ack(buf, payload));
     }

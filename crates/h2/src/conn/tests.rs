@@ -840,6 +840,38 @@ fn streams_held_by_the_connections_window_take_turns_as_it_opens() {
         turn.dedup();
         assert_eq!(turn.len(), ids.len(), "a stream served twice before another once: {served:?}");
     }
+/// Section 6.7: our PING goes out, and its ACK (same payload) says the peer is alive.
+#[test]
+fn a_ping_is_answered_for_when_its_ack_comes() {
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    conn.ping();
+    let out = peer.read(&mut conn);
+    let Out::Frame(Frame::Ping(ping)) = &out[0] else { panic!("{out:?}") };
+    assert!(!ping.ack);
+    assert_eq!(conn.unanswered_pings(), 1);
+    frame::write_ping_ack(&mut peer.wire, ping.opaque_data);
+    peer.send(&mut conn).unwrap();
+    assert_eq!(conn.unanswered_pings(), 0);
+}
+
+/// Section 6.8: streams above a GOAWAY's last come back refused, and the code tells a
+/// graceful GOAWAY from one for an error (which a proxy may not count as refusal).
+#[test]
+fn a_goaway_refuses_the_streams_above_its_last_and_its_code_is_kept() {
+    let (mut conn, mut peer) = client_with(frame::Settings::default());
+    conn.open(&request(GET), true, false).unwrap();
+    conn.open(&request(GET), true, false).unwrap();
+    assert!(conn.is_open_stream(3));
+    peer.go_away(1, ErrorCode::InternalError).send(&mut conn).unwrap();
+    let got = events(&mut conn);
+    assert!(got.contains(&Event::Reset {
+        stream: 3,
+        code: ErrorCode::RefusedStream,
+        by_peer: true
+    }));
+    assert_eq!(conn.peer_goaway_code(), Some(ErrorCode::InternalError));
+    assert!(conn.peer_went_away() && !conn.can_open());
+    assert!(conn.is_open_stream(1) && !conn.is_open_stream(3));
 }
 
 #[test]
