@@ -722,7 +722,8 @@ impl Driver {
         let error = inner.ended.get_or_insert(error).clone();
         let mut wakers = Vec::new();
         for slot in inner.slots.values_mut() {
-            if !slot.ended || slot.head.is_none() && slot.failed.is_none() {
+            // A stream whose end came is whole: what it holds is still read.
+            if !slot.ended {
                 slot.failed.get_or_insert_with(|| error.clone());
             }
             wakers.extend(slot.waker.take());
