@@ -840,6 +840,8 @@ fn streams_held_by_the_connections_window_take_turns_as_it_opens() {
         turn.dedup();
         assert_eq!(turn.len(), ids.len(), "a stream served twice before another once: {served:?}");
     }
+}
+
 /// Section 6.7: our PING goes out, and its ACK (same payload) says the peer is alive.
 #[test]
 fn a_ping_is_answered_for_when_its_ack_comes() {
