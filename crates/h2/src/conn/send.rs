@@ -1,6 +1,15 @@
 //! What the engine writes, in order: control frames and header blocks as they are
-//! made, DATA as the windows let it out, taken in turn from the streams that have some
-//! (round robin, a frame at a time) while the output is below its high-water mark.
+//! made, DATA as the windows let it out, taken in turns from the streams that have some
+//! while the output is below its high-water mark.
+//!
+//! A stream's turn is what it had queued, up to [`TURN`] bytes: it sends that before
+//! the next stream's turn, and streams the connection's window held back take theirs
+//! first when it opens, in the order they were held. A frame-at-a-time rotation would
+//! share the window evenly, but then every transfer takes as long as all of the
+//! connection's together (a 1 MB upload among 30 others on an origin's 64 KiB window
+//! took over 10 s under load where the whole batch took 5); in turns, a transfer waits
+//! for the turns ahead of it and then goes at the connection's pace, and the bounded
+//! turn keeps any stream from holding the window.
 
 use std::collections::VecDeque;
 
@@ -17,6 +26,9 @@ use crate::hpack::{Encoder, Field, FieldRef};
 /// memory.
 const OUTPUT_HIGH: usize = 64 * 1024;
 
+/// The most DATA one stream sends in one turn before the next stream's turn.
+pub(super) const TURN: usize = 256 * 1024;
+
 /// Bytes waiting to be written, in order: small frames gathered in `buf`, DATA
 /// payloads as the `Bytes` the application gave (no copy).
 #[derive(Debug, Default)]
@@ -25,7 +37,8 @@ pub(super) struct Output {
     pieces: VecDeque<Bytes>,
     /// Bytes in `buf` and `pieces`.
     len: usize,
-    /// Streams with DATA, END_STREAM or trailers waiting, in turn.
+    /// Streams with DATA, END_STREAM or trailers waiting, in the order of their turns
+    /// (the first's turn may be under way).
     ready: VecDeque<u32>,
     /// Streams with DATA the connection's window holds back, in the order they were
     /// held: the next connection WINDOW_UPDATE gives them their turn in that order, so
@@ -131,11 +144,15 @@ impl Output {
         }
     }
 
-    /// The connection's window grew: the streams it held take their turn, those held
-    /// longest first.
+    /// The connection's window grew: the streams it held take their turns before those
+    /// that became ready meanwhile, those held longest first.
     pub fn unblock_connection(&mut self) {
-        while let Some(stream) = self.blocked.pop_front() {
-            self.mark_ready(stream);
+        // Bounded by the blocked streams; pushed to the front last to first.
+        while let Some(stream) = self.blocked.pop_back() {
+            if let Some(at) = self.ready.iter().position(|&id| id == stream) {
+                self.ready.remove(at);
+            }
+            self.ready.push_front(stream);
         }
     }
 
@@ -149,15 +166,41 @@ impl Output {
 
 impl Connection {
     /// Moves DATA (and the END_STREAM or trailers after it) from the streams' queues to
-    /// the output, a frame per stream in turn, as the windows allow, until the output
+    /// the output, each stream's turn in order, as the windows allow, until the output
     /// reaches its high-water mark or no stream can send.
     pub(super) fn schedule(&mut self) {
         while self.output.len < OUTPUT_HIGH {
-            let Some(id) = self.output.ready.pop_front() else { break };
-            // A blocked stream leaves the turn: a WINDOW_UPDATE marks it ready again.
-            if let Turn::More = self.send_one(id) {
-                self.output.ready.push_back(id);
+            let Some(&id) = self.output.ready.front() else { break };
+            match self.send_one(id) {
+                // Its turn goes on: the next frame is its own, now or once the output
+                // is written.
+                Turn::More if self.turn_left(id) => {}
+                Turn::More => {
+                    self.output.ready.pop_front();
+                    self.end_turn(id);
+                    self.output.ready.push_back(id);
+                }
+                // A blocked stream leaves the rotation (keeping what is left of its
+                // turn): a WINDOW_UPDATE brings it back.
+                Turn::Blocked => {
+                    self.output.ready.pop_front();
+                }
+                Turn::Done => {
+                    self.output.ready.pop_front();
+                    self.end_turn(id);
+                }
             }
+        }
+    }
+
+    /// Whether `stream` may send more in its current turn.
+    fn turn_left(&self, stream: u32) -> bool {
+        self.streams.get(&stream).is_some_and(|s| s.turn_sent < TURN)
+    }
+
+    fn end_turn(&mut self, stream: u32) {
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.turn_sent = 0;
         }
     }
 
@@ -188,6 +231,7 @@ impl Connection {
                 front.split_to(take)
             };
             s.queued_len = s.queued_len.saturating_sub(piece.len());
+            s.turn_sent = s.turn_sent.saturating_add(piece.len());
             s.send.spend(piece.len());
             let last = s.queued_len == 0 && s.end_queued && s.trailers.is_none();
             self.send_window.spend(piece.len());

@@ -43,6 +43,8 @@ pub struct Stream {
     pub trailers: Option<Vec<Field>>,
     /// The application saw no room to queue: tell it when there is.
     pub waiting: bool,
+    /// DATA sent in the stream's current turn (see `send`'s module doc).
+    pub turn_sent: usize,
     /// Received bytes (flow-controlled) the application has not released: given back to
     /// the connection's window when the stream goes.
     pub unreleased: u32,
@@ -67,6 +69,7 @@ impl Stream {
             end_queued: false,
             trailers: None,
             waiting: false,
+            turn_sent: 0,
             unreleased: 0,
             answered: false,
             reset_after_end: None,

@@ -814,6 +814,24 @@ fn a_client_opens_odd_streams_and_reads_informational_then_final_heads() {
 
 /// Section 6.9.1: while the connection's window is short, each WINDOW_UPDATE on it goes
 /// to the streams held back longest: none starves behind the others.
+/// The DATA frames in `out`: (stream, bytes).
+fn data_frames(out: &[Out]) -> Vec<(u32, usize)> {
+    out.iter()
+        .filter_map(|f| match f {
+            Out::Frame(Frame::Data(d)) => Some((d.stream_id, d.data.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The streams in the order their runs of DATA frames came (a stream served in two
+/// separate runs appears twice).
+fn runs(served: &[(u32, usize)]) -> Vec<u32> {
+    let mut runs: Vec<u32> = served.iter().map(|&(id, _)| id).collect();
+    runs.dedup();
+    runs
+}
+
 #[test]
 fn streams_held_by_the_connections_window_take_turns_as_it_opens() {
     let (mut conn, mut peer) = client_with(frame::Settings::default());
@@ -821,25 +839,62 @@ fn streams_held_by_the_connections_window_take_turns_as_it_opens() {
     for &id in &ids {
         conn.send_data(id, Bytes::from(vec![b'x'; 60_000]), true).unwrap();
     }
-    // The first 65,535 bytes of the connection's window go out; then each update of one
-    // frame's worth is served to the stream that waited longest.
-    peer.read(&mut conn);
-    let mut served = Vec::new();
-    for _ in 0..8 {
+    // The first 65,535 bytes of the connection's window: stream 1's turn, then the
+    // start of stream 3's.
+    let mut served = data_frames(&peer.read(&mut conn));
+    // Then each update of a frame's worth goes to the turn under way, and the streams
+    // held take theirs in the order they were held.
+    for _ in 0..11 {
         peer.window_update(0, 16_384).send(&mut conn).unwrap();
-        let out = peer.read(&mut conn);
-        for f in &out {
-            if let Out::Frame(Frame::Data(d)) = f {
-                served.push(d.stream_id);
-            }
+        served.extend(data_frames(&peer.read(&mut conn)));
+    }
+    assert_eq!(runs(&served), ids, "each stream's body in one turn, in order: {served:?}");
+    let sent: usize = served.iter().map(|&(_, n)| n).sum();
+    assert_eq!(sent, 4 * 60_000);
+}
+
+#[test]
+fn streams_held_by_the_connections_window_go_before_streams_that_queued_later() {
+    let big = frame::Settings { initial_window_size: Some(1 << 20), ..Default::default() };
+    let (mut conn, mut peer) = client_with(big);
+    let early = conn.open(&request(POST), false, false).unwrap();
+    conn.send_data(early, Bytes::from(vec![b'x'; 100_000]), true).unwrap();
+    let held = conn.open(&request(POST), false, false).unwrap();
+    conn.send_data(held, Bytes::from(vec![b'x'; 10_000]), true).unwrap();
+    // The window (65,535) goes to `early`; `held` waits for it.
+    let first = data_frames(&peer.read(&mut conn));
+    assert!(first.iter().all(|&(id, _)| id == early), "{first:?}");
+    let late = conn.open(&request(POST), false, false).unwrap();
+    conn.send_data(late, Bytes::from(vec![b'x'; 10_000]), true).unwrap();
+    peer.read(&mut conn);
+    peer.window_update(0, 1 << 20).send(&mut conn).unwrap();
+    let served = data_frames(&peer.read(&mut conn));
+    assert_eq!(runs(&served), [early, held, late], "{served:?}");
+}
+
+#[test]
+fn a_stream_that_keeps_queueing_yields_the_window_after_its_turn() {
+    let big = frame::Settings { initial_window_size: Some(1 << 20), ..Default::default() };
+    let (mut conn, mut peer) = client_with(big);
+    let hog = conn.open(&request(POST), false, false).unwrap();
+    let room = conn.capacity(hog);
+    conn.send_data(hog, Bytes::from(vec![b'x'; room]), false).unwrap();
+    let other = conn.open(&request(POST), false, false).unwrap();
+    conn.send_data(other, Bytes::from(vec![b'y'; 1_000]), true).unwrap();
+    let mut served = data_frames(&peer.read(&mut conn));
+    // The hog tops its queue up whenever there is room, as a busy upload does.
+    for _ in 0..8 {
+        let room = conn.capacity(hog);
+        if room > 0 {
+            conn.send_data(hog, Bytes::from(vec![b'x'; room]), false).unwrap();
         }
+        peer.window_update(0, 65_536).send(&mut conn).unwrap();
+        served.extend(data_frames(&peer.read(&mut conn)));
     }
-    for window in served.windows(ids.len()) {
-        let mut turn = window.to_vec();
-        turn.sort_unstable();
-        turn.dedup();
-        assert_eq!(turn.len(), ids.len(), "a stream served twice before another once: {served:?}");
-    }
+    let before_other: usize =
+        served.iter().take_while(|&&(id, _)| id == hog).map(|&(_, n)| n).sum();
+    assert!(served.iter().any(|&(id, _)| id == other), "the other stream starved: {served:?}");
+    assert!(before_other <= 256 * 1024, "the hog's turn ran to {before_other} bytes");
 }
 
 /// Section 6.7: our PING goes out, and its ACK (same payload) says the peer is alive.
