@@ -687,7 +687,8 @@ impl Driver {
             self.close_if_unused();
             progress |= self.poll_write(cx);
             if self.is_over() {
-                self.end(Error::io(io::ErrorKind::ConnectionAborted));
+                let why = self.why_closed();
+                self.end(why);
                 return Poll::Ready(());
             }
             if !progress {
@@ -708,6 +709,27 @@ impl Driver {
         if inner.slots.keys().all(|&id| id == 0) && !inner.conn.is_closed() {
             inner.conn.abort(ErrorCode::NoError);
         }
+    }
+
+    /// Why a connection that is over closed, for streams that try it afterwards: the
+    /// origin's GOAWAY (a graceful one refuses them, so they go again elsewhere),
+    /// holdfast's own, or the socket.
+    fn why_closed(&self) -> Error {
+        // A broken socket told its streams already (`poll_read`, `poll_write`).
+        if self.broken {
+            return Error::io(io::ErrorKind::ConnectionAborted);
+        }
+        let inner = lock(&self.shared);
+        // An error the engine found: streams in flight failed with it (not a refusal).
+        if let Some(code) = inner.conn.error() {
+            return Error { kind: Kind::GoAway { code, remote: false } };
+        }
+        // The origin went away and every stream it kept is done.
+        if let Some(code) = inner.conn.peer_goaway_code() {
+            return Error { kind: Kind::GoAway { code, remote: true } };
+        }
+        // Holdfast closed it: unused, or a PING went unanswered.
+        Error { kind: Kind::GoAway { code: ErrorCode::NoError, remote: false } }
     }
 
     /// Whether the connection is done: broken, or closed by the engine with all its
@@ -904,4 +926,47 @@ fn dispatch(inner: &mut Inner, event: Event, wakers: &mut Vec<Waker>) {
         Event::Writable { .. } | Event::Ready | Event::GoAway { .. } => {}
     }
     wakers.extend(slot.waker.take());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    const SETTINGS: Settings =
+        Settings { stream_window: 65_535, connection_window: 65_535, max_header_list_size: 16_384 };
+
+    /// A connection to an `h2` crate server that goes away gracefully at once, once it
+    /// has closed.
+    async fn gone_away_gracefully() -> SendRequest {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut conn = h2::server::handshake(tcp).await.expect("handshake");
+            conn.graceful_shutdown();
+            // Bounded: the connection ends once the GOAWAY is out and no stream is open.
+            while let Some(Ok(_)) = conn.accept().await {}
+        });
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let send = start(Stream::from(tcp), &SETTINGS, None);
+        let ended = async {
+            // Bounded by the timeout around it.
+            while lock(&send.shared).ended.is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), ended).await.expect("the connection ended");
+        send
+    }
+
+    #[tokio::test]
+    async fn a_stream_asked_of_a_connection_the_origin_closed_gracefully_counts_as_refused() {
+        let mut send = gone_away_gracefully().await;
+        assert!(!send.is_open());
+        let request = http::Request::post("http://origin.test/").body(()).expect("a request");
+        let Err(e) = send.send_request(request, true) else { panic!("a stream was opened") };
+        // So any request, a POST too, goes again on another connection.
+        assert!(super::super::flow::refused(&e), "{e}");
+    }
 }

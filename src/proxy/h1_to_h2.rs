@@ -32,7 +32,7 @@ use super::backlog::{while_serving, Backlog, ServeH1};
 use super::body_copy::BodyCopy;
 use super::error::{ClientBodyError, ProxyErrorKind};
 use super::h1::H1Wire;
-use super::h2::{read_h2_head, stream_failed, upload_failed};
+use super::h2::{read_h2_head, stream_failed, stream_not_opened, upload_failed};
 use super::pace::Pace;
 use super::retry::SendOutcome;
 use super::transfer::{DownloadError, Downloaded, Upload};
@@ -170,7 +170,7 @@ impl H2OriginWire for H1Wire<'_> {
             None => Pending::again(copy, body.trailers.as_ref(), body.ended),
         };
         let bare = body.pending.is_bare_end();
-        let (response, mut upload) = send.send_request(request, bare).map_err(stream_failed)?;
+        let (response, mut upload) = send.send_request(request, bare).map_err(stream_not_opened)?;
         if bare {
             body.pending = Pending::default();
             return self.await_head(out, response).await;

@@ -664,7 +664,7 @@ impl H2OriginWire for H2Wire {
         // After a refused try, what went on it goes first.
         let again = kept.is_none() && (copy.len() > 0 || self.trailers_sent.is_some());
         let end = kept.is_none() && !streaming && !again;
-        let (response, mut upload) = send.send_request(request, end).map_err(stream_failed)?;
+        let (response, mut upload) = send.send_request(request, end).map_err(stream_not_opened)?;
         let stall = out.route.timeouts.read;
         let limit = out.route.timeouts.response_header;
         let mut response = std::pin::pin!(response);
@@ -822,6 +822,15 @@ pub(super) fn start_from(out: &Outbound, head: &ResponseHead<'_, '_>) -> Respons
         limits: holdfast_pool::OriginLimits::default(),
         connection: ConnectionOut::for_client(keep, out.request.version),
         buffer,
+    }
+}
+
+/// `send_request` failed: no stream was opened, so not a byte of the request reached
+/// the origin, and it may go again whatever its method (on another connection).
+pub(super) fn stream_not_opened(e: H2Error) -> Attempt {
+    match stream_failed(e) {
+        Attempt::Closed { error, .. } => Attempt::Closed { outcome: SendOutcome::Unsent, error },
+        other => other,
     }
 }
 

@@ -26,7 +26,7 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request};
 
 use super::tunnel::{self, End, Tunnelled};
-use super::{abandoned, client_reset, stream_failed, H2Wire};
+use super::{abandoned, client_reset, stream_failed, stream_not_opened, H2Wire};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::response::BadResponse;
 use crate::http1::websocket::WebSocketKey;
@@ -125,7 +125,7 @@ impl H2Wire {
             return Err(Attempt::Failed(ProxyErrorKind::NoWebSocketOverH2));
         }
         let request = extended_connect(request);
-        let (response, upload) = send.send_request(request, false).map_err(stream_failed)?;
+        let (response, upload) = send.send_request(request, false).map_err(stream_not_opened)?;
         let limit = out.route.timeouts.response_header;
         // A client that resets the stream meanwhile ends the exchange; the origin's
         // stream is reset too when the response future drops.
