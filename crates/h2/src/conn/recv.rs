@@ -40,9 +40,15 @@ impl Connection {
                 }
             }
         }
-        while let Some((header, payload)) =
-            frame::split_frame(buf, self.config.max_frame_size).map_err(H2Error::code)?
-        {
+        // Each round takes one frame out of `buf`.
+        loop {
+            if !self.peer_ready {
+                check_preface_frame(buf)?;
+            }
+            let split = frame::split_frame(buf, self.config.max_frame_size);
+            let Some((header, payload)) = split.map_err(H2Error::code)? else {
+                break;
+            };
             if self.phase == Phase::Closed {
                 break;
             }
@@ -74,10 +80,6 @@ impl Connection {
             if !continues {
                 return Err(H2Error::Connection(ErrorCode::ProtocolError));
             }
-        }
-        // Section 3.4: the peer's first frame is its SETTINGS.
-        if !self.peer_ready && header.kind != FrameType::Settings {
-            return Err(H2Error::Connection(ErrorCode::ProtocolError));
         }
         match frame::decode(header, payload)? {
             Frame::Data(data) => {
@@ -529,6 +531,19 @@ impl Connection {
         if self.streams.get(&stream).is_some_and(|s| !s.state.is_active()) {
             self.forget(stream);
         }
+    }
+}
+
+/// Section 3.4: the peer's first frame is its SETTINGS. Judged from the frame header as
+/// soon as it is in, before the frame's length is: bytes that are not HTTP/2 at all (a
+/// server answering in HTTP/1.1, whose first bytes read as a header announce a frame
+/// of megabytes) are an invalid preface, a PROTOCOL_ERROR, not a frame too large.
+fn check_preface_frame(buf: &[u8]) -> Result<(), ErrorCode> {
+    match buf.first_chunk::<{ frame::HEADER_LEN }>() {
+        Some(header) if frame::FrameHeader::parse(header).kind != FrameType::Settings => {
+            Err(ErrorCode::ProtocolError)
+        }
+        _ => Ok(()),
     }
 }
 

@@ -267,6 +267,24 @@ fn a_first_frame_other_than_settings_is_a_protocol_error() {
     assert_eq!(peer.preface().ping([0; 8]).send(&mut conn), Err(ErrorCode::ProtocolError));
 }
 
+#[test]
+fn a_first_frame_other_than_settings_is_a_protocol_error_whatever_its_length() {
+    // Section 3.4: a server that answers in HTTP/1.1 sent no preface; its first bytes,
+    // read as a frame header, announce a frame far past our limit, yet the fault is the
+    // preface, not the size.
+    let mut conn = Connection::client(Config::default());
+    let mut wire = BytesMut::from(&b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n"[..]);
+    assert_eq!(conn.receive(&mut wire), Err(ErrorCode::ProtocolError));
+    assert_eq!(goaway_code(&Peer::new().read(&mut conn)), Some(ErrorCode::ProtocolError));
+    // The same after a client's preface: a PING announcing 2^24 - 1 bytes.
+    let mut conn = Connection::server(Config::default());
+    let mut peer = Peer::new();
+    peer.read(&mut conn);
+    peer.preface().raw(frame::FrameType::Ping, 0, 0, &[]);
+    peer.wire[PREFACE.len()..PREFACE.len() + 3].copy_from_slice(&[0xff, 0xff, 0xff]);
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::ProtocolError));
+}
+
 // ---- A request and its answer ------------------------------------------------------
 
 #[test]
