@@ -534,17 +534,20 @@ impl Connection {
     }
 }
 
-/// Section 3.4: the peer's first frame is its SETTINGS. Judged from the frame header as
-/// soon as it is in, before the frame's length is: bytes that are not HTTP/2 at all (a
-/// server answering in HTTP/1.1, whose first bytes read as a header announce a frame
-/// of megabytes) are an invalid preface, a PROTOCOL_ERROR, not a frame too large.
+/// Section 3.4: the peer's first frame is its SETTINGS, its own (an ACK of ours is not
+/// a preface). Judged from the frame header as soon as it is in, before the frame's
+/// length is: bytes that are not HTTP/2 at all (a server answering in HTTP/1.1, whose
+/// first bytes read as a header announce a frame of megabytes) are an invalid preface,
+/// a PROTOCOL_ERROR, not a frame too large.
 fn check_preface_frame(buf: &[u8]) -> Result<(), ErrorCode> {
-    match buf.first_chunk::<{ frame::HEADER_LEN }>() {
-        Some(header) if frame::FrameHeader::parse(header).kind != FrameType::Settings => {
-            Err(ErrorCode::ProtocolError)
-        }
-        _ => Ok(()),
+    let Some(header) = buf.first_chunk::<{ frame::HEADER_LEN }>() else {
+        return Ok(());
+    };
+    let header = frame::FrameHeader::parse(header);
+    if header.kind != FrameType::Settings || header.has_flag(frame::ACK) {
+        return Err(ErrorCode::ProtocolError);
     }
+    Ok(())
 }
 
 /// Section 8.1.1: DATA must add up to a declared `content-length`.

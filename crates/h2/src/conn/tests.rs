@@ -285,6 +285,22 @@ fn a_first_frame_other_than_settings_is_a_protocol_error_whatever_its_length() {
     assert_eq!(peer.send(&mut conn), Err(ErrorCode::ProtocolError));
 }
 
+#[test]
+fn a_settings_ack_is_not_a_preface() {
+    // Section 3.4: the preface is the peer's own SETTINGS; an ACK in its place is not
+    // one, even with the SETTINGS right after it.
+    let mut conn = Connection::client(Config::default());
+    let mut peer = Peer::new();
+    peer.read(&mut conn);
+    peer.settings_ack().settings(frame::Settings::default());
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::ProtocolError));
+    let mut conn = Connection::server(Config::default());
+    let mut peer = Peer::new();
+    peer.read(&mut conn);
+    peer.preface().settings_ack().settings(frame::Settings::default());
+    assert_eq!(peer.send(&mut conn), Err(ErrorCode::ProtocolError));
+}
+
 // ---- A request and its answer ------------------------------------------------------
 
 #[test]
