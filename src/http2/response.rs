@@ -19,10 +19,12 @@ pub fn decode<'h, 'b>(
     let line = StatusLine { status: parts.status.as_u16(), reason: "", version: Version::Http2 };
     let mut head = response::check(line, fields, b"", 0, head_request)?;
     // What HTTP/1.1 would read as "until the close" is, over HTTP/2, until the stream
-    // ends: the connection carries on.
+    // ends: the connection carries on. A head that ended the stream has an empty body:
+    // a length of 0, so that a client the response goes to over HTTP/1.1 is told where
+    // it ends (a 200 without framing is read until the close).
     head.ends_with_close = false;
     if head.framing == Framing::UntilClose {
-        head.framing = if ended { Framing::Empty } else { Framing::Stream };
+        head.framing = if ended { Framing::Length(0) } else { Framing::Stream };
     }
     Ok(head)
 }
@@ -45,7 +47,9 @@ mod tests {
         let p = parts(http::Response::builder().header("x-a", "1").body(()).unwrap());
         let f = super::super::fields_of(&p.headers);
         assert_eq!(decode(&p, &f, false, false).unwrap().framing, Framing::Stream);
-        assert_eq!(decode(&p, &f, true, false).unwrap().framing, Framing::Empty);
+        // A head that ends the stream says the body is empty: a length of 0, which an
+        // HTTP/1.1 client is told (without it, a 200 would be read until the close).
+        assert_eq!(decode(&p, &f, true, false).unwrap().framing, Framing::Length(0));
         let head = decode(&p, &f, false, true).unwrap();
         assert_eq!(head.framing, Framing::Empty, "a response to HEAD has no body");
         assert!(!head.ends_with_close && !head.is_reusable());
