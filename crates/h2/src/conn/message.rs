@@ -53,7 +53,7 @@ pub enum Malformed {
     /// A value with NUL, CR or LF, or that starts or ends with a space or tab (8.2.1).
     FieldValue,
     /// `connection`, `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`,
-    /// or `te` other than `trailers` (8.2.2).
+    /// or `te` other than a request's `te: trailers` (8.2.2).
     ConnectionSpecific,
     /// A pseudo-header this section may not have, unknown, or repeated (8.3).
     Pseudo,
@@ -97,7 +97,7 @@ pub fn check(fields: Vec<Field>, section: Section) -> Result<Head, Malformed> {
         regular_seen = true;
         check_name(&field.name)?;
         check_value(&field.value)?;
-        check_connection_specific(&field)?;
+        check_connection_specific(&field, section)?;
         if field.name.as_ref() == b"content-length" {
             let length = parse_length(&field.value).ok_or(Malformed::ContentLength)?;
             if head.content_length.is_some_and(|seen| seen != length) {
@@ -196,13 +196,18 @@ fn check_value(value: &[u8]) -> Result<(), Malformed> {
     Ok(())
 }
 
-/// 8.2.2: fields that only make sense on one HTTP/1.1 connection.
-fn check_connection_specific(field: &Field) -> Result<(), Malformed> {
+/// 8.2.2: fields that only make sense on one HTTP/1.1 connection. `te` is one of them
+/// too, but for the exception the section makes of a request's header section, where
+/// it may say `trailers`.
+fn check_connection_specific(field: &Field, section: Section) -> Result<(), Malformed> {
     match field.name.as_ref() {
         b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
             Err(Malformed::ConnectionSpecific)
         }
-        b"te" if field.value.as_ref() != b"trailers" => Err(Malformed::ConnectionSpecific),
+        b"te" => match section {
+            Section::Request { .. } if field.value.as_ref() == b"trailers" => Ok(()),
+            _ => Err(Malformed::ConnectionSpecific),
+        },
         _ => Ok(()),
     }
 }
@@ -290,6 +295,11 @@ mod tests {
             Err(Malformed::ConnectionSpecific)
         );
         assert!(check(with(get(), f("te", "trailers")), REQUEST).is_ok());
+        // Only a request may carry `te`: in a response it is connection-specific.
+        let response = vec![f(":status", "200"), f("te", "trailers")];
+        assert_eq!(check(response, Section::Response), Err(Malformed::ConnectionSpecific));
+        let trailers = vec![f("te", "trailers")];
+        assert_eq!(check(trailers, Section::Trailers), Err(Malformed::ConnectionSpecific));
     }
 
     #[test]
