@@ -27,34 +27,14 @@ use holdfast_h2::error::ErrorCode;
 use holdfast_h2::frame::{self, Frame, Settings, StreamDependency, MAX_WINDOW_SIZE, PREFACE};
 
 use crate::h2::h2c_to_http1;
-use crate::support::h2_wire::{raw_frame, request, Event, Wire, ANSWER};
+use crate::support::h2_wire::{
+    raw_frame, request, setting, Event, Wire, ACK, ANSWER, CONTINUATION, DATA, END_HEADERS,
+    END_STREAM, GOAWAY, HEADERS, PADDED, PING, PRIORITY, PRIORITY_FLAG, PUSH_PROMISE, RST_STREAM,
+    SETTINGS, SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE,
+    UNKNOWN_TYPE, WINDOW_UPDATE,
+};
 use crate::support::http2::hpack_int;
 use crate::support::{wait_until, Origin, Proxy, DEADLINE};
-
-// Frame types (RFC 9113 section 6) and flags, as written on the wire.
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const PRIORITY: u8 = 0x2;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PUSH_PROMISE: u8 = 0x5;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-/// A frame type RFC 9113 does not define.
-const UNKNOWN_TYPE: u8 = 0x20;
-
-const END_STREAM: u8 = 0x1;
-const ACK: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY_FLAG: u8 = 0x20;
-
-// SETTINGS parameters (section 6.5.2).
-const SETTINGS_ENABLE_PUSH: u16 = 0x2;
-const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
-const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 
 /// holdfast in front of the test origin, with an h2c listener; `rest` is written at
 /// the end of its config (a `[limits]` table).
@@ -98,13 +78,6 @@ impl Setup {
         assert_eq!(response.status, 200, "GET {path}: {response:?}");
         assert_eq!(response.field("x-path"), Some(path), "a response for another request");
     }
-}
-
-/// Six bytes of a SETTINGS payload: one parameter.
-fn setting(id: u16, value: u32) -> Vec<u8> {
-    let mut bytes = id.to_be_bytes().to_vec();
-    bytes.extend_from_slice(&value.to_be_bytes());
-    bytes
 }
 
 /// The start of a request block from the static table alone: `:method GET`, `:scheme
@@ -235,11 +208,11 @@ async fn s4_2_frames_from_holdfast_stay_within_our_max_frame_size() {
 async fn s4_2_data_over_max_frame_size_is_a_frame_size_error() {
     let setup = Setup::start().await;
     let mut wire = setup.wire().await;
-    let max = wire.server.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE);
+    let max = wire.peer.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE);
     wire.headers(1, &request("POST", "/too-large"), false).await;
     let payload = vec![b'x'; max as usize + 1];
     wire.send_frame(DATA, END_STREAM, 1, &payload).await;
-    expect_stream_or_connection_error(&mut wire, 1, ErrorCode::FrameSizeError, "4.2 DATA").await;
+    wire.expect_stream_or_connection_error(1, ErrorCode::FrameSizeError, "4.2 DATA").await;
 }
 
 /// 4.2: a frame carrying a field block larger than SETTINGS_MAX_FRAME_SIZE is a
@@ -248,7 +221,7 @@ async fn s4_2_data_over_max_frame_size_is_a_frame_size_error() {
 async fn s4_2_headers_over_max_frame_size_is_a_connection_error() {
     let setup = Setup::start().await;
     let mut wire = setup.wire().await;
-    let max = wire.server.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE) as usize;
+    let max = wire.peer.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE) as usize;
     let mut block = static_get_block();
     // Literal without indexing, new name, raw strings: pad the block past the limit.
     let value = vec![b'v'; max];
@@ -268,7 +241,7 @@ async fn s4_2_headers_over_max_frame_size_is_a_connection_error() {
 async fn s4_2_settings_over_max_frame_size_is_a_connection_error() {
     let setup = Setup::start().await;
     let mut wire = setup.wire().await;
-    let max = wire.server.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE) as usize;
+    let max = wire.peer.max_frame_size.unwrap_or(frame::DEFAULT_MAX_FRAME_SIZE) as usize;
     // Unknown parameters (ignored if the frame were allowed), one entry past the limit.
     let payload: Vec<u8> = (0..max / 6 + 1).flat_map(|_| setting(0xf0f0, 1)).collect();
     assert!(payload.len() > max);
@@ -285,39 +258,6 @@ async fn s4_2_headers_too_short_for_its_priority_fields_is_a_connection_error() 
     let mut wire = setup.wire().await;
     wire.send_frame(HEADERS, END_HEADERS | END_STREAM | PRIORITY_FLAG, 1, &[0, 0, 0]).await;
     wire.expect_goaway(ErrorCode::FrameSizeError, "4.2 HEADERS shorter than its fields").await;
-}
-
-/// Reads until `code` comes as a RST_STREAM on `stream` (then the connection must go
-/// on) or as a GOAWAY (then it must close): for faults whose section allows either.
-async fn expect_stream_or_connection_error(
-    wire: &mut Wire,
-    stream: u32,
-    code: ErrorCode,
-    rule: &str,
-) {
-    let end = tokio::time::Instant::now() + ANSWER;
-    // Bounded by the deadline: each round reads one event.
-    loop {
-        match wire.next_until(end).await {
-            Ok(Event::Reset { stream: s, code: got }) if s == stream => {
-                assert_eq!(got, code, "{rule}: RST_STREAM with the wrong code: {:?}", wire.seen);
-                eprintln!("{rule}: a stream error {code:?}");
-                wire.expect_alive(rule).await;
-                return;
-            }
-            Ok(Event::GoAway { code: got, .. }) => {
-                assert_eq!(got, code, "{rule}: GOAWAY with the wrong code: {:?}", wire.seen);
-                eprintln!("{rule}: a connection error {code:?}");
-                wire.expect_closed(rule).await;
-                return;
-            }
-            Ok(Event::Fields { stream: s, .. } | Event::Data { stream: s, .. }) if s == stream => {
-                panic!("{rule}: wanted {code:?}, got an answer on stream {stream}: {:?}", wire.seen)
-            }
-            Ok(_) => {}
-            Err(end) => panic!("{rule}: wanted {code:?}, reading ended {end:?}: {:?}", wire.seen),
-        }
-    }
 }
 
 // 4.3 and RFC 7541: field blocks and HPACK.
@@ -353,7 +293,7 @@ async fn s4_3_hpack_index_zero_is_a_compression_error() {
 async fn s4_3_hpack_size_update_over_the_limit_is_a_compression_error() {
     let setup = Setup::start().await;
     let mut wire = setup.wire().await;
-    let limit = wire.server.header_table_size.unwrap_or(4096);
+    let limit = wire.peer.header_table_size.unwrap_or(4096);
     let mut block = Vec::new();
     hpack_int(limit as usize + 1, 5, 0x20, &mut block);
     block.extend(static_get_block());
@@ -527,7 +467,7 @@ async fn s5_1_data_on_a_half_closed_remote_stream_is_stream_closed() {
     let mut wire = setup.wire().await;
     setup.hold(&mut wire, 1, "half-closed-data").await;
     wire.data(1, b"after the end", false).await;
-    expect_stream_or_connection_error(&mut wire, 1, ErrorCode::StreamClosed, "5.1 DATA").await;
+    wire.expect_stream_or_connection_error(1, ErrorCode::StreamClosed, "5.1 DATA").await;
     setup.origin.release("half-closed-data");
 }
 
@@ -539,7 +479,7 @@ async fn s5_1_headers_on_a_half_closed_remote_stream_is_stream_closed() {
     let mut wire = setup.wire().await;
     setup.hold(&mut wire, 1, "half-closed-headers").await;
     wire.headers(1, &[("x-trailer", "late")], true).await;
-    expect_stream_or_connection_error(&mut wire, 1, ErrorCode::StreamClosed, "5.1 HEADERS").await;
+    wire.expect_stream_or_connection_error(1, ErrorCode::StreamClosed, "5.1 HEADERS").await;
     setup.origin.release("half-closed-headers");
 }
 
@@ -584,7 +524,7 @@ async fn s5_1_data_on_a_closed_stream_is_stream_closed() {
     let mut wire = setup.wire().await;
     setup.assert_served(&mut wire, 1, "/closed").await;
     wire.data(1, b"after the end", true).await;
-    expect_stream_or_connection_error(&mut wire, 1, ErrorCode::StreamClosed, "5.1 closed").await;
+    wire.expect_stream_or_connection_error(1, ErrorCode::StreamClosed, "5.1 closed").await;
 }
 
 // 5.1.1: stream identifiers.
@@ -636,7 +576,7 @@ async fn s5_1_1_reused_stream_id_is_a_connection_error() {
 async fn s5_1_2_streams_past_max_concurrent_streams_are_refused() {
     let setup = Setup::start_with("[limits]\nh2_max_concurrent_streams = 2").await;
     let mut wire = setup.wire().await;
-    assert_eq!(wire.server.max_concurrent_streams, Some(2));
+    assert_eq!(wire.peer.max_concurrent_streams, Some(2));
     setup.hold(&mut wire, 1, "limit-a").await;
     setup.hold(&mut wire, 3, "limit-b").await;
     wire.get(5, "/over-the-limit").await;

@@ -35,6 +35,31 @@ use super::within;
 /// to the origin and back): past it, the test fails.
 pub const ANSWER: Duration = Duration::from_secs(5);
 
+// Frame types (RFC 9113 section 6), flags and SETTINGS parameters (section 6.5.2), as
+// written on the wire: for frames written byte by byte ([`Wire::send_frame`]).
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const PRIORITY: u8 = 0x2;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PUSH_PROMISE: u8 = 0x5;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const WINDOW_UPDATE: u8 = 0x8;
+pub const CONTINUATION: u8 = 0x9;
+/// A frame type RFC 9113 does not define.
+pub const UNKNOWN_TYPE: u8 = 0x20;
+
+pub const END_STREAM: u8 = 0x1;
+pub const ACK: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+pub const PADDED: u8 = 0x8;
+pub const PRIORITY_FLAG: u8 = 0x20;
+
+pub const SETTINGS_ENABLE_PUSH: u16 = 0x2;
+pub const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
+pub const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
+
 /// One thing holdfast sent, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -89,6 +114,13 @@ pub enum End {
     TimedOut,
 }
 
+/// Where an error was taken: on its stream alone, or on the whole connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Stream,
+    Connection,
+}
+
 /// A response read to its end on one stream.
 #[derive(Debug, Clone, Default)]
 pub struct Response {
@@ -125,7 +157,7 @@ pub struct Wire {
     /// acknowledged yet: our decoder's limit changes at the ACK (RFC 9113 6.5.3).
     unacked_table_sizes: VecDeque<Option<u32>>,
     /// holdfast's settings as received so far (the last value of each).
-    pub server: Settings,
+    pub peer: Settings,
     /// Every event read so far, for failure messages.
     pub seen: Vec<Event>,
 }
@@ -143,7 +175,7 @@ impl Wire {
             partial: None,
             undecodable: false,
             unacked_table_sizes: VecDeque::new(),
-            server: Settings::default(),
+            peer: Settings::default(),
             seen: Vec::new(),
         }
     }
@@ -184,7 +216,7 @@ impl Wire {
         let first = self.seen.first();
         assert!(
             matches!(first, Some(Event::Settings(_))),
-            "RFC 9113 3.4: the server's first frame must be SETTINGS; it was {first:?}"
+            "RFC 9113 3.4: holdfast's first frame must be SETTINGS; it was {first:?}"
         );
     }
 
@@ -420,7 +452,7 @@ impl Wire {
         if let Some(size) = settings.header_table_size {
             self.encoder.set_max_table_size(size);
         }
-        let s = &mut self.server;
+        let s = &mut self.peer;
         let merge = |old: &mut Option<u32>, new: Option<u32>| *old = new.or(*old);
         merge(&mut s.header_table_size, settings.header_table_size);
         merge(&mut s.max_concurrent_streams, settings.max_concurrent_streams);
@@ -588,6 +620,51 @@ impl Wire {
         }
     }
 
+    /// Reads until `code` comes as a RST_STREAM on `stream` (then the connection must go
+    /// on) or as a GOAWAY (then it must close): for faults whose section allows either.
+    /// Which one it was.
+    pub async fn expect_stream_or_connection_error(
+        &mut self,
+        stream: u32,
+        code: ErrorCode,
+        rule: &str,
+    ) -> Scope {
+        let end = Instant::now() + ANSWER;
+        // Bounded by the deadline: each round reads one event.
+        loop {
+            match self.next_until(end).await {
+                Ok(Event::Reset { stream: s, code: got }) if s == stream => {
+                    assert_eq!(
+                        got, code,
+                        "{rule}: RST_STREAM with the wrong code: {:?}",
+                        self.seen
+                    );
+                    eprintln!("{rule}: a stream error {code:?}");
+                    self.expect_alive(rule).await;
+                    return Scope::Stream;
+                }
+                Ok(Event::GoAway { code: got, .. }) => {
+                    assert_eq!(got, code, "{rule}: GOAWAY with the wrong code: {:?}", self.seen);
+                    eprintln!("{rule}: a connection error {code:?}");
+                    self.expect_closed(rule).await;
+                    return Scope::Connection;
+                }
+                Ok(Event::Fields { stream: s, .. } | Event::Data { stream: s, .. })
+                    if s == stream =>
+                {
+                    panic!(
+                        "{rule}: wanted {code:?}, got an answer on stream {stream}: {:?}",
+                        self.seen
+                    )
+                }
+                Ok(_) => {}
+                Err(end) => {
+                    panic!("{rule}: wanted {code:?}, reading ended {end:?}: {:?}", self.seen)
+                }
+            }
+        }
+    }
+
     /// Checks the connection is still up and read: a PING is answered with its payload,
     /// and no GOAWAY comes before.
     pub async fn expect_alive(&mut self, rule: &str) {
@@ -711,6 +788,13 @@ fn ended(end: End) -> &'static str {
 /// The `:status` of a response head, or 0.
 fn status_of(fields: &[(String, String)]) -> u16 {
     fields.iter().find(|(n, _)| n == ":status").and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
+}
+
+/// Six bytes of a SETTINGS payload: one parameter.
+pub fn setting(id: u16, value: u32) -> Vec<u8> {
+    let mut bytes = id.to_be_bytes().to_vec();
+    bytes.extend_from_slice(&value.to_be_bytes());
+    bytes
 }
 
 /// A request head's pseudo-header fields for `method path` over http to
