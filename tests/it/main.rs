@@ -85,6 +85,9 @@ mod refused_bodies;
 // RFC 9113 and RFC 7541 as a server must enforce them: raw frames over TCP, holdfast's
 // answer checked (GOAWAY, RST_STREAM or the origin's response), by section.
 mod h2_conformance;
+// RFC 9113 and RFC 7541 as a client must enforce them on its origins: a scripted raw-frame
+// origin behind holdfast, what holdfast sent it and what the client got, by section.
+mod h2_origin_conformance;
 // HTTP/2 abuse: rapid reset, CONTINUATION floods, oversized header lists, too many streams.
 mod h2_floods;
 // gRPC end to end with Python's grpcio, over h2c and over TLS.

@@ -1,7 +1,8 @@
-//! An HTTP/2 client that speaks to holdfast frame by frame over TCP (h2c, prior
-//! knowledge), written with holdfast-h2's frame writers and HPACK: for the conformance
-//! suite, which sends what no client library would and must read exactly what comes
-//! back.
+//! One end of an HTTP/2 connection with holdfast, driven frame by frame over TCP (h2c,
+//! prior knowledge) and written with holdfast-h2's frame writers and HPACK: a client
+//! that speaks to holdfast ([`Wire::connect`]), or an origin holdfast speaks to
+//! ([`Wire::accept`]). For the conformance suites, which send what no library would and
+//! must read exactly what comes back.
 //!
 //! [`Wire`] writes well-formed frames through `holdfast_h2::frame`'s writers and its own
 //! HPACK [`Encoder`], and malformed ones byte by byte ([`Wire::send_frame`]). What
@@ -158,6 +159,8 @@ pub struct Wire {
     unacked_table_sizes: VecDeque<Option<u32>>,
     /// holdfast's settings as received so far (the last value of each).
     pub peer: Settings,
+    /// The fields holdfast sent as never indexed (RFC 7541 6.2.3): stream and name.
+    pub never_indexed: Vec<(u32, String)>,
     /// Every event read so far, for failure messages.
     pub seen: Vec<Event>,
 }
@@ -176,6 +179,7 @@ impl Wire {
             undecodable: false,
             unacked_table_sizes: VecDeque::new(),
             peer: Settings::default(),
+            never_indexed: Vec::new(),
             seen: Vec::new(),
         }
     }
@@ -193,6 +197,46 @@ impl Wire {
         frame::write_settings(&mut hello, settings).expect("valid settings");
         wire.unacked_table_sizes.push_back(settings.header_table_size);
         wire.send(&hello).await.expect("send the preface");
+        wire.handshake().await;
+        wire
+    }
+
+    /// The origin's end of a connection holdfast opened: holdfast's connection preface
+    /// (the 24 bytes) read and checked; nothing sent yet.
+    pub async fn accept(tcp: TcpStream) -> Wire {
+        tcp.set_nodelay(true).expect("nodelay");
+        let mut wire = Wire {
+            tcp,
+            read_buf: BytesMut::new(),
+            encoder: Encoder::new(),
+            decoder: Decoder::new(DEFAULT_TABLE_SIZE),
+            partial: None,
+            undecodable: false,
+            unacked_table_sizes: VecDeque::new(),
+            peer: Settings::default(),
+            never_indexed: Vec::new(),
+            seen: Vec::new(),
+        };
+        let end = Instant::now() + ANSWER;
+        // Bounded by the deadline: each round reads more bytes.
+        while wire.read_buf.len() < PREFACE.len() {
+            let mut chunk = [0u8; 1024];
+            match tokio::time::timeout_at(end, wire.tcp.read(&mut chunk)).await {
+                Ok(Ok(n)) if n > 0 => wire.read_buf.extend_from_slice(&chunk[..n]),
+                other => panic!("holdfast's connection preface: {other:?}"),
+            }
+        }
+        let preface = wire.read_buf.split_to(PREFACE.len());
+        assert_eq!(&preface[..], PREFACE, "RFC 9113 3.4: holdfast's connection preface");
+        wire
+    }
+
+    /// [`Wire::accept`], then the connection's start as an origin: `settings` sent as
+    /// our preface, holdfast's SETTINGS read (and acknowledged) and its ACK of ours
+    /// read.
+    pub async fn accept_with(tcp: TcpStream, settings: &Settings) -> Wire {
+        let mut wire = Wire::accept(tcp).await;
+        wire.settings(settings).await;
         wire.handshake().await;
         wire
     }
@@ -465,11 +509,16 @@ impl Wire {
 
     fn decode_block(&mut self, partial: PartialBlock) -> Event {
         let mut fields = Vec::new();
+        let mut never_indexed = Vec::new();
         let block = partial.block.freeze();
         let decoded = self.decoder.decode(&block, usize::MAX, |field| {
             let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            if field.sensitive {
+                never_indexed.push((partial.stream, text(&field.name)));
+            }
             fields.push((text(&field.name), text(&field.value)));
         });
+        self.never_indexed.extend(never_indexed);
         if let Err(e) = decoded {
             panic!("holdfast sent a field block we cannot decode ({e}): {:?}", self.seen);
         }

@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod fuzz;
+pub mod h2_origin_wire;
 pub mod h2_wire;
 pub mod http2;
 pub mod incoming;
