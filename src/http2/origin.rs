@@ -15,7 +15,7 @@
 //! [`SendStream`], [`Error`]). A stream whose handles are all dropped before its end is
 //! reset (CANCEL), so the origin stops work nobody waits for.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
@@ -25,6 +25,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use holdfast_h2::conn::ids::StreamMap;
 use holdfast_h2::conn::{Config, Connection, Event, Head, SendError};
 use holdfast_h2::error::ErrorCode;
 use holdfast_h2::hpack::{Field, FieldRef};
@@ -134,7 +135,7 @@ struct Shared {
 
 struct Inner {
     conn: Connection,
-    slots: HashMap<u32, Slot>,
+    slots: StreamMap<Slot>,
     /// The driver's waker, to send what a handle queued.
     driver: Option<Waker>,
     /// Why the connection ended, once it has.
@@ -262,7 +263,7 @@ pub fn start(io: Stream, settings: &Settings, ping: Option<Duration>) -> SendReq
     let shared = Arc::new(Shared {
         inner: Mutex::new(Inner {
             conn: Connection::client(config),
-            slots: HashMap::new(),
+            slots: StreamMap::default(),
             driver: None,
             ended: None,
             stale: false,

@@ -12,11 +12,12 @@
 //! trailers, a reset, room to send) wakes it.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
+use holdfast_h2::conn::ids::StreamMap;
 use holdfast_h2::conn::{Connection, SendError};
 use holdfast_h2::error::ErrorCode;
 use holdfast_h2::hpack::{Field, FieldRef};
@@ -30,7 +31,7 @@ scoped_tls::scoped_thread_local!(static CURRENT: RefCell<Session>);
 /// One client connection's engine and its streams' inboxes.
 pub struct Session {
     pub conn: Connection,
-    slots: HashMap<u32, Slot>,
+    slots: StreamMap<Slot>,
     /// The connection is gone: every stream's next action fails.
     gone: bool,
 }
@@ -64,7 +65,7 @@ impl Slot {
 
 impl Session {
     pub fn new(conn: Connection) -> Session {
-        Session { conn, slots: HashMap::new(), gone: false }
+        Session { conn, slots: StreamMap::default(), gone: false }
     }
 
     /// A stream whose exchange starts; `ended`: its HEADERS ended it.

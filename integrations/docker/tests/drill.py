@@ -403,7 +403,10 @@ class Drill:
         if up.returncode != 0:
             raise Failure(f"docker-compose up failed: {up.stderr.strip()[-1000:]}")
         try:
+            # Both services' containers start together but join as each becomes
+            # healthy: the checks below begin once both are routed.
             self.probe("a.test", want="web")
+            self.probe("c.test", path="/api/x", want="api")
             for host, path, want in (("b.test", "/", "web"), ("c.test", "/api/x", "api"), ("a.test", "/api/x", "web")):
                 status, body = get(hf.port, host, path)
                 self.expect(status == 200 and served_by(body) == want,

@@ -16,18 +16,19 @@
 //!
 //! Module map: `state` (a stream's state per RFC 9113 section 5.1), `flow` (windows),
 //! `stream` (what the engine keeps per stream), `message` (section 8's checks of a field
-//! section), `recv` (each received frame), `send` (the output queue and DATA
+//! section), `ids` (tables keyed by stream id), `recv` (each received frame), `send` (the output queue and DATA
 //! scheduling), `guard` (flood limits).
 
 pub mod flow;
 mod guard;
+pub mod ids;
 pub mod message;
 mod recv;
 mod send;
 pub mod state;
 mod stream;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
@@ -149,7 +150,7 @@ pub struct Connection {
     phase: Phase,
     /// Server side: the client's 24-byte preface is still being read.
     awaiting_preface: bool,
-    streams: HashMap<u32, Stream>,
+    streams: ids::StreamMap<Stream>,
     /// Streams open or half-closed, for the concurrency limits.
     active: u32,
     /// Highest stream id the peer opened (server) or we opened (client).
@@ -223,7 +224,7 @@ impl Connection {
             role,
             phase: Phase::Open,
             awaiting_preface: role == Role::Server,
-            streams: HashMap::new(),
+            streams: ids::StreamMap::default(),
             active: 0,
             last_stream: 0,
             closed_lately: VecDeque::new(),
