@@ -169,6 +169,11 @@ impl Wire {
     /// A TCP connection to `addr` on which nothing has been sent yet.
     pub async fn open(addr: SocketAddr) -> Wire {
         let tcp = within("connect to holdfast", TcpStream::connect(addr)).await.expect("connect");
+        Wire::new(tcp)
+    }
+
+    /// A fresh wire on `tcp`: nothing read or sent, both HPACK tables empty.
+    fn new(tcp: TcpStream) -> Wire {
         tcp.set_nodelay(true).expect("nodelay");
         Wire {
             tcp,
@@ -204,19 +209,7 @@ impl Wire {
     /// The origin's end of a connection holdfast opened: holdfast's connection preface
     /// (the 24 bytes) read and checked; nothing sent yet.
     pub async fn accept(tcp: TcpStream) -> Wire {
-        tcp.set_nodelay(true).expect("nodelay");
-        let mut wire = Wire {
-            tcp,
-            read_buf: BytesMut::new(),
-            encoder: Encoder::new(),
-            decoder: Decoder::new(DEFAULT_TABLE_SIZE),
-            partial: None,
-            undecodable: false,
-            unacked_table_sizes: VecDeque::new(),
-            peer: Settings::default(),
-            never_indexed: Vec::new(),
-            seen: Vec::new(),
-        };
+        let mut wire = Wire::new(tcp);
         let end = Instant::now() + ANSWER;
         // Bounded by the deadline: each round reads more bytes.
         while wire.read_buf.len() < PREFACE.len() {
