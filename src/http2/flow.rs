@@ -11,12 +11,6 @@ use holdfast_h2::error::ErrorCode;
 use super::halves::{RecvHalf, SendHalf};
 use crate::net::{self, Deadline};
 
-/// An origin stream's error as an I/O error, for the callers that report either the
-/// same way.
-pub fn to_io(e: super::origin::Error) -> io::Error {
-    e.into_io()
-}
-
 fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "timed out")
 }

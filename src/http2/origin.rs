@@ -10,9 +10,9 @@
 //! something, and writes the engine's output outside it again. A handle that queues
 //! something wakes the driver.
 //!
-//! The handles keep the names and shapes of the client API the proxy path was first
-//! written against (the `h2` crate's) ([`SendRequest`], [`ResponseFuture`], [`RecvStream`],
-//! [`SendStream`], [`Error`]). A stream whose handles are all dropped before its end is
+//! The handles keep the names and shapes of the `h2` crate's client API, which the
+//! proxy path was first written against ([`SendRequest`], [`ResponseFuture`],
+//! [`RecvStream`], [`SendStream`], [`Error`]). A stream whose handles are all dropped before its end is
 //! reset (CANCEL), so the origin stops work nobody waits for.
 
 use std::collections::VecDeque;
@@ -63,6 +63,10 @@ enum Kind {
 impl Error {
     fn reset(code: ErrorCode, remote: bool) -> Error {
         Error { kind: Kind::Reset { code, remote } }
+    }
+
+    fn go_away(code: ErrorCode, remote: bool) -> Error {
+        Error { kind: Kind::GoAway { code, remote } }
     }
 
     fn io(kind: io::ErrorKind) -> Error {
@@ -723,14 +727,14 @@ impl Driver {
         let inner = lock(&self.shared);
         // An error the engine found: streams in flight failed with it (not a refusal).
         if let Some(code) = inner.conn.error() {
-            return Error { kind: Kind::GoAway { code, remote: false } };
+            return Error::go_away(code, false);
         }
         // The origin went away and every stream it kept is done.
         if let Some(code) = inner.conn.peer_goaway_code() {
-            return Error { kind: Kind::GoAway { code, remote: true } };
+            return Error::go_away(code, true);
         }
         // Holdfast closed it: unused, or a PING went unanswered.
-        Error { kind: Kind::GoAway { code: ErrorCode::NoError, remote: false } }
+        Error::go_away(ErrorCode::NoError, false)
     }
 
     /// Whether the connection is done: broken, or closed by the engine with all its
@@ -810,9 +814,7 @@ impl Driver {
         let mut inner = lock(&self.shared);
         let received = inner.conn.receive(&mut self.socket.read);
         let mut wakers = Vec::new();
-        while let Some(event) = inner.conn.next_event() {
-            dispatch(&mut inner, event, &mut wakers);
-        }
+        dispatch_events(&mut inner, &mut wakers);
         // The handshake waits on slot 0 for SETTINGS and a PING's answer.
         if let Some(slot) = inner.slots.get_mut(&0) {
             wakers.extend(slot.waker.take());
@@ -824,7 +826,7 @@ impl Driver {
                 error = code.as_str(),
                 "HTTP/2 connection to the origin closed for an error"
             );
-            self.end(Error { kind: Kind::GoAway { code, remote: false } });
+            self.end(Error::go_away(code, false));
         }
     }
 
@@ -842,9 +844,7 @@ impl Driver {
                 pending.push_back(piece);
             }
             // Taking output makes room on streams (Writable).
-            while let Some(event) = inner.conn.next_event() {
-                dispatch(&mut inner, event, &mut wakers);
-            }
+            dispatch_events(&mut inner, &mut wakers);
             drop(inner);
             wakers.into_iter().for_each(Waker::wake);
         });
@@ -854,6 +854,14 @@ impl Driver {
             self.end(Error::io(io::ErrorKind::BrokenPipe));
             true
         })
+    }
+}
+
+/// Acts on every event the engine has, in order.
+fn dispatch_events(inner: &mut Inner, wakers: &mut Vec<Waker>) {
+    // Bounded by the events the last receive or output made.
+    while let Some(event) = inner.conn.next_event() {
+        dispatch(inner, event, wakers);
     }
 }
 
@@ -872,9 +880,7 @@ fn dispatch(inner: &mut Inner, event: Event, wakers: &mut Vec<Waker>) {
             // A graceful one only stops new streams (the engine refuses those above its
             // last); one with an error ends the connection.
             if *code != ErrorCode::NoError {
-                inner
-                    .ended
-                    .get_or_insert(Error { kind: Kind::GoAway { code: *code, remote: true } });
+                inner.ended.get_or_insert(Error::go_away(*code, true));
                 for slot in inner.slots.values_mut() {
                     wakers.extend(slot.waker.take());
                 }
@@ -915,7 +921,7 @@ fn dispatch(inner: &mut Inner, event: Event, wakers: &mut Vec<Waker>) {
             // on it (see `flow::refused`).
             let error = match goaway {
                 Some(goaway) if by_peer && code == ErrorCode::RefusedStream => {
-                    Error { kind: Kind::GoAway { code: goaway, remote: true } }
+                    Error::go_away(goaway, true)
                 }
                 _ => Error::reset(code, by_peer),
             };

@@ -1,10 +1,10 @@
 //! Reading a client's HTTP/2 request head into the request model: the stream's
 //! pseudo-header fields and fields become a [`RequestHead`] whose fields are slices of
-//! the header map the engine's field values are shared into, checked by the same rules as an HTTP/1.1 head
-//! (`http1::request::check`). No HTTP/1.1 text is made.
+//! the header map the engine's field values are shared into, checked by the same rules
+//! as an HTTP/1.1 head (`http1::request::check`). No HTTP/1.1 text is made.
 //!
-//! The engine (`holdfast-h2`) has already refused what HTTP/2 itself forbids (RFC 9113, 8.2 and
-//! 8.3): connection-specific fields, `te` other than `trailers`, uppercase names,
+//! The engine (`holdfast-h2`) has already refused what HTTP/2 itself forbids (RFC 9113,
+//! 8.2 and 8.3): connection-specific fields, `te` other than `trailers`, uppercase names,
 //! missing or repeated pseudo-header fields, and a `content-length` the DATA frames
 //! contradict.
 

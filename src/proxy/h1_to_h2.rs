@@ -486,7 +486,7 @@ async fn pump(
             if !piece.is_empty() {
                 flow::send_from(upload, piece, last, stall).await.map_err(closed)?;
             } else if last {
-                upload.send_data(Bytes::new(), true).map_err(|e| closed(flow::to_io(e)))?;
+                upload.send_data(Bytes::new(), true).map_err(|e| closed(e.into_io()))?;
             }
             pending.pieces.pop_front();
             if last {
@@ -498,10 +498,10 @@ async fn pump(
             // A chunked body's trailers end the stream in a HEADERS frame of their own
             // (RFC 9113, 8.1).
             Some(End::Trailers(trailers)) => {
-                return upload.send_trailers(trailers).map_err(|e| closed(flow::to_io(e)));
+                return upload.send_trailers(trailers).map_err(|e| closed(e.into_io()));
             }
             Some(End::Data) => {
-                return upload.send_data(Bytes::new(), true).map_err(|e| closed(flow::to_io(e)));
+                return upload.send_data(Bytes::new(), true).map_err(|e| closed(e.into_io()));
             }
             None if body.ended => return Ok(()),
             None => {}

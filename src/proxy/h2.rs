@@ -554,8 +554,8 @@ pub(super) async fn send_again(
     }
     match trailers {
         _ if !ended => Ok(()),
-        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(flow::to_io),
-        None if copy.len() == 0 => upload.send_data(Bytes::new(), true).map_err(flow::to_io),
+        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(H2Error::into_io),
+        None if copy.len() == 0 => upload.send_data(Bytes::new(), true).map_err(H2Error::into_io),
         None => Ok(()),
     }
 }
@@ -570,7 +570,7 @@ async fn send_kept(
 ) -> io::Result<()> {
     flow::send(upload, Bytes::copy_from_slice(kept), trailers.is_none(), stall).await?;
     match trailers {
-        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(flow::to_io),
+        Some(trailers) => upload.send_trailers(trailers.clone()).map_err(H2Error::into_io),
         None => Ok(()),
     }
 }
@@ -640,7 +640,7 @@ async fn pump(
         }
         Some(_) | None => to.send_data(Bytes::new(), true),
     };
-    end.map_err(|e| closed(flow::to_io(e)))
+    end.map_err(|e| closed(e.into_io()))
 }
 
 impl H2OriginWire for H2Wire {
@@ -840,9 +840,9 @@ pub(super) fn stream_not_opened(e: H2Error) -> Attempt {
 pub(super) fn stream_failed(e: H2Error) -> Attempt {
     let goaway = e.is_go_away();
     if flow::refused(&e) {
-        Attempt::Refused { goaway, error: flow::to_io(e) }
+        Attempt::Refused { goaway, error: e.into_io() }
     } else {
-        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: flow::to_io(e) }
+        Attempt::Closed { outcome: SendOutcome::MaybeReceived, error: e.into_io() }
     }
 }
 

@@ -16,8 +16,8 @@
 //!
 //! Module map: `state` (a stream's state per RFC 9113 section 5.1), `flow` (windows),
 //! `stream` (what the engine keeps per stream), `message` (section 8's checks of a field
-//! section), `ids` (tables keyed by stream id), `recv` (each received frame), `send` (the output queue and DATA
-//! scheduling), `guard` (flood limits).
+//! section), `ids` (tables keyed by stream id), `recv` (each received frame), `send`
+//! (the output queue and DATA scheduling), `guard` (flood limits).
 
 pub mod flow;
 mod guard;
@@ -382,7 +382,9 @@ impl Connection {
     pub fn ping(&mut self) {
         if self.phase != Phase::Closed {
             self.pings_out = self.pings_out.saturating_add(1);
-            self.output.ping(self.pings_out.to_be_bytes().repeat(2).try_into().unwrap_or_default());
+            // The count, in both halves of the payload.
+            let count = u64::from(self.pings_out);
+            self.output.ping((count << 32 | count).to_be_bytes());
         }
     }
 
