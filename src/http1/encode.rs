@@ -168,26 +168,24 @@ pub fn upstream_request(req: &Request<'_, '_>, fwd: &Forwarding<'_>, out: &mut V
 /// origin gets, the forwarding headers included; `host` from `:authority`, the body
 /// `framing` holdfast writes, `cookie` fields joined (RFC 9113, 8.2.3) and `te` left
 /// out (it is hop-by-hop).
-pub fn request_from_h2(
-    method: &http::Method,
-    uri: &http::Uri,
-    fields: &http::HeaderMap,
+pub fn request_from_h2<'f>(
+    method: &str,
+    authority: &[u8],
+    path: &[u8],
+    fields: impl Iterator<Item = (&'f [u8], &'f [u8])> + Clone,
     framing: Framing,
     out: &mut Vec<u8>,
 ) {
     out.clear();
-    let target = match uri.path_and_query() {
-        Some(pq) => pq.as_str(),
-        None => "/",
-    };
-    put(out, &[method.as_str().as_bytes(), b" ", target.as_bytes(), b" HTTP/1.1\r\n"]);
-    if let Some(authority) = uri.authority() {
-        header(out, b"host", authority.as_str().as_bytes());
+    let target = if path.is_empty() { b"/" } else { path };
+    put(out, &[method.as_bytes(), b" ", target, b" HTTP/1.1\r\n"]);
+    if !authority.is_empty() {
+        header(out, b"host", authority);
     }
-    cookie_line(fields.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()), out);
+    cookie_line(fields.clone().filter(|(name, _)| *name == b"cookie").map(|(_, v)| v), out);
     for (name, value) in fields {
-        if name != http::header::COOKIE && name != http::header::TE {
-            header(out, name.as_str().as_bytes(), value.as_bytes());
+        if name != b"cookie" && name != b"te" {
+            header(out, name, value);
         }
     }
     body_framing(framing.for_http1(), out);

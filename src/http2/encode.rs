@@ -7,9 +7,11 @@
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Uri};
+use http::Method;
 
 use super::convert::{add_lines, header_lines};
+use super::fields::Fields;
+use super::request::ClientHead;
 use crate::http1::encode::{forwarding_headers, Forwarding};
 use crate::message::{is_connection_specific, Framing, RequestHead, ResponseHead};
 
@@ -25,24 +27,61 @@ fn bad(what: impl std::fmt::Display) -> NotH2 {
 }
 
 /// The head of a request as an HTTP/2 origin gets it, kept whole so that a stream the
-/// origin refuses can be sent again (each try takes a [`OriginHead::request`]).
+/// origin refuses can be sent again: each try encodes it from here, by reference.
 #[derive(Debug, Clone)]
 pub struct OriginHead {
     pub method: Method,
-    pub uri: Uri,
-    pub headers: HeaderMap,
+    /// `:scheme`: the origin is reached over TLS.
+    pub tls: bool,
+    pub authority: Bytes,
+    /// `:path`; none on a CONNECT that is not an extended one (RFC 9113, 8.5).
+    pub path: Bytes,
+    /// An extended CONNECT's `:protocol` (RFC 8441).
+    pub protocol: Option<Bytes>,
+    pub fields: Fields,
+}
+
+impl Default for OriginHead {
+    /// `GET /`, with no authority and no fields.
+    fn default() -> OriginHead {
+        OriginHead {
+            method: Method::GET,
+            tls: false,
+            authority: Bytes::new(),
+            path: Bytes::from_static(b"/"),
+            protocol: None,
+            fields: Fields::default(),
+        }
+    }
 }
 
 impl OriginHead {
-    /// The request for one try.
-    pub fn request(&self) -> Request<()> {
-        let mut request = Request::new(());
-        *request.method_mut() = self.method.clone();
-        *request.uri_mut() = self.uri.clone();
-        *request.version_mut() = http::Version::HTTP_2;
-        *request.headers_mut() = self.headers.clone();
-        request
+    /// The head of an `http::Request` made by holdfast itself (health checks), its
+    /// fields copied.
+    pub fn of_request(request: &http::Request<()>) -> OriginHead {
+        let uri = request.uri();
+        OriginHead {
+            method: request.method().clone(),
+            tls: uri.scheme() == Some(&http::uri::Scheme::HTTPS),
+            authority: uri.authority().map_or_else(Bytes::new, |a| text(a.as_str())),
+            path: uri.path_and_query().map_or_else(|| text("/"), |p| text(p.as_str())),
+            protocol: None,
+            fields: Fields::of_map(request.headers()),
+        }
     }
+
+    /// `:scheme` as it goes out.
+    pub fn scheme(&self) -> &'static [u8] {
+        if self.tls {
+            b"https"
+        } else {
+            b"http"
+        }
+    }
+}
+
+fn text(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
 }
 
 /// The HTTP/2 head for `req` to an origin reached over TLS or not (`tls`, for
@@ -52,85 +91,69 @@ impl OriginHead {
 pub fn origin_head(
     req: &RequestHead<'_, '_>,
     fwd: &Forwarding<'_>,
-    source: Option<&http::request::Parts>,
+    source: Option<&ClientHead>,
     tls: bool,
 ) -> Result<OriginHead, NotH2> {
     // One copy of an HTTP/1.1 head: its values and target are slices of it.
     let shared = Bytes::copy_from_slice(req.raw);
-    let (method, uri) = match source {
-        Some(parts) if req.method == parts.method.as_str() => {
-            (parts.method.clone(), passed_uri(req, parts, fwd, tls)?)
+    let (method, (authority, path)) = match source {
+        Some(client) if req.method == client.method.as_str() => {
+            (client.method.clone(), passed_target(req, client, fwd)?)
         }
-        _ => {
-            (Method::from_bytes(req.method.as_bytes()).map_err(bad)?, uri(req, fwd, &shared, tls)?)
-        }
+        _ => (Method::from_bytes(req.method.as_bytes()).map_err(bad)?, target(req, fwd, &shared)?),
     };
-    let mut headers = HeaderMap::with_capacity(req.headers.len().saturating_add(6));
+    let mut fields = Fields::with_capacity(req.headers.len().saturating_add(7));
     match source {
-        Some(parts) => pass_fields(req, &parts.headers, &mut headers),
-        None => copy_fields(req, &shared, &mut headers)?,
+        Some(client) => pass_fields(req, &client.fields, &mut fields),
+        None => copy_fields(req, &shared, &mut fields)?,
     }
-    forwarding(req, fwd, &mut headers)?;
+    forwarding(req, fwd, &mut fields)?;
     // The declared length, as holdfast writes it (the client's line is not passed on
     // as it came): HTTP/2 frames the body itself, but an origin may use it.
     if let Framing::Length(n) = req.framing {
-        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+        fields.insert("content-length", Bytes::from(n.to_string()));
     }
     if req.te_trailers {
-        headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
+        fields.insert("te", Bytes::from_static(b"trailers"));
     }
-    Ok(OriginHead { method, uri, headers })
+    Ok(OriginHead { method, tls, authority, path, protocol: None, fields })
 }
 
-/// `:scheme`, `:authority` and `:path`.
-fn uri(
+/// `:authority` and `:path`, checked as the `http` crate checks a URI's.
+fn target(
     req: &RequestHead<'_, '_>,
     fwd: &Forwarding<'_>,
     shared: &Bytes,
-    tls: bool,
-) -> Result<Uri, NotH2> {
+) -> Result<(Bytes, Bytes), NotH2> {
     let authority = match req.host {
-        Some(host) => http::uri::Authority::from_maybe_shared(slice_of(shared, host)),
-        None => fwd.backend.to_string().parse(),
-    }
-    .map_err(bad)?;
+        Some(host) => slice_of(shared, host),
+        None => Bytes::from(fwd.backend.to_string()),
+    };
+    http::uri::Authority::from_maybe_shared(authority.clone()).map_err(bad)?;
     // `*` (OPTIONS) stays `*` (RFC 9113, 8.3.1).
     let path = match req.path.slash {
         true => Bytes::from([&b"/"[..], req.path.rest].concat()),
         false => slice_of(shared, req.path.rest),
     };
-    let path = http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?;
-    uri_of(tls, authority, path)
+    let checked = http::uri::PathAndQuery::from_maybe_shared(path).map_err(bad)?;
+    Ok((authority, text(checked.as_str())))
 }
 
-/// `:scheme`, and an HTTP/2 client's own `:authority` and `:path` when the request
-/// model kept them (it may have changed the target: an extended CONNECT's).
-fn passed_uri(
+/// An HTTP/2 client's own `:authority` and `:path` when the request model kept them
+/// (it may have changed the target: an extended CONNECT's).
+fn passed_target(
     req: &RequestHead<'_, '_>,
-    parts: &http::request::Parts,
+    client: &ClientHead,
     fwd: &Forwarding<'_>,
-    tls: bool,
-) -> Result<Uri, NotH2> {
-    let (Some(authority), Some(path)) = (parts.uri.authority(), parts.uri.path_and_query()) else {
-        return uri(req, fwd, &Bytes::new(), tls);
-    };
-    if req.host != Some(authority.as_str().as_bytes()) || req.target != path.as_str() {
-        return uri(req, fwd, &Bytes::new(), tls);
+) -> Result<(Bytes, Bytes), NotH2> {
+    match (&client.authority, &client.path) {
+        (Some(authority), Some(path))
+            if req.host == Some(&authority[..]) && req.target.as_bytes() == &path[..] =>
+        {
+            Ok((authority.clone(), path.clone()))
+        }
+        _ => target(req, fwd, &Bytes::new()),
     }
-    uri_of(tls, authority.clone(), path.clone())
-}
-
-/// The URI of `authority` and `path` over TLS or not (`tls`).
-fn uri_of(
-    tls: bool,
-    authority: http::uri::Authority,
-    path: http::uri::PathAndQuery,
-) -> Result<Uri, NotH2> {
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(if tls { http::uri::Scheme::HTTPS } else { http::uri::Scheme::HTTP });
-    uri.authority = Some(authority);
-    uri.path_and_query = Some(path);
-    Uri::from_parts(uri).map_err(bad)
 }
 
 /// `part` as a slice of `shared` when it is one, else a copy of it.
@@ -147,44 +170,50 @@ fn slice_of(shared: &Bytes, part: &[u8]) -> Bytes {
 
 /// An HTTP/2 client's fields, passed on as they are (names and values shared, not
 /// copied), but those not passed on.
-fn pass_fields(req: &RequestHead<'_, '_>, source: &HeaderMap, headers: &mut HeaderMap) {
-    for (i, (name, value)) in source.iter().enumerate() {
+fn pass_fields(req: &RequestHead<'_, '_>, source: &Fields, fields: &mut Fields) {
+    for (i, field) in source.iter().enumerate() {
         if !req.dropped.contains(i) {
-            headers.append(name.clone(), value.clone());
+            fields.push_field(field.clone());
         }
     }
 }
 
-/// An HTTP/1.1 client's fields, as slices of its head, but those not passed on and
-/// those HTTP/2 does not carry.
+/// An HTTP/1.1 client's fields, as slices of its head (names lowercased), but those
+/// not passed on and those HTTP/2 does not carry.
 fn copy_fields(
     req: &RequestHead<'_, '_>,
     shared: &Bytes,
-    headers: &mut HeaderMap,
+    fields: &mut Fields,
 ) -> Result<(), NotH2> {
     for (i, h) in req.headers.iter().enumerate() {
         if req.dropped.contains(i) || is_connection_specific(h.name) {
             continue;
         }
-        let value = HeaderValue::from_maybe_shared(slice_of(shared, h.value)).map_err(bad)?;
-        headers.append(HeaderName::from_bytes(h.name.as_bytes()).map_err(bad)?, value);
+        let value = slice_of(shared, h.value);
+        HeaderValue::from_maybe_shared(value.clone()).map_err(bad)?;
+        fields.push(lowercase_name(shared, h.name)?, value);
     }
     Ok(())
 }
 
-/// The names of the fields holdfast writes itself, made once, so that they cost no
-/// allocation or parsing per request.
-static OWN_NAMES: [HeaderName; 5] = [
-    HeaderName::from_static("x-forwarded-for"),
-    HeaderName::from_static("x-forwarded-proto"),
-    HeaderName::from_static("x-forwarded-host"),
-    HeaderName::from_static("x-real-ip"),
-    HeaderName::from_static("forwarded"),
-];
+/// A field name of an HTTP/1.1 head as HTTP/2 writes it: a slice of the head when it
+/// is lowercase already, else a lowercased copy; a name that is not a token is refused.
+fn lowercase_name(shared: &Bytes, name: &str) -> Result<Bytes, NotH2> {
+    if name.bytes().all(|b| !b.is_ascii_uppercase()) {
+        HeaderName::from_bytes(name.as_bytes()).map_err(bad)?;
+        return Ok(slice_of(shared, name.as_bytes()));
+    }
+    let lower = HeaderName::from_bytes(name.as_bytes()).map_err(bad)?;
+    Ok(text(lower.as_str()))
+}
+
+/// The names of the fields holdfast writes itself.
+const OWN_NAMES: [&str; 5] =
+    ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "forwarded"];
 
 /// The name of a forwarding header as `http1::encode` writes it (lowercase).
-fn own_name(name: &[u8]) -> Option<&'static HeaderName> {
-    OWN_NAMES.iter().find(|own| own.as_str().as_bytes() == name)
+fn own_name(name: &[u8]) -> Option<&'static str> {
+    OWN_NAMES.iter().find(|own| own.as_bytes() == name).copied()
 }
 
 /// The forwarding headers, written as `http1::encode` writes them for any origin (one
@@ -192,15 +221,14 @@ fn own_name(name: &[u8]) -> Option<&'static HeaderName> {
 fn forwarding(
     req: &RequestHead<'_, '_>,
     fwd: &Forwarding<'_>,
-    headers: &mut HeaderMap,
+    fields: &mut Fields,
 ) -> Result<(), NotH2> {
     let mut text = Vec::with_capacity(192);
     forwarding_headers(req, fwd, &mut text);
     let text = Bytes::from(text);
     for (name, value) in header_lines(&text) {
         let name = own_name(name).ok_or_else(|| bad("a forwarding header of no known name"))?;
-        let value = HeaderValue::from_maybe_shared(slice_of(&text, value)).map_err(bad)?;
-        headers.append(name.clone(), value);
+        fields.push_static(name, slice_of(&text, value));
     }
     Ok(())
 }
@@ -258,6 +286,17 @@ mod tests {
         origin_head(&req, &fwd, None, tls)
     }
 
+    /// The head's `:scheme`, `:authority` and `:path` as one URI.
+    fn uri(head: &OriginHead) -> String {
+        let scheme = String::from_utf8_lossy(head.scheme());
+        let authority = String::from_utf8_lossy(&head.authority);
+        format!("{scheme}://{authority}{}", String::from_utf8_lossy(&head.path))
+    }
+
+    fn value<'h>(head: &'h OriginHead, name: &str) -> Option<&'h str> {
+        head.fields.get(name).map(|v| std::str::from_utf8(v).unwrap())
+    }
+
     #[test]
     fn an_http1_head_becomes_an_http2_one_without_connection_fields() {
         let head = head_of(
@@ -266,8 +305,8 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(head.uri.to_string(), "http://app:8080/x?y=1");
-        let names: Vec<&str> = head.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(uri(&head), "http://app:8080/x?y=1");
+        let names: Vec<&str> = head.fields.headers().iter().map(|h| h.name).collect();
         assert_eq!(
             names,
             [
@@ -281,34 +320,30 @@ mod tests {
             ]
         );
         // The client's X-Forwarded-For is replaced: it is not a trusted proxy.
-        assert_eq!(head.headers.get("x-forwarded-for").unwrap(), "10.0.0.1");
-        assert_eq!(
-            head.headers.get("forwarded").unwrap(),
-            "for=10.0.0.1;host=\"app:8080\";proto=http"
-        );
-        assert_eq!(head.request().version(), http::Version::HTTP_2);
+        assert_eq!(value(&head, "x-forwarded-for"), Some("10.0.0.1"));
+        assert_eq!(value(&head, "forwarded"), Some("for=10.0.0.1;host=\"app:8080\";proto=http"));
     }
 
     #[test]
     fn a_declared_length_goes_on_as_holdfast_writes_it() {
         let head =
             head_of("POST /up HTTP/1.1\r\nHost: app\r\nContent-Length:  5\r\n\r\n", false).unwrap();
-        assert_eq!(head.headers.get_all("content-length").iter().count(), 1);
-        assert_eq!(head.headers.get("content-length").unwrap(), "5");
+        assert_eq!(head.fields.iter().filter(|f| f.name == "content-length").count(), 1);
+        assert_eq!(value(&head, "content-length"), Some("5"));
         let chunked =
             head_of("POST /up HTTP/1.1\r\nHost: app\r\nTransfer-Encoding: chunked\r\n\r\n", false)
                 .unwrap();
-        assert!(chunked.headers.get("content-length").is_none());
-        assert!(chunked.headers.get("transfer-encoding").is_none());
+        assert!(value(&chunked, "content-length").is_none());
+        assert!(value(&chunked, "transfer-encoding").is_none());
     }
 
     #[test]
     fn options_star_keeps_its_asterisk_and_an_absolute_target_its_path() {
         let head = head_of("OPTIONS * HTTP/1.1\r\nHost: app\r\n\r\n", true).unwrap();
-        assert_eq!(head.uri.path(), "*");
-        assert_eq!(head.uri.scheme_str(), Some("https"));
+        assert_eq!(&head.path[..], b"*");
+        assert_eq!(head.scheme(), b"https");
         let head = head_of("GET http://other?q HTTP/1.1\r\nHost: app\r\n\r\n", false).unwrap();
-        assert_eq!(head.uri.to_string(), "http://other/?q");
+        assert_eq!(uri(&head), "http://other/?q");
     }
 
     #[test]

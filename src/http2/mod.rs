@@ -14,6 +14,7 @@
 
 pub mod convert;
 pub mod encode;
+pub mod fields;
 pub mod flow;
 pub mod halves;
 pub mod origin;

@@ -31,6 +31,7 @@ use holdfast_h2::error::ErrorCode;
 use holdfast_h2::hpack::{Field, FieldRef};
 use http::HeaderMap;
 
+use super::encode::OriginHead;
 use super::halves::{RecvHalf, SendHalf};
 use super::session::{to_fields, to_header_map};
 use super::socket::{Read, Socket, WRITE_PIECES};
@@ -338,39 +339,29 @@ impl SendRequest {
         lock(&self.shared).conn.peer_allows_connect_protocol()
     }
 
-    /// Opens a stream with `request`'s head (`protocol`: an extended CONNECT's
-    /// `:protocol`); `end`: no body follows. The response, and the request's sending
-    /// side.
+    /// Opens a stream with `head` (its `protocol`: an extended CONNECT's); `end`: no
+    /// body follows. The response, and the request's sending side.
     pub fn send_request(
         &mut self,
-        request: http::Request<()>,
+        head: &OriginHead,
         end: bool,
     ) -> Result<(ResponseFuture, SendStream), Error> {
-        let (parts, ()) = request.into_parts();
-        let protocol = parts.extensions.get::<Protocol>().map(|p| p.0.clone());
-        let head_request = parts.method == http::Method::HEAD;
-        let scheme = parts.uri.scheme_str().unwrap_or("http");
-        let authority = parts.uri.authority().map_or("", |a| a.as_str());
-        let path = match parts.method {
-            http::Method::CONNECT if protocol.is_none() => "",
-            _ => parts.uri.path_and_query().map_or("/", |p| p.as_str()),
-        };
-        let mut pseudo = vec![FieldRef::new(b":method", parts.method.as_str().as_bytes())];
-        if !path.is_empty() {
-            pseudo.push(FieldRef::new(b":scheme", scheme.as_bytes()));
-        }
-        pseudo.push(FieldRef::new(b":authority", authority.as_bytes()));
-        if !path.is_empty() {
-            pseudo.push(FieldRef::new(b":path", path.as_bytes()));
-        }
-        if let Some(protocol) = &protocol {
-            pseudo.push(FieldRef::new(b":protocol", protocol.as_bytes()));
-        }
-        let fields = pseudo.into_iter().chain(parts.headers.iter().map(|(n, v)| FieldRef {
-            name: n.as_str().as_bytes(),
-            value: v.as_bytes(),
-            sensitive: v.is_sensitive(),
-        }));
+        let head_request = head.method == http::Method::HEAD;
+        // A CONNECT that is not an extended one has neither `:scheme` nor `:path`
+        // (RFC 9113, 8.5).
+        let plain_connect = head.method == http::Method::CONNECT && head.protocol.is_none();
+        let method = FieldRef::new(b":method", head.method.as_str().as_bytes());
+        let scheme = FieldRef::new(b":scheme", head.scheme());
+        let authority = FieldRef::new(b":authority", &head.authority);
+        let path = FieldRef::new(b":path", &head.path);
+        let pseudo = [
+            Some(method),
+            (!plain_connect).then_some(scheme),
+            Some(authority),
+            (!plain_connect).then_some(path),
+            head.protocol.as_ref().map(|p| FieldRef::new(b":protocol", p)),
+        ];
+        let fields = pseudo.into_iter().flatten().chain(head.fields.refs());
         let mut inner = lock(&self.shared);
         if let Some(e) = &inner.ended {
             return Err(e.clone());
@@ -385,10 +376,6 @@ impl SendRequest {
         Ok((response, send))
     }
 }
-
-/// An extended CONNECT's `:protocol` (RFC 8441), as a request extension.
-#[derive(Debug, Clone)]
-pub struct Protocol(pub String);
 
 /// A handle on one stream: the last one dropped finishes the stream.
 struct Handle {
@@ -972,7 +959,9 @@ mod tests {
         let mut send = gone_away_gracefully().await;
         assert!(!send.is_open());
         let request = http::Request::post("http://origin.test/").body(()).expect("a request");
-        let Err(e) = send.send_request(request, true) else { panic!("a stream was opened") };
+        let Err(e) = send.send_request(&OriginHead::of_request(&request), true) else {
+            panic!("a stream was opened")
+        };
         // So any request, a POST too, goes again on another connection.
         assert!(super::super::flow::refused(&e), "{e}");
     }

@@ -1,21 +1,103 @@
 //! Reading a client's HTTP/2 request head into the request model: the stream's
-//! pseudo-header fields and fields become a [`RequestHead`] whose fields are slices of
-//! the header map the engine's field values are shared into, checked by the same rules
-//! as an HTTP/1.1 head (`http1::request::check`). No HTTP/1.1 text is made.
+//! pseudo-header fields and fields become a [`ClientHead`], then a [`RequestHead`] whose
+//! fields are slices of the engine's own, checked by the same rules as an HTTP/1.1 head
+//! (`http1::request::check`). No HTTP/1.1 text is made.
 //!
 //! The engine (`holdfast-h2`) has already refused what HTTP/2 itself forbids (RFC 9113,
 //! 8.2 and 8.3): connection-specific fields, `te` other than `trailers`, uppercase names,
 //! missing or repeated pseudo-header fields, and a `content-length` the DATA frames
 //! contradict.
 
+use bytes::Bytes;
+use holdfast_h2::conn::Head;
+use http::Method;
+
+use super::fields::Fields;
 use crate::http1::request::{self, HeadLimits, Line, Refusal};
 use crate::message::{Framing, RequestHead, Version};
 
-/// The request head of a client's stream (`parts`, whose fields, by
-/// [`super::fields_of`], are `fields`),
-/// with `max_headers` fields at most; `body_ends`: the HEADERS frame ended the stream.
+/// A client's HTTP/2 request head as the engine decoded it: the method and the target
+/// (`:scheme` too, not kept) checked as the `http` crate checks a URI's parts, the fields as they came (shared
+/// with the engine's buffer).
+#[derive(Debug, Clone)]
+pub struct ClientHead {
+    pub method: Method,
+    pub authority: Option<Bytes>,
+    pub path: Option<Bytes>,
+    pub fields: Fields,
+}
+
+impl ClientHead {
+    /// A stream's head: its method (GET when it names none) and target checked.
+    pub fn of(head: Head) -> Result<ClientHead, Refusal> {
+        let Head { pseudo, fields, .. } = head;
+        let method = pseudo.method.as_deref().unwrap_or(b"GET");
+        let method = Method::from_bytes(method).map_err(|_| Refusal::Malformed)?;
+        let path = check_target(pseudo.scheme.as_deref(), pseudo.authority.as_ref(), pseudo.path)?;
+        Ok(ClientHead {
+            method,
+            authority: pseudo.authority,
+            path,
+            fields: Fields::from_engine(fields),
+        })
+    }
+
+    /// A test's head, from an `http::Request`.
+    #[cfg(test)]
+    pub fn of_request(req: &http::Request<()>) -> ClientHead {
+        let text = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        ClientHead {
+            method: req.method().clone(),
+            authority: req.uri().authority().map(|a| text(a.as_str())),
+            path: req.uri().path_and_query().map(|p| text(p.as_str())),
+            fields: Fields::of_map(req.headers()),
+        }
+    }
+
+    /// The target as the request model reads it.
+    fn target(&self) -> &str {
+        match &self.path {
+            Some(path) => std::str::from_utf8(path).unwrap_or("/"),
+            None if self.method == Method::OPTIONS => "*",
+            None => "/",
+        }
+    }
+}
+
+/// A stream's `:scheme`, `:authority` and `:path`, checked as the `http` crate checks a
+/// URI made of them: each valid, a scheme with both of the others, no authority and
+/// path without a scheme. The path as the model reads it: as `http` gives it back
+/// (without a fragment, `/` when empty), shared when it came so.
+fn check_target(
+    scheme: Option<&[u8]>,
+    authority: Option<&Bytes>,
+    path: Option<Bytes>,
+) -> Result<Option<Bytes>, Refusal> {
+    let invalid = |_| Refusal::InvalidTarget;
+    if let Some(scheme) = scheme {
+        http::uri::Scheme::try_from(scheme).map_err(invalid)?;
+        if authority.is_none() || path.is_none() {
+            return Err(Refusal::InvalidTarget);
+        }
+    } else if authority.is_some() && path.is_some() {
+        return Err(Refusal::InvalidTarget);
+    }
+    if let Some(authority) = authority {
+        http::uri::Authority::from_maybe_shared(authority.clone()).map_err(invalid)?;
+    }
+    let Some(path) = path else { return Ok(None) };
+    let checked = http::uri::PathAndQuery::from_maybe_shared(path.clone()).map_err(invalid)?;
+    match checked.as_str().as_bytes() == &path[..] {
+        true => Ok(Some(path)),
+        false => Ok(Some(Bytes::copy_from_slice(checked.as_str().as_bytes()))),
+    }
+}
+
+/// The request head of a client's stream (`client`, whose fields, by
+/// [`Fields::headers`], are `fields`), with `max_headers` fields at most;
+/// `body_ends`: the HEADERS frame ended the stream.
 pub fn decode<'h, 'b>(
-    parts: &'b http::request::Parts,
+    client: &'b ClientHead,
     fields: &'h [httparse::Header<'b>],
     body_ends: bool,
     max_headers: usize,
@@ -24,16 +106,12 @@ pub fn decode<'h, 'b>(
     if fields.len() > max_headers {
         return Err(Refusal::TooManyHeaders);
     }
-    let target = match parts.uri.path_and_query() {
-        Some(pq) => pq.as_str(),
-        None if parts.method == http::Method::OPTIONS => "*",
-        None => "/",
-    };
+    let target = client.target();
     let line = Line {
-        method: parts.method.as_str(),
+        method: client.method.as_str(),
         target,
         version: Version::Http2,
-        authority: parts.uri.authority().map(|a| a.as_str().as_bytes()),
+        authority: client.authority.as_deref(),
     };
     let size = fields.iter().fold(target.len(), |n, f| {
         n.saturating_add(f.name.len()).saturating_add(f.value.len()).saturating_add(4)
@@ -54,8 +132,8 @@ mod tests {
 
     const LIMITS: HeadLimits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 16384 };
 
-    fn parts(req: http::Request<()>) -> http::request::Parts {
-        req.into_parts().0
+    fn parts(req: http::Request<()>) -> ClientHead {
+        ClientHead::of_request(&req)
     }
 
     #[test]
@@ -71,7 +149,7 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = super::super::fields_of(&p.headers);
+        let f = p.fields.headers();
         let head = decode(&p, &f, false, 100, &LIMITS).unwrap();
         assert_eq!(head.method, "POST");
         assert_eq!(head.target, "/a?b=1");
@@ -95,10 +173,10 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = super::super::fields_of(&p.headers);
+        let f = p.fields.headers();
         assert_eq!(decode(&p, &f, false, 100, &LIMITS).unwrap().framing, Framing::Length(5));
         let p = parts(http::Request::builder().uri("http://app/x").body(()).unwrap());
-        let f = super::super::fields_of(&p.headers);
+        let f = p.fields.headers();
         assert_eq!(decode(&p, &f, true, 100, &LIMITS).unwrap().framing, Framing::Empty);
     }
 
@@ -106,7 +184,7 @@ mod tests {
     fn the_checks_of_any_head_apply() {
         let refused = |req: http::Request<()>, max: usize| {
             let p = parts(req);
-            let f = super::super::fields_of(&p.headers);
+            let f = p.fields.headers();
             decode(&p, &f, true, max, &LIMITS).err()
         };
         let no_host = http::Request::builder().uri("/x").body(()).unwrap();

@@ -126,7 +126,9 @@ impl Heads<'_> {
     /// Makes sure the HTTP/1.1 text is there, for a body framed `framing`.
     fn write_h1(&mut self, framing: Framing) {
         if let (true, Some(h2)) = (self.h1.is_empty(), self.h2.as_deref()) {
-            encode::request_from_h2(&h2.method, &h2.uri, &h2.headers, framing, self.h1);
+            let fields = h2.fields.iter().map(|f| (&f.name[..], &f.value[..]));
+            let (method, authority) = (h2.method.as_str(), &h2.authority);
+            encode::request_from_h2(method, authority, &h2.path, fields, framing, self.h1);
         }
     }
 }
@@ -320,10 +322,17 @@ impl Proxy {
                     wire.attempt(out, lease.conn(), heads.h1, kept.as_deref()).await
                 }
                 Session::H2(lease) => {
-                    let request = heads.h2.as_ref().map(|h2| h2.request()).unwrap_or_default();
+                    let fallback;
+                    let head = match heads.h2.as_deref() {
+                        Some(head) => head,
+                        None => {
+                            fallback = OriginHead::default();
+                            &fallback
+                        }
+                    };
                     let sender = lease.sender();
                     // Boxed: only exchanges with HTTP/2 origins carry its state.
-                    let attempt = wire.attempt_h2(out, sender, request, kept.as_deref(), &mut copy);
+                    let attempt = wire.attempt_h2(out, sender, head, kept.as_deref(), &mut copy);
                     Box::pin(attempt).await
                 }
             };

@@ -42,6 +42,7 @@ use crate::http1::body::{Parts, Relay};
 use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
+use crate::http2::encode::OriginHead;
 use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
 use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
@@ -150,7 +151,7 @@ impl H2OriginWire for H1Wire<'_> {
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest,
-        request: http::Request<()>,
+        head: &OriginHead,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
@@ -170,7 +171,7 @@ impl H2OriginWire for H1Wire<'_> {
             None => Pending::again(copy, body.trailers.as_ref(), body.ended),
         };
         let bare = body.pending.is_bare_end();
-        let (response, mut upload) = send.send_request(request, bare).map_err(stream_not_opened)?;
+        let (response, mut upload) = send.send_request(head, bare).map_err(stream_not_opened)?;
         if bare {
             body.pending = Pending::default();
             return self.await_head(out, response).await;

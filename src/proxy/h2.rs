@@ -35,6 +35,7 @@ use crate::http1::encode::{self, BodyOut, ConnectionOut};
 use crate::http1::response;
 use crate::http1::Framing;
 use crate::http2::convert;
+use crate::http2::encode::OriginHead;
 use crate::http2::flow;
 use crate::http2::halves::{RecvHalf, SendHalf};
 use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
@@ -648,13 +649,13 @@ impl H2OriginWire for H2Wire {
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest,
-        request: http::Request<()>,
+        head: &OriginHead,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         if self.websocket.is_some() {
             // Boxed, as every rare path.
-            return Box::pin(self.websocket_attempt(out, send, request)).await;
+            return Box::pin(self.websocket_attempt(out, send, head)).await;
         }
         // A try after a refused one sends what was read from the copy, and all of it
         // once the client's body ended.
@@ -664,7 +665,7 @@ impl H2OriginWire for H2Wire {
         // After a refused try, what went on it goes first.
         let again = kept.is_none() && (copy.len() > 0 || self.trailers_sent.is_some());
         let end = kept.is_none() && !streaming && !again;
-        let (response, mut upload) = send.send_request(request, end).map_err(stream_not_opened)?;
+        let (response, mut upload) = send.send_request(head, end).map_err(stream_not_opened)?;
         let stall = out.route.timeouts.read;
         let limit = out.route.timeouts.response_header;
         let mut response = std::pin::pin!(response);

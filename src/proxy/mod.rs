@@ -246,7 +246,7 @@ impl Proxy {
         client: SocketAddr,
         peer: &PeerText,
         tls: Option<TlsFacts>,
-        source: Option<&http::request::Parts>,
+        source: Option<&crate::http2::request::ClientHead>,
         head: &mut Vec<u8>,
     ) -> Outbound {
         let site = self.site.load_full();

@@ -19,6 +19,7 @@ use super::transfer::{DownloadError, Downloaded, Upload};
 use super::Outbound;
 use crate::http1::encode::{BodyOut, ConnectionOut};
 use crate::http1::Framing;
+use crate::http2::encode::OriginHead;
 use crate::http2::origin::SendRequest;
 use crate::upstream::{Lease, OriginConn};
 use holdfast_pool::OriginLimits;
@@ -122,7 +123,7 @@ pub(crate) trait Wire {
 /// An exchange whose origin speaks HTTP/2: the request goes out as a stream on a
 /// shared connection instead of bytes on a connection of its own.
 pub(crate) trait H2OriginWire: Wire {
-    /// One try on one stream: the request head (`request`), then the `kept` body or
+    /// One try on one stream: the request head (`head`), then the `kept` body or
     /// the body as it streams from the client, and the final response head back. A
     /// body may still be streaming when the response head comes (gRPC streams both
     /// ways); [`H2OriginWire::relay_h2`] finishes it.
@@ -135,7 +136,7 @@ pub(crate) trait H2OriginWire: Wire {
         &mut self,
         out: &mut Outbound,
         send: SendRequest,
-        request: http::Request<()>,
+        head: &OriginHead,
         kept: Option<&[u8]>,
         copy: &mut BodyCopy,
     ) -> impl Future<Output = Result<(Upload, ResponseStart), Attempt>> + Send;

@@ -23,6 +23,7 @@ use super::{Backend, Lease, Upstream};
 use crate::http1::head::HeadScan;
 use crate::http1::response;
 use crate::http1::Framing;
+use crate::http2::encode::OriginHead;
 use crate::net::{self, Deadline, InBuf};
 
 /// An active health check: `GET path` to every server each `interval`, on a pooled
@@ -193,7 +194,8 @@ async fn probe_h2(
         .body(())
         .map_err(|e| CheckError::Io(std::io::Error::other(e)))?;
     let io = |e: crate::http2::origin::Error| CheckError::Io(std::io::Error::other(e));
-    let (response, _) = stream.sender().send_request(request, true).map_err(io)?;
+    let (response, _) =
+        stream.sender().send_request(&OriginHead::of_request(&request), true).map_err(io)?;
     let response = tokio::time::timeout(check.timeout, response).await;
     let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status().as_u16();
     stream.answered();

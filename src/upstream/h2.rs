@@ -330,7 +330,8 @@ mod tests {
             panic!("no stream");
         };
         let request = http::Request::get("http://origin/").body(()).unwrap();
-        let (response, _) = lease.sender().send_request(request, true).unwrap();
+        let head = crate::http2::encode::OriginHead::of_request(&request);
+        let (response, _) = lease.sender().send_request(&head, true).unwrap();
         response.await.unwrap();
         lease.answered();
     }

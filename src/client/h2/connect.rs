@@ -13,10 +13,11 @@
 //! 501. A plain CONNECT (no `:protocol`) is not this module's: it goes on as it is,
 //! and is refused like any CONNECT (405).
 
-use http::header::{self, HeaderValue};
+use bytes::Bytes;
 use http::{Method, StatusCode};
 
 use crate::http1::websocket::WebSocketKey;
+use crate::http2::request::ClientHead;
 use crate::http2::session::Responder;
 use crate::message::RequestHead;
 use crate::proxy::Proxy;
@@ -64,11 +65,11 @@ impl Refused {
     }
 }
 
-/// Looks at a stream's head (`parts`, and its `:protocol`) for an extended CONNECT, and
+/// Looks at a stream's head (`head`, and its `:protocol`) for an extended CONNECT, and
 /// makes a WebSocket one the `GET` it stands for (see the module doc); [`upgrade`]
 /// finishes it once decoded.
-pub(super) fn extended(parts: &mut http::request::Parts, protocol: Option<&[u8]>) -> Extended {
-    if parts.method != Method::CONNECT {
+pub(super) fn extended(head: &mut ClientHead, protocol: Option<&[u8]>) -> Extended {
+    if head.method != Method::CONNECT {
         return Extended::No;
     }
     let Some(protocol) = protocol else { return Extended::No };
@@ -78,16 +79,13 @@ pub(super) fn extended(parts: &mut http::request::Parts, protocol: Option<&[u8]>
         return Extended::Refused(Refused::Protocol);
     }
     let Some(key) = WebSocketKey::generate() else { return Extended::Refused(Refused::NoKey) };
-    let Ok(key_value) = HeaderValue::from_str(key.as_str()) else {
-        return Extended::Refused(Refused::NoKey);
-    };
-    parts.method = Method::GET;
-    let headers = &mut parts.headers;
+    head.method = Method::GET;
+    let fields = &mut head.fields;
     // The stream's DATA frames are the tunnel, not a body (RFC 9110, 9.3.6: a CONNECT's
     // content has no meaning), and the key and its answer are holdfast's.
-    headers.remove(header::CONTENT_LENGTH);
-    headers.remove(header::SEC_WEBSOCKET_ACCEPT);
-    headers.insert(header::SEC_WEBSOCKET_KEY, key_value);
+    fields.remove("content-length");
+    fields.remove("sec-websocket-accept");
+    fields.insert("sec-websocket-key", Bytes::copy_from_slice(key.as_str().as_bytes()));
     Extended::WebSocket(key)
 }
 
@@ -120,7 +118,7 @@ mod tests {
     use crate::http1::request::HeadLimits;
     use crate::message::Framing;
 
-    fn parts(method: Method) -> http::request::Parts {
+    fn parts(method: Method) -> ClientHead {
         let req = http::Request::builder()
             .method(method)
             .uri("https://example.com/chat?room=1")
@@ -130,7 +128,7 @@ mod tests {
             .header("content-length", "5")
             .body(())
             .unwrap();
-        req.into_parts().0
+        ClientHead::of_request(&req)
     }
 
     #[test]
@@ -140,12 +138,12 @@ mod tests {
             panic!("not a WebSocket")
         };
         assert_eq!(p.method, Method::GET);
-        assert_eq!(p.headers["sec-websocket-key"], key.as_str());
-        assert_eq!(p.headers["sec-websocket-protocol"], "chat");
-        assert_eq!(p.headers["sec-websocket-version"], "13");
-        assert!(p.headers.get("content-length").is_none());
+        assert_eq!(p.fields.get("sec-websocket-key"), Some(key.as_str().as_bytes()));
+        assert_eq!(p.fields.get("sec-websocket-protocol"), Some(&b"chat"[..]));
+        assert_eq!(p.fields.get("sec-websocket-version"), Some(&b"13"[..]));
+        assert!(p.fields.get("content-length").is_none());
         // Decoded and upgraded, it is what an HTTP/1.1 WebSocket client sends.
-        let f = crate::http2::fields_of(&p.headers);
+        let f = p.fields.headers();
         let limits = HeadLimits { max_line_bytes: 8192, max_head_bytes: 16384 };
         let mut req = crate::http2::request::decode(&p, &f, true, 100, &limits).unwrap();
         upgrade(&mut req);
@@ -176,6 +174,6 @@ mod tests {
         assert_eq!(p.method, Method::CONNECT);
         let mut p = parts(Method::GET);
         assert!(matches!(extended(&mut p, Some(b"websocket")), Extended::No));
-        assert_eq!(p.headers["sec-websocket-key"], "from-the-client");
+        assert_eq!(p.fields.get("sec-websocket-key"), Some(&b"from-the-client"[..]));
     }
 }

@@ -36,7 +36,7 @@ use tokio::time::{Instant, Sleep};
 use crate::connections::OpenConnection;
 use crate::http1::encode::PeerText;
 use crate::http1::request::{HeadLimits, Refusal};
-use crate::http2::request;
+use crate::http2::request::{self, ClientHead};
 use crate::http2::session::{self, RequestBody, Responder, Session};
 use crate::http2::socket::{Read, Socket, WRITE_PIECES};
 use crate::metrics::{Family, Report, Writer, NO_LABELS};
@@ -355,14 +355,14 @@ async fn run_stream(stream: u32, head: Head, ended: bool, client: Arc<ClientSide
     let body = RequestBody::new(stream);
     let ClientSide { addr, ref proxy, ref peer, tls, limits, connection } = *client;
     let protocol = head.pseudo.protocol.clone();
-    let mut parts = match parts_of(head) {
-        Ok(parts) => parts,
+    let mut client_head = match ClientHead::of(head) {
+        Ok(client_head) => client_head,
         Err(refusal) => {
             refuse(proxy, addr, &mut respond, refusal);
             return (stream, false);
         }
     };
-    let websocket = match connect::extended(&mut parts, protocol.as_deref()) {
+    let websocket = match connect::extended(&mut client_head, protocol.as_deref()) {
         Extended::No => None,
         Extended::WebSocket(key) => Some(key),
         Extended::Refused(refused) => {
@@ -374,26 +374,27 @@ async fn run_stream(stream: u32, head: Head, ended: bool, client: Arc<ClientSide
         max_line_bytes: limits.max_line_bytes,
         max_head_bytes: limits.max_header_bytes,
     };
-    let fields = crate::http2::fields_of(&parts.headers);
+    let fields = client_head.fields.headers();
     // The HTTP/1.1 head, for an origin that speaks HTTP/1.1, comes from and goes back
     // to the thread's cache of head buffers.
     let mut origin_head = net::scratch();
     // A WebSocket's DATA frames are its tunnel, not a request body.
     let ends = websocket.is_some() || ended;
-    let mut out = match request::decode(&parts, &fields, ends, limits.max_headers, &head_limits) {
-        Ok(mut req) => {
-            if websocket.is_some() {
-                connect::upgrade(&mut req);
+    let mut out =
+        match request::decode(&client_head, &fields, ends, limits.max_headers, &head_limits) {
+            Ok(mut req) => {
+                if websocket.is_some() {
+                    connect::upgrade(&mut req);
+                }
+                proxy.prepare(&req, addr, peer, tls, Some(&client_head), &mut origin_head)
             }
-            proxy.prepare(&req, addr, peer, tls, Some(&parts), &mut origin_head)
-        }
-        Err(refusal) => {
-            refuse(proxy, addr, &mut respond, refusal);
-            return (stream, false);
-        }
-    };
+            Err(refusal) => {
+                refuse(proxy, addr, &mut respond, refusal);
+                return (stream, false);
+            }
+        };
     drop(fields);
-    drop(parts);
+    drop(client_head);
     out.over_http2(connection);
     let mut wire = H2Wire::new(respond, body);
     if let Some(key) = websocket {
@@ -402,36 +403,6 @@ async fn run_stream(stream: u32, head: Head, ended: bool, client: Arc<ClientSide
     proxy.forward(out, &mut origin_head, &mut wire).await;
     net::recycle(origin_head);
     (stream, wire.client_failed())
-}
-
-/// A stream's request head as the request model reads it: method, URI (`:scheme`,
-/// `:authority`, `:path`) and fields, whose values are shared with the engine's.
-fn parts_of(head: Head) -> Result<http::request::Parts, Refusal> {
-    let Head { pseudo, fields, .. } = head;
-    let method = pseudo.method.as_deref().unwrap_or(b"GET");
-    let method = http::Method::from_bytes(method).map_err(|_| Refusal::Malformed)?;
-    let mut uri = http::uri::Builder::new();
-    if let Some(scheme) = pseudo.scheme {
-        uri = uri.scheme(scheme.as_ref());
-    }
-    if let Some(authority) = pseudo.authority {
-        uri = uri.authority(
-            http::uri::Authority::from_maybe_shared(authority)
-                .map_err(|_| Refusal::InvalidTarget)?,
-        );
-    }
-    if let Some(path) = pseudo.path {
-        uri = uri.path_and_query(
-            http::uri::PathAndQuery::from_maybe_shared(path).map_err(|_| Refusal::InvalidTarget)?,
-        );
-    }
-    let uri = uri.build().map_err(|_| Refusal::InvalidTarget)?;
-    let (mut parts, ()) = http::Request::new(()).into_parts();
-    parts.method = method;
-    parts.uri = uri;
-    parts.version = http::Version::HTTP_2;
-    parts.headers = session::to_header_map(fields);
-    Ok(parts)
 }
 
 /// The number the next HTTP/2 client connection gets (see `ClientSide::connection`).

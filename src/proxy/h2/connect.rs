@@ -22,15 +22,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap};
-use http::{Method, Request};
+use http::Method;
 
 use super::tunnel::{self, End, Tunnelled};
 use super::{abandoned, client_reset, stream_failed, stream_not_opened, H2Wire};
 use crate::http1::encode::ConnectionOut;
 use crate::http1::response::BadResponse;
 use crate::http1::websocket::WebSocketKey;
-use crate::http2::origin::{Protocol, SendRequest, SendStream};
+use crate::http2::encode::OriginHead;
+use crate::http2::origin::{SendRequest, SendStream};
 use crate::http2::session::ResponseBody;
 use crate::net::WaitError;
 use crate::proxy::error::ProxyErrorKind;
@@ -117,15 +119,15 @@ impl H2Wire {
         &mut self,
         out: &mut Outbound,
         mut send: SendRequest,
-        request: Request<()>,
+        head: &OriginHead,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         // Known once the connection's first SETTINGS are in, which they are before a
         // stream is leased (`upstream::h2`).
         if !send.is_extended_connect_protocol_enabled() {
             return Err(Attempt::Failed(ProxyErrorKind::NoWebSocketOverH2));
         }
-        let request = extended_connect(request);
-        let (response, upload) = send.send_request(request, false).map_err(stream_not_opened)?;
+        let head = extended_connect(head);
+        let (response, upload) = send.send_request(&head, false).map_err(stream_not_opened)?;
         let limit = out.route.timeouts.response_header;
         // A client that resets the stream meanwhile ends the exchange; the origin's
         // stream is reset too when the response future drops.
@@ -198,11 +200,12 @@ impl H2Wire {
 /// `http2::encode::origin_head`) as the extended CONNECT it came as (RFC 8441, 4):
 /// method CONNECT with `:protocol` `websocket`, without the key, which only an HTTP/1.1
 /// origin needs.
-fn extended_connect(mut request: Request<()>) -> Request<()> {
-    *request.method_mut() = Method::CONNECT;
-    request.extensions_mut().insert(Protocol("websocket".to_string()));
-    request.headers_mut().remove(header::SEC_WEBSOCKET_KEY);
-    request
+fn extended_connect(head: &OriginHead) -> OriginHead {
+    let mut head = head.clone();
+    head.method = Method::CONNECT;
+    head.protocol = Some(Bytes::from_static(b"websocket"));
+    head.fields.remove("sec-websocket-key");
+    head
 }
 
 /// The fields of the origin's answer that go to the client with the tunnel's 2xx:
@@ -235,18 +238,17 @@ mod tests {
     #[test]
     fn an_upgrade_goes_to_an_http2_origin_as_an_extended_connect_without_the_key() {
         // As `http2::encode::origin_head` makes it: HTTP/2 carries no `Upgrade`.
-        let request = Request::get("http://app/chat")
+        let request = http::Request::get("http://app/chat")
             .header("sec-websocket-key", "abc")
             .header("sec-websocket-version", "13")
             .body(())
             .unwrap();
-        let request = extended_connect(request);
-        assert_eq!(request.method(), Method::CONNECT);
-        assert_eq!(request.uri(), "http://app/chat");
-        let protocol = request.extensions().get::<Protocol>().map(|p| p.0.as_str());
-        assert_eq!(protocol, Some("websocket"));
-        assert!(request.headers().get("sec-websocket-key").is_none());
-        assert_eq!(request.headers()["sec-websocket-version"], "13");
+        let head = extended_connect(&OriginHead::of_request(&request));
+        assert_eq!(head.method, Method::CONNECT);
+        assert_eq!((&head.authority[..], &head.path[..]), (&b"app"[..], &b"/chat"[..]));
+        assert_eq!(head.protocol.as_deref(), Some(&b"websocket"[..]));
+        assert!(head.fields.get("sec-websocket-key").is_none());
+        assert_eq!(head.fields.get("sec-websocket-version"), Some(&b"13"[..]));
     }
 
     #[test]
