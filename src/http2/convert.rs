@@ -8,6 +8,7 @@
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::fields::Fields;
 use crate::http1::chunked::is_forbidden_trailer;
 use crate::http1::encode::LAST_CHUNK;
 use crate::message::is_connection_specific;
@@ -100,26 +101,26 @@ pub fn passable_trailers(mut trailers: HeaderMap) -> HeaderMap {
     trailers
 }
 
-/// Adds header lines (`Name: value\r\n`) to `map`.
-pub fn add_lines(map: &mut HeaderMap, lines: &[u8]) {
+/// Adds header lines (`Name: value\r\n`) to `fields`, names lowercased.
+pub fn add_lines(fields: &mut Fields, lines: &[u8]) {
     for (name, value) in header_lines(lines) {
-        if let (Ok(name), Ok(value)) =
+        if let (Ok(name), Ok(_)) =
             (HeaderName::from_bytes(name.trim_ascii()), HeaderValue::from_bytes(value))
         {
-            map.append(name, value);
+            let name = Bytes::copy_from_slice(name.as_str().as_bytes());
+            fields.push(name, Bytes::copy_from_slice(value));
         }
     }
 }
 
 /// The fields of a response holdfast makes itself (as `encode::local_response` writes
 /// them for HTTP/1.1): `extra` header lines, then plain text of `len` bytes.
-pub fn local_headers(extra: &[u8], len: usize) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    add_lines(&mut headers, extra);
-    headers
-        .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
-    headers
+pub fn local_headers(extra: &[u8], len: usize) -> Fields {
+    let mut fields = Fields::default();
+    add_lines(&mut fields, extra);
+    fields.insert("content-type", Bytes::from_static(b"text/plain; charset=utf-8"));
+    fields.insert("content-length", Bytes::from(len.to_string()));
+    fields
 }
 
 /// The body of a local answer as one frame's worth.

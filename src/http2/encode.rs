@@ -6,7 +6,7 @@
 //! HTTP/1.1 client's head, or the HTTP/2 client's own field values), not copies.
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 use http::Method;
 
 use super::convert::{add_lines, header_lines};
@@ -239,8 +239,8 @@ fn forwarding(
 /// body has one, and `extra` header lines (`Name: value\r\n`, e.g. HSTS). `Trailer`,
 /// which announces trailer fields (RFC 9110, 6.6.2), stays only on a chunked body: no
 /// other HTTP/1.1 body can have trailers.
-pub fn client_response(resp: &ResponseHead<'_, '_>, extra: &[u8]) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(resp.headers.len().saturating_add(2));
+pub fn client_response(resp: &ResponseHead<'_, '_>, extra: &[u8]) -> Fields {
+    let mut fields = Fields::with_capacity(resp.headers.len().saturating_add(2));
     // One copy of the head: the values are slices of it.
     let shared = Bytes::copy_from_slice(resp.raw);
     let chunked = resp.framing == Framing::Chunked;
@@ -251,16 +251,19 @@ pub fn client_response(resp: &ResponseHead<'_, '_>, extra: &[u8]) -> HeaderMap {
         {
             continue;
         }
-        let value = HeaderValue::from_maybe_shared(slice_of(&shared, h.value));
-        if let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), value) {
-            map.append(name, value);
+        let value = slice_of(&shared, h.value);
+        if HeaderValue::from_maybe_shared(value.clone()).is_err() {
+            continue;
+        }
+        if let Ok(name) = lowercase_name(&shared, h.name) {
+            fields.push(name, value);
         }
     }
     if let Some(n) = resp.content_length {
-        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+        fields.insert("content-length", Bytes::from(n.to_string()));
     }
-    add_lines(&mut map, extra);
-    map
+    add_lines(&mut fields, extra);
+    fields
 }
 
 #[cfg(test)]

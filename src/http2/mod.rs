@@ -32,15 +32,3 @@ pub fn starts_preface(data: &[u8]) -> bool {
     data.len() >= 3
         && PREFACE.starts_with(data.get(..data.len().min(PREFACE.len())).unwrap_or_default())
 }
-
-/// The fields of a header map as the message models hold them: name and value slices
-/// of `headers`, in its order.
-pub fn fields_of(headers: &http::HeaderMap) -> Vec<httparse::Header<'_>> {
-    let mut fields = Vec::with_capacity(headers.len());
-    fields.extend(
-        headers
-            .iter()
-            .map(|(name, value)| httparse::Header { name: name.as_str(), value: value.as_bytes() }),
-    );
-    fields
-}

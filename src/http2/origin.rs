@@ -32,6 +32,7 @@ use holdfast_h2::hpack::{Field, FieldRef};
 use http::HeaderMap;
 
 use super::encode::OriginHead;
+use super::fields::Fields;
 use super::halves::{RecvHalf, SendHalf};
 use super::session::{to_fields, to_header_map};
 use super::socket::{Read, Socket, WRITE_PIECES};
@@ -429,8 +430,16 @@ pub struct ResponseFuture {
     handle: Handle,
 }
 
+/// An origin's final response head (`:status` and its fields, shared with the
+/// engine's buffer), and its body.
+pub struct OriginResponse {
+    pub status: u16,
+    pub fields: Fields,
+    pub body: RecvStream,
+}
+
 impl Future for ResponseFuture {
-    type Output = Result<http::Response<RecvStream>, Error>;
+    type Output = Result<OriginResponse, Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let polled = self.handle.with(|inner, stream| {
@@ -452,13 +461,10 @@ impl Future for ResponseFuture {
             Poll::Pending => return Poll::Pending,
         };
         let Head { pseudo, fields, .. } = head;
-        let status = pseudo.status.unwrap_or(502);
-        let mut response = http::Response::new(RecvStream { handle: self.handle.another(), ended });
-        *response.status_mut() =
-            http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
-        *response.version_mut() = http::Version::HTTP_2;
-        *response.headers_mut() = to_header_map(fields);
-        Poll::Ready(Ok(response))
+        // The engine checked `:status` (three digits); 502 stands for one it let by.
+        let status = pseudo.status.filter(|s| (100..=999).contains(s)).unwrap_or(502);
+        let body = RecvStream { handle: self.handle.another(), ended };
+        Poll::Ready(Ok(OriginResponse { status, fields: Fields::from_engine(fields), body }))
     }
 }
 

@@ -7,16 +7,16 @@
 use crate::http1::response::{self, BadResponse, StatusLine};
 use crate::message::{Framing, ResponseHead, Version};
 
-/// The response head of an origin's stream (`parts`, whose fields, by
-/// [`super::fields_of`], are `fields`);
-/// `ended`: the HEADERS frame ended the stream; `head_request`: the request was HEAD.
+/// The response head of an origin's stream (`status`, and `fields` by
+/// [`super::fields::Fields::headers`]); `ended`: the HEADERS frame ended the stream;
+/// `head_request`: the request was HEAD.
 pub fn decode<'h, 'b>(
-    parts: &'b http::response::Parts,
+    status: u16,
     fields: &'h [httparse::Header<'b>],
     ended: bool,
     head_request: bool,
 ) -> Result<ResponseHead<'h, 'b>, BadResponse> {
-    let line = StatusLine { status: parts.status.as_u16(), reason: "", version: Version::Http2 };
+    let line = StatusLine { status, reason: "", version: Version::Http2 };
     let mut head = response::check(line, fields, b"", 0, head_request)?;
     // What HTTP/1.1 would read as "until the close" is, over HTTP/2, until the stream
     // ends: the connection carries on. A head that ended the stream has an empty body:
@@ -33,24 +33,26 @@ pub fn decode<'h, 'b>(
 mod tests {
     use super::*;
 
-    fn parts(resp: http::Response<()>) -> http::response::Parts {
-        resp.into_parts().0
+    use crate::http2::fields::Fields;
+
+    fn parts(resp: http::Response<()>) -> (u16, Fields) {
+        (resp.status().as_u16(), Fields::of_map(resp.headers()))
     }
 
     #[test]
     fn a_stream_is_framed_by_its_length_or_its_end() {
         let p = parts(http::Response::builder().header("content-length", "5").body(()).unwrap());
-        let f = super::super::fields_of(&p.headers);
-        let head = decode(&p, &f, false, false).unwrap();
+        let f = p.1.headers();
+        let head = decode(p.0, &f, false, false).unwrap();
         assert_eq!(head.framing, Framing::Length(5));
         assert!(head.dropped.contains(0), "holdfast writes the framing itself");
         let p = parts(http::Response::builder().header("x-a", "1").body(()).unwrap());
-        let f = super::super::fields_of(&p.headers);
-        assert_eq!(decode(&p, &f, false, false).unwrap().framing, Framing::Stream);
+        let f = p.1.headers();
+        assert_eq!(decode(p.0, &f, false, false).unwrap().framing, Framing::Stream);
         // A head that ends the stream says the body is empty: a length of 0, which an
         // HTTP/1.1 client is told (without it, a 200 would be read until the close).
-        assert_eq!(decode(&p, &f, true, false).unwrap().framing, Framing::Length(0));
-        let head = decode(&p, &f, false, true).unwrap();
+        assert_eq!(decode(p.0, &f, true, false).unwrap().framing, Framing::Length(0));
+        let head = decode(p.0, &f, false, true).unwrap();
         assert_eq!(head.framing, Framing::Empty, "a response to HEAD has no body");
         assert!(!head.ends_with_close && !head.is_reusable());
     }
@@ -64,8 +66,8 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = super::super::fields_of(&p.headers);
-        assert!(matches!(decode(&p, &f, false, false), Err(BadResponse::InvalidContentLength)));
+        let f = p.1.headers();
+        assert!(matches!(decode(p.0, &f, false, false), Err(BadResponse::InvalidContentLength)));
         let p = parts(
             http::Response::builder()
                 .status(204)
@@ -74,8 +76,8 @@ mod tests {
                 .body(())
                 .unwrap(),
         );
-        let f = super::super::fields_of(&p.headers);
-        let head = decode(&p, &f, false, false).unwrap();
+        let f = p.1.headers();
+        let head = decode(p.0, &f, false, false).unwrap();
         assert_eq!(head.framing, Framing::Empty);
         assert!(head.trailer_lines.contains(0) && head.has_date);
     }

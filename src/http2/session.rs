@@ -24,6 +24,7 @@ use holdfast_h2::hpack::{Field, FieldRef};
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 
+use super::fields::Fields;
 use super::halves::{reset_error, RecvHalf, SendHalf};
 
 scoped_tls::scoped_thread_local!(static CURRENT: RefCell<Session>);
@@ -236,24 +237,24 @@ impl Responder {
     pub fn send_response(
         &mut self,
         status: u16,
-        headers: &HeaderMap,
+        fields: &Fields,
         end: bool,
     ) -> io::Result<ResponseBody> {
-        self.send_head(status, headers, end)?;
+        self.send_head(status, fields, end)?;
         Ok(ResponseBody { stream: self.stream })
     }
 
     /// Sends an interim (1xx) response.
     pub fn send_informational(&mut self, status: u16) -> io::Result<()> {
-        self.send_head(status, &HeaderMap::new(), false)
+        self.send_head(status, &Fields::default(), false)
     }
 
-    fn send_head(&mut self, status: u16, headers: &HeaderMap, end: bool) -> io::Result<()> {
+    fn send_head(&mut self, status: u16, fields: &Fields, end: bool) -> io::Result<()> {
         let code = status_text(status);
         let stream = self.stream;
         with_slot(stream, |_, conn| {
             let status = std::iter::once(FieldRef::new(b":status", &code));
-            conn.send_head_of(stream, status.chain(field_refs(headers)), end).map_err(send_failed)
+            conn.send_head_of(stream, status.chain(fields.refs()), end).map_err(send_failed)
         })
     }
 
@@ -275,9 +276,9 @@ impl Responder {
 
 /// Answers `stream` with `status` and a short `text/plain` body.
 pub fn answer_text(conn: &mut Connection, stream: u32, status: u16, text: &str) {
-    let headers = super::convert::local_headers(b"", text.len());
+    let fields = super::convert::local_headers(b"", text.len());
     let code = status_text(status);
-    let fields = std::iter::once(FieldRef::new(b":status", &code)).chain(field_refs(&headers));
+    let fields = std::iter::once(FieldRef::new(b":status", &code)).chain(fields.refs());
     if conn.send_head_of(stream, fields, false).is_ok() {
         let _ = conn.send_data(stream, Bytes::copy_from_slice(text.as_bytes()), true);
     }

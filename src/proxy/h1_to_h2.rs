@@ -43,7 +43,7 @@ use crate::http1::encode::{self, BodyOut, ConnectionOut, CONTINUE};
 use crate::http1::request::FramingViolation;
 use crate::http1::Framing;
 use crate::http2::encode::OriginHead;
-use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
+use crate::http2::origin::{Error as H2Error, OriginResponse, RecvStream, SendRequest, SendStream};
 use crate::http2::{convert, flow};
 use crate::net::{self, Deadline, InBuf, Stream, WaitError};
 use holdfast_h2::error::ErrorCode;
@@ -143,7 +143,7 @@ struct PumpLimits {
 /// What finished first while a request body streamed to an HTTP/2 origin.
 enum First {
     Pumped(Result<(), Attempt>),
-    Answered(Result<http::Response<RecvStream>, H2Error>),
+    Answered(Result<OriginResponse, H2Error>),
 }
 
 impl H2OriginWire for H1Wire<'_> {
@@ -412,7 +412,7 @@ impl H1Wire<'_> {
     async fn await_head(
         &mut self,
         out: &Outbound,
-        response: impl std::future::Future<Output = Result<http::Response<RecvStream>, H2Error>>,
+        response: impl std::future::Future<Output = Result<OriginResponse, H2Error>>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
         let limit = out.route.timeouts.response_header;
         // The origin may take long to answer: the client's buffer, unless it holds a
@@ -433,14 +433,14 @@ impl H1Wire<'_> {
     fn start_h2(
         &mut self,
         out: &Outbound,
-        answered: http::Response<RecvStream>,
+        answered: OriginResponse,
         upload: Upload,
         sending: Option<SendStream>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let (parts, body) = answered.into_parts();
-        let has_hsts = parts.headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
+        let OriginResponse { status, fields, body } = answered;
+        let has_hsts = fields.contains("strict-transport-security");
         let response_head = &mut self.response_head;
-        let start = read_h2_head(out, &parts, body.is_end_stream(), |head, mut start| {
+        let start = read_h2_head(out, status, &fields, body.is_end_stream(), |head, mut start| {
             if upload == Upload::Interrupted {
                 start.connection = ConnectionOut::for_client(false, out.request.version);
             }

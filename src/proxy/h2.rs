@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use holdfast_h2::error::ErrorCode;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use tokio::time::Instant;
 
 use super::backlog;
@@ -36,9 +36,10 @@ use crate::http1::response;
 use crate::http1::Framing;
 use crate::http2::convert;
 use crate::http2::encode::OriginHead;
+use crate::http2::fields::Fields;
 use crate::http2::flow;
 use crate::http2::halves::{RecvHalf, SendHalf};
-use crate::http2::origin::{Error as H2Error, RecvStream, SendRequest, SendStream};
+use crate::http2::origin::{Error as H2Error, OriginResponse, RecvStream, SendRequest, SendStream};
 use crate::http2::response as h2_response;
 use crate::http2::session::{RequestBody, Responder, ResponseBody};
 use crate::message::ResponseHead;
@@ -104,7 +105,7 @@ struct InHand {
 #[derive(Default)]
 struct H2Head {
     status: u16,
-    headers: HeaderMap,
+    headers: Fields,
 }
 
 impl HeadOut for H2Head {
@@ -152,7 +153,7 @@ impl H2Wire {
     fn start_response(
         &mut self,
         status: u16,
-        headers: HeaderMap,
+        headers: Fields,
         end: bool,
     ) -> io::Result<ResponseBody> {
         self.respond.send_response(status, &headers, end)
@@ -527,10 +528,10 @@ impl H2Wire {
 /// after a complete response, RFC 9113, 8.1); [`Attempt::Refused`], if the origin
 /// refused the stream, wherever its body was; else a stream that may have reached it.
 pub(super) async fn upload_failed(
-    response: impl std::future::Future<Output = Result<Response<RecvStream>, H2Error>>,
+    response: impl std::future::Future<Output = Result<OriginResponse, H2Error>>,
     limit: Duration,
     error: io::Error,
-) -> Result<Response<RecvStream>, Attempt> {
+) -> Result<OriginResponse, Attempt> {
     match tokio::time::timeout(limit, response).await {
         Ok(Ok(answered)) => Ok(answered),
         Ok(Err(e)) if flow::refused(&e) => Err(stream_failed(e)),
@@ -579,7 +580,7 @@ async fn send_kept(
 /// What finished first while a request body streamed to an HTTP/2 origin.
 enum First {
     Pumped(Result<(), Attempt>),
-    Answered(Result<Response<RecvStream>, H2Error>),
+    Answered(Result<OriginResponse, H2Error>),
 }
 
 /// Where [`pump`] keeps what it sends, so a refused stream can send it again.
@@ -770,15 +771,14 @@ impl H2Wire {
     fn start_h2(
         &mut self,
         out: &Outbound,
-        answered: Response<RecvStream>,
+        answered: OriginResponse,
         upload: Option<SendStream>,
     ) -> Result<(Upload, ResponseStart), Attempt> {
-        let (parts, body) = answered.into_parts();
-        let start = read_h2_head(out, &parts, body.is_end_stream(), |_, start| start)?;
+        let OriginResponse { status, fields: mut headers, body } = answered;
+        let start = read_h2_head(out, status, &headers, body.is_end_stream(), |_, start| start)?;
         // An HTTP/2 head goes on to an HTTP/2 client as it came (its only field not
         // passed on, `content-length`, is one the framing keeps as it is), with HSTS.
-        let mut headers = parts.headers;
-        let has_hsts = headers.contains_key(http::header::STRICT_TRANSPORT_SECURITY);
+        let has_hsts = headers.contains("strict-transport-security");
         convert::add_lines(&mut headers, out.hsts(|| has_hsts));
         self.head = H2Head { status: start.status, headers };
         self.origin_body = Some(body);
@@ -787,18 +787,19 @@ impl H2Wire {
     }
 }
 
-/// Reads an HTTP/2 origin's response head (`parts`; `ended`: its HEADERS ended the
+/// Reads an HTTP/2 origin's response head (`status`, `fields`; `ended`: its HEADERS ended the
 /// stream) into the response model, checked as any response head is, and gives it to
 /// `then` with how the response starts ([`start_from`]).
 pub(super) fn read_h2_head<T>(
     out: &Outbound,
-    parts: &http::response::Parts,
+    status: u16,
+    fields: &Fields,
     ended: bool,
     then: impl FnOnce(&ResponseHead<'_, '_>, ResponseStart) -> T,
 ) -> Result<T, Attempt> {
-    let fields = crate::http2::fields_of(&parts.headers);
+    let fields = fields.headers();
     let head_request = out.request.method == Method::HEAD;
-    let head = h2_response::decode(parts, &fields, ended, head_request)
+    let head = h2_response::decode(status, &fields, ended, head_request)
         .map_err(|e| Attempt::Failed(ProxyErrorKind::BadResponse(e)))?;
     let start = start_from(out, &head);
     Ok(then(&head, start))

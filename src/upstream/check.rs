@@ -197,7 +197,7 @@ async fn probe_h2(
     let (response, _) =
         stream.sender().send_request(&OriginHead::of_request(&request), true).map_err(io)?;
     let response = tokio::time::timeout(check.timeout, response).await;
-    let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status().as_u16();
+    let status = response.map_err(|_| CheckError::Timeout)?.map_err(io)?.status;
     stream.answered();
     if check.passes(status) {
         Ok(())

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap};
 use http::Method;
 
 use super::tunnel::{self, End, Tunnelled};
@@ -32,6 +31,7 @@ use crate::http1::encode::ConnectionOut;
 use crate::http1::response::BadResponse;
 use crate::http1::websocket::WebSocketKey;
 use crate::http2::encode::OriginHead;
+use crate::http2::fields::Fields;
 use crate::http2::origin::{SendRequest, SendStream};
 use crate::http2::session::ResponseBody;
 use crate::net::WaitError;
@@ -73,9 +73,10 @@ impl H2Wire {
                 _ => Ok(()),
             };
         }
-        let mut accepts = self.head.headers.get_all(header::SEC_WEBSOCKET_ACCEPT).iter();
+        let mut accepts =
+            self.head.headers.iter().filter(|f| f.name == "sec-websocket-accept").map(|f| &f.value);
         match (accepts.next(), accepts.next()) {
-            (Some(accept), None) if ws.key.is_answered_by(accept.as_bytes()) => Ok(()),
+            (Some(accept), None) if ws.key.is_answered_by(accept) => Ok(()),
             _ => Err(Attempt::Failed(BadResponse::WebSocketAccept.into())),
         }
     }
@@ -142,7 +143,7 @@ impl H2Wire {
             Ok(Ok(answered)) => answered,
         };
         // RFC 8441, 5: a 2xx opens the tunnel; anything else is a response.
-        let accepted = answered.status().is_success();
+        let accepted = (200..=299).contains(&answered.status);
         let start = self.start_h2(out, answered, None)?;
         if let (true, Some(ws)) = (accepted, self.websocket.as_deref_mut()) {
             ws.upload = Some(upload);
@@ -212,9 +213,9 @@ fn extended_connect(head: &OriginHead) -> OriginHead {
 /// all but `Sec-WebSocket-Accept` (the answer to holdfast's key, not the client's) and
 /// the framing (a 2xx to CONNECT has none, RFC 9110, 9.3.6). `Upgrade` and
 /// `Connection` never get here: HTTP/2 does not carry them.
-fn tunnel_fields(mut headers: HeaderMap) -> HeaderMap {
-    headers.remove(header::SEC_WEBSOCKET_ACCEPT);
-    headers.remove(header::CONTENT_LENGTH);
+fn tunnel_fields(mut headers: Fields) -> Fields {
+    headers.remove("sec-websocket-accept");
+    headers.remove("content-length");
     headers
 }
 
@@ -253,12 +254,12 @@ mod tests {
 
     #[test]
     fn the_client_never_gets_the_accept_or_a_length() {
-        let mut headers = HeaderMap::new();
-        headers.insert("sec-websocket-accept", "x".parse().unwrap());
-        headers.insert("sec-websocket-protocol", "chat".parse().unwrap());
-        headers.insert("content-length", "0".parse().unwrap());
+        let mut headers = Fields::default();
+        headers.push_static("sec-websocket-accept", Bytes::from_static(b"x"));
+        headers.push_static("sec-websocket-protocol", Bytes::from_static(b"chat"));
+        headers.push_static("content-length", Bytes::from_static(b"0"));
         let passed = tunnel_fields(headers);
-        let names: Vec<&str> = passed.keys().map(|n| n.as_str()).collect();
+        let names: Vec<&str> = passed.headers().iter().map(|h| h.name).collect();
         assert_eq!(names, ["sec-websocket-protocol"]);
     }
 }
