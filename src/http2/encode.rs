@@ -199,12 +199,11 @@ fn copy_fields(
 /// A field name of an HTTP/1.1 head as HTTP/2 writes it: a slice of the head when it
 /// is lowercase already, else a lowercased copy; a name that is not a token is refused.
 fn lowercase_name(shared: &Bytes, name: &str) -> Result<Bytes, NotH2> {
-    if name.bytes().all(|b| !b.is_ascii_uppercase()) {
-        HeaderName::from_bytes(name.as_bytes()).map_err(bad)?;
-        return Ok(slice_of(shared, name.as_bytes()));
+    let checked = HeaderName::from_bytes(name.as_bytes()).map_err(bad)?;
+    match checked.as_str() == name {
+        true => Ok(slice_of(shared, name.as_bytes())),
+        false => Ok(text(checked.as_str())),
     }
-    let lower = HeaderName::from_bytes(name.as_bytes()).map_err(bad)?;
-    Ok(text(lower.as_str()))
 }
 
 /// The names of the fields holdfast writes itself.

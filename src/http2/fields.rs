@@ -103,15 +103,6 @@ impl Fields {
     }
 }
 
-impl<'f> IntoIterator for &'f Fields {
-    type Item = &'f Field;
-    type IntoIter = std::slice::Iter<'f, Field>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

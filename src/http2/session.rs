@@ -190,24 +190,9 @@ fn poll_reset(stream: u32, cx: &Context<'_>) -> Poll<io::Result<ErrorCode>> {
     polled.unwrap_or_else(|| Poll::Ready(Err(gone())))
 }
 
-/// The fields of a header map as the encoder takes them, borrowed.
-fn field_refs(headers: &HeaderMap) -> impl Iterator<Item = FieldRef<'_>> {
-    headers.iter().map(|(name, value)| FieldRef {
-        name: name.as_str().as_bytes(),
-        value: value.as_bytes(),
-        sensitive: value.is_sensitive(),
-    })
-}
-
 /// Trailers as the engine keeps them until they go out.
 pub fn to_fields(headers: &HeaderMap) -> Vec<Field> {
-    field_refs(headers)
-        .map(|f| Field {
-            name: Bytes::copy_from_slice(f.name),
-            value: Bytes::copy_from_slice(f.value),
-            sensitive: f.sensitive,
-        })
-        .collect()
+    Fields::of_map(headers).into_engine()
 }
 
 /// Received fields as a header map (the engine checked names and values, RFC 9113
